@@ -1,0 +1,92 @@
+// Package testserver starts a real embedded nats-server with JetStream on
+// file storage under t.TempDir() for tests. There are no mocks of NATS.
+package testserver
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Env is a running server and a connection to it.
+type Env struct {
+	T    testing.TB
+	Dir  string
+	Port int
+	S    *embedded.Server
+	NC   *nats.Conn
+	JS   jetstream.JetStream
+}
+
+// Start starts a server on a random port and connects to it. Everything is
+// cleaned up when the test ends.
+func Start(t testing.TB) *Env {
+	t.Helper()
+	e := &Env{T: t, Dir: t.TempDir()}
+	e.boot(-1)
+	e.Port = e.S.Addr().(*net.TCPAddr).Port
+	nc, err := e.S.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.NC, e.JS = nc, js
+	t.Cleanup(func() {
+		e.NC.Close()
+		if e.S != nil {
+			e.S.Stop()
+		}
+	})
+	return e
+}
+
+func (e *Env) boot(port int) {
+	e.T.Helper()
+	s, err := embedded.Start(embedded.Options{Dir: e.Dir, Port: port})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.S = s
+}
+
+// Restart stops the server and starts it again on the same port and data
+// directory; clients reconnect by themselves.
+func (e *Env) Restart() {
+	e.T.Helper()
+	e.S.Stop()
+	e.boot(e.Port)
+}
+
+// Connect opens another connection (another "process"), closed at cleanup.
+func (e *Env) Connect() (*nats.Conn, jetstream.JetStream) {
+	e.T.Helper()
+	nc, err := e.S.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(nc.Close)
+	return nc, js
+}
+
+// Eventually polls cond every 10 ms until it is true or the deadline passes.
+func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

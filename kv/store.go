@@ -1,0 +1,376 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	// ErrNotFound: no record with that key. It is jetflow.ErrNotFound.
+	ErrNotFound = jetflow.ErrNotFound
+	// ErrExists: a record with that id already exists.
+	ErrExists = errors.New("kv: record exists")
+	// ErrConflict: the record changed since the revision the writer read
+	// (compare-and-swap lost). The newer state stands.
+	ErrConflict = errors.New("kv: revision conflict")
+	// ErrTerminal: the record is terminal; nothing may change it.
+	ErrTerminal = errors.New("kv: run is terminal")
+)
+
+const (
+	hdrExpectSubjSeq = "Nats-Expected-Last-Subject-Sequence"
+	hdrTTL           = "Nats-TTL"
+	// HeaderState mirrors the record's state so that header-only scans
+	// (the repair sweep) need not decode bodies.
+	HeaderState = "Jetflow-State"
+)
+
+// Store owns the runs and delayed buckets: key layout, codec and the
+// compare-and-swap writes every state change goes through. It does not own
+// the connection it is given.
+type Store struct {
+	cfg     streams.Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	runs    jetstream.KeyValue
+	delayed jetstream.KeyValue
+	runsPfx string
+	ttl     string
+	dstream jetstream.Stream
+	fstream jetstream.Stream
+}
+
+// Open binds a Store to provisioned buckets (see streams.Provision).
+func Open(ctx context.Context, js jetstream.JetStream, cfg streams.Config) (*Store, error) {
+	cfg = cfg.WithDefaults()
+	runs, err := js.KeyValue(ctx, cfg.RunsBucket())
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", cfg.RunsBucket(), err)
+	}
+	delayed, err := js.KeyValue(ctx, cfg.DelayedBucket())
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", cfg.DelayedBucket(), err)
+	}
+	dstream, err := js.Stream(ctx, streams.KVStream(cfg.DelayedBucket()))
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", cfg.DelayedBucket(), err)
+	}
+	fstream, err := js.Stream(ctx, cfg.FunctionStream())
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", cfg.FunctionStream(), err)
+	}
+	return &Store{
+		cfg: cfg, nc: js.Conn(), js: js, runs: runs, delayed: delayed,
+		dstream: dstream, fstream: fstream,
+		runsPfx: "$KV." + cfg.RunsBucket() + ".",
+		ttl:     cfg.Retention.String(),
+	}, nil
+}
+
+// Config is the store's naming configuration, defaults applied.
+func (s *Store) Config() streams.Config { return s.cfg }
+
+// JetStream is the JetStream context the store writes through.
+func (s *Store) JetStream() jetstream.JetStream { return s.js }
+
+// Runs is the runs bucket.
+func (s *Store) Runs() jetstream.KeyValue { return s.runs }
+
+// Delayed is the delayed bucket.
+func (s *Store) Delayed() jetstream.KeyValue { return s.delayed }
+
+// Get returns the record of run id, or ErrNotFound.
+func (s *Store) Get(ctx context.Context, id string) (*jetflow.Run, error) {
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return nil, err
+	}
+	e, err := s.runs.Get(ctx, id)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
+		}
+		return nil, fmt.Errorf("kv: get %s: %w", id, err)
+	}
+	return Decode(e.Value(), e.Revision())
+}
+
+// Decode reads a record body.
+func Decode(data []byte, rev uint64) (*jetflow.Run, error) {
+	r := new(jetflow.Run)
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, fmt.Errorf("kv: decode run record: %w", err)
+	}
+	r.Revision = rev
+	return r, nil
+}
+
+// RecordMsg builds the raw KV write of r, conditional on the key's last
+// revision being expect (0: the key must not exist). Terminal records carry
+// a Nats-TTL of the retention period, so JetStream itself removes them.
+func (s *Store) RecordMsg(r *jetflow.Run, expect uint64) (*nats.Msg, error) {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
+	}
+	h := make(nats.Header, 3)
+	h[hdrExpectSubjSeq] = []string{strconv.FormatUint(expect, 10)}
+	h[HeaderState] = []string{string(r.State)}
+	h[HeaderFunction] = []string{r.Name}
+	h[HeaderDue] = []string{strconv.FormatInt(r.ScheduledTime.UnixMilli(), 10)}
+	if r.State.Terminal() {
+		h[hdrTTL] = []string{s.ttl}
+	}
+	return &nats.Msg{Subject: s.runsPfx + r.ID, Header: h, Data: data}, nil
+}
+
+// Create writes a new record; ErrExists when the id is taken.
+func (s *Store) Create(ctx context.Context, r *jetflow.Run) (uint64, error) {
+	return s.Write(ctx, r, 0)
+}
+
+// Write stores r if the record's revision is still expect (0 = create).
+// It returns the new revision, ErrExists (expect 0, key present) or
+// ErrConflict (someone wrote first).
+func (s *Store) Write(ctx context.Context, r *jetflow.Run, expect uint64) (uint64, error) {
+	m, err := s.RecordMsg(r, expect)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := s.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, s.WriteErr(r.ID, expect, err)
+	}
+	r.Revision = ack.Sequence
+	return ack.Sequence, nil
+}
+
+// WriteErr maps a failed record write to ErrExists or ErrConflict.
+func (s *Store) WriteErr(id string, expect uint64, err error) error {
+	if IsWrongSequence(err) {
+		if expect == 0 {
+			return fmt.Errorf("run %s: %w", id, ErrExists)
+		}
+		return fmt.Errorf("run %s at revision %d: %w", id, expect, ErrConflict)
+	}
+	return fmt.Errorf("kv: write run %s: %w", id, err)
+}
+
+// IsWrongSequence reports a failed expected-sequence check.
+func IsWrongSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}
+
+// Transition reads run id and applies change until it succeeds or the run is
+// terminal. change returns false to leave the record as it is. It returns the
+// record as last written or read, and ErrTerminal when the run had already
+// ended before change could apply.
+func (s *Store) Transition(ctx context.Context, id string, change func(r *jetflow.Run) bool) (*jetflow.Run, error) {
+	for {
+		r, err := s.Get(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if r.State.Terminal() {
+			return r, fmt.Errorf("run %s is %s: %w", id, r.State, ErrTerminal)
+		}
+		if !change(r) {
+			return r, nil
+		}
+		_, err = s.Write(ctx, r, r.Revision)
+		if errors.Is(err, ErrConflict) {
+			continue
+		}
+		return r, err
+	}
+}
+
+// DelayedKey is the key of a delayed entry: <due unix second>.<run id>.
+func DelayedKey(due time.Time, id string) string {
+	return strconv.FormatInt(due.Unix(), 10) + "." + id
+}
+
+// ParseDelayedKey splits a delayed key.
+func ParseDelayedKey(key string) (sec int64, id string, ok bool) {
+	a, b, found := strings.Cut(key, ".")
+	if !found {
+		return 0, "", false
+	}
+	n, err := strconv.ParseInt(a, 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	return n, b, true
+}
+
+// Delayed is an entry of the delayed bucket: a run due at Due.
+type Delayed struct {
+	streams.Envelope
+	Due time.Time `json:"due"`
+}
+
+// DelayedMsg builds the write of a delayed entry.
+func (s *Store) DelayedMsg(d Delayed) (*nats.Msg, error) {
+	data, err := json.Marshal(d)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
+	}
+	return &nats.Msg{Subject: streams.KVSubject(s.cfg.DelayedBucket(), DelayedKey(d.Due, d.ID)), Data: data}, nil
+}
+
+// PutDelayed stores a delayed entry and returns its revision.
+func (s *Store) PutDelayed(ctx context.Context, d Delayed) (uint64, error) {
+	m, err := s.DelayedMsg(d)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := s.js.PublishMsg(ctx, m)
+	if err != nil {
+		return 0, fmt.Errorf("kv: put delayed %s: %w", d.ID, err)
+	}
+	return ack.Sequence, nil
+}
+
+// DecodeDelayed reads a delayed entry.
+func DecodeDelayed(data []byte) (Delayed, error) {
+	var d Delayed
+	if err := json.Unmarshal(data, &d); err != nil {
+		return d, fmt.Errorf("kv: decode delayed entry: %w", err)
+	}
+	return d, nil
+}
+
+// RemoveDelayed removes a delayed entry by its revision (no delete marker is
+// left behind). An entry already gone is not an error.
+func (s *Store) RemoveDelayed(ctx context.Context, rev uint64) error {
+	if err := s.dstream.DeleteMsg(ctx, rev); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("kv: remove delayed entry %d: %w", rev, err)
+	}
+	return nil
+}
+
+// FindDelayed finds the delayed entry of run id due at due; ok is false when
+// there is none.
+func (s *Store) FindDelayed(ctx context.Context, due time.Time, id string) (rev uint64, ok bool, err error) {
+	e, err := s.delayed.Get(ctx, DelayedKey(due, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return e.Revision(), true, nil
+}
+
+// Queued reports whether a message for run id of function fn waits in the
+// function stream.
+func (s *Store) Queued(ctx context.Context, fn, id string) (bool, error) {
+	_, err := s.fstream.GetLastMsgForSubject(ctx, s.cfg.FunctionSubject(fn, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Unqueue removes the waiting message of run id, if any.
+func (s *Store) Unqueue(ctx context.Context, fn, id string) error {
+	err := s.fstream.Purge(ctx, jetstream.WithPurgeSubject(s.cfg.FunctionSubject(fn, id)))
+	if err != nil {
+		return fmt.Errorf("kv: unqueue %s: %w", id, err)
+	}
+	return nil
+}
+
+// Header is what a header-only scan of the runs bucket sees of a record.
+type Header struct {
+	ID       string
+	State    jetflow.State
+	Function string
+	Due      time.Time
+	Revision uint64
+}
+
+// Headers that mirror record fields for header-only scans.
+const (
+	HeaderFunction = "Jetflow-Function"
+	HeaderDue      = "Jetflow-Due"
+)
+
+// Scan visits the latest record of every run, reading headers only. Its cost
+// is proportional to the records kept (terminal ones until their retention
+// ends); it serves List and the repair sweep, never the hot path.
+func (s *Store) Scan(ctx context.Context, visit func(Header)) error {
+	st, err := s.js.Stream(ctx, streams.KVStream(s.cfg.RunsBucket()))
+	if err != nil {
+		return err
+	}
+	info := st.CachedInfo()
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{s.runsPfx + ">"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return err
+	}
+	for {
+		batch, err := c.FetchNoWait(500)
+		if err != nil {
+			return err
+		}
+		n := 0
+		var pending uint64
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			pending = md.NumPending
+			if op := m.Headers().Get("KV-Operation"); op != "" {
+				continue
+			}
+			if m.Headers().Get("Nats-Marker-Reason") != "" {
+				continue
+			}
+			visit(Header{
+				ID:       m.Subject()[len(s.runsPfx):],
+				State:    jetflow.State(m.Headers().Get(HeaderState)),
+				Function: m.Headers().Get(HeaderFunction),
+				Due:      parseMillis(m.Headers().Get(HeaderDue)),
+				Revision: md.Sequence.Stream,
+			})
+		}
+		if err := batch.Error(); err != nil {
+			return err
+		}
+		if pending == 0 && n > 0 || n == 0 {
+			return nil
+		}
+	}
+}
+
+func parseMillis(v string) time.Time {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(n).UTC()
+}

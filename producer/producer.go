@@ -1,0 +1,330 @@
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Limits checked before anything is written.
+const (
+	// MaxBatch is the most runs one Batch call schedules.
+	MaxBatch = 1000
+	// MaxBatchArgs is the most argument bytes one call carries.
+	MaxBatchArgs = 8 << 20
+)
+
+var (
+	// ErrAlreadyExists: a run with the requested id exists; the call returns
+	// its id and did not schedule another.
+	ErrAlreadyExists = errors.New("producer: run already exists")
+	// ErrTooManyRuns: more than MaxBatch runs in one call.
+	ErrTooManyRuns = errors.New("producer: too many runs in one call")
+	// ErrArgsTooLarge: args above MaxBatchArgs in one call, or one run's
+	// args above the server's max payload.
+	ErrArgsTooLarge = errors.New("producer: arguments too large")
+	// ErrBatchFailed: the batch was refused by the server; none of it was written.
+	ErrBatchFailed = errors.New("producer: batch not written")
+)
+
+// Config configures a Producer. The zero value is usable.
+type Config struct {
+	// Streams names subjects and buckets; see streams.Config for defaults.
+	Streams streams.Config
+	// Logger receives debug logs. Default: discard.
+	Logger *slog.Logger
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Producer schedules runs and reads their status. It is safe for concurrent
+// use. It does not own the NATS connection it is given.
+type Producer struct {
+	store *kv.Store
+	cfg   streams.Config
+	js    jetstream.JetStream
+	nc    *nats.Conn
+	log   *slog.Logger
+	now   func() time.Time
+}
+
+// New provisions jetflow's streams and buckets (idempotent) and returns a
+// Producer on them.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Producer, error) {
+	scfg := cfg.Streams.WithDefaults()
+	if err := streams.Provision(ctx, js, scfg); err != nil {
+		return nil, err
+	}
+	st, err := kv.Open(ctx, js, scfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Producer{store: st, cfg: scfg, js: js, nc: js.Conn(), log: cfg.Logger, now: cfg.Now}, nil
+}
+
+// Store is the status table the producer writes to.
+func (p *Producer) Store() *kv.Store { return p.store }
+
+// Enqueue schedules a run to start now. It returns the run id once the run
+// is durable. Errors: jetflow.ErrInvalidName, jetflow.ErrBadArgs,
+// jetflow.ErrInvalidRunID, ErrArgsTooLarge, ErrAlreadyExists (with the id).
+func (p *Producer) Enqueue(ctx context.Context, c jetflow.Call, opts ...Option) (string, error) {
+	return p.RunAt(ctx, time.Time{}, c, opts...)
+}
+
+// RunAfter schedules a run to start after delay.
+func (p *Producer) RunAfter(ctx context.Context, delay time.Duration, c jetflow.Call, opts ...Option) (string, error) {
+	if delay <= 0 {
+		return p.RunAt(ctx, time.Time{}, c, opts...)
+	}
+	return p.RunAt(ctx, p.now().Add(delay), c, opts...)
+}
+
+// RunAt schedules a run to start at t (a zero or past t means now).
+func (p *Producer) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts ...Option) (string, error) {
+	r, o, err := p.prepare(ctx, t, c, opts)
+	if err != nil {
+		return "", err
+	}
+	if err := p.checkSize(len(r.Args)); err != nil {
+		return "", err
+	}
+	if _, err := p.store.Create(ctx, r); err != nil {
+		if errors.Is(err, kv.ErrExists) {
+			return r.ID, fmt.Errorf("run %s: %w", r.ID, ErrAlreadyExists)
+		}
+		return "", err
+	}
+	if o.hold {
+		return r.ID, nil
+	}
+	if err := p.Dispatch(ctx, r); err != nil {
+		// The record is durable: the scheduler's repair sweep dispatches it.
+		p.log.WarnContext(ctx, "dispatch failed; repair sweep will publish", "run_id", r.ID, "error", err)
+	}
+	return r.ID, nil
+}
+
+func (p *Producer) prepare(ctx context.Context, t time.Time, c jetflow.Call, opts []Option) (*jetflow.Run, options, error) {
+	o := collect(opts)
+	args, err := c.Encode()
+	if err != nil {
+		return nil, o, err
+	}
+	id := o.id
+	if id == "" {
+		id = nuid.Next()
+	} else if err := jetflow.ValidateRunID(id); err != nil {
+		return nil, o, err
+	}
+	if o.hold && o.parent == "" {
+		return nil, o, fmt.Errorf("%w: WithHold needs WithParent", jetflow.ErrInvalidRunID)
+	}
+	now := p.now().UTC()
+	sched := t.UTC()
+	if t.IsZero() || sched.Before(now) {
+		sched = now
+	}
+	kind := c.Kind
+	if kind == "" {
+		kind = jetflow.Retryable
+	}
+	r := &jetflow.Run{
+		ID: id, Name: c.Name, Kind: kind, Args: args, State: jetflow.Pending,
+		ScheduledTime: sched, CreationTime: now, MaxAttempts: o.maxAttempts,
+		Parent: o.parent, Trace: telemetry.Inject(ctx),
+	}
+	if o.hold {
+		r.HeldBy = o.parent
+	}
+	r.Timeout = o.timeout
+	return r, o, nil
+}
+
+// EnvelopeOf returns the envelope that starts run r.
+func EnvelopeOf(r *jetflow.Run) streams.Envelope {
+	e := streams.Envelope{
+		Function: r.Name, ID: r.ID, Rev: r.Revision, Attempt: r.Attempts + 1,
+		MaxAttempts: r.MaxAttempts, Parent: r.Parent, Scheduled: r.ScheduledTime,
+		Created: r.CreationTime, Args: r.Args, Timeout: r.Timeout, Trace: r.Trace,
+	}
+	return e
+}
+
+// Release commits a run held by its parent (WithHold): it clears the hold
+// and dispatches the run.
+func (p *Producer) Release(ctx context.Context, r *jetflow.Run) error {
+	if r.HeldBy != "" {
+		r.HeldBy = ""
+		if _, err := p.store.Write(ctx, r, r.Revision); err != nil {
+			return err
+		}
+	}
+	return p.Dispatch(ctx, r)
+}
+
+// Dispatch makes a pending run startable: it publishes the run's message
+// when it is due, or stores its delayed entry for the scheduler. It is
+// idempotent within the stream's duplicate window (Nats-Msg-Id).
+func (p *Producer) Dispatch(ctx context.Context, r *jetflow.Run) error {
+	e := EnvelopeOf(r)
+	if r.ScheduledTime.After(p.now()) {
+		_, err := p.store.PutDelayed(ctx, kv.Delayed{Envelope: e, Due: r.ScheduledTime})
+		return err
+	}
+	if _, err := p.js.PublishMsg(ctx, p.cfg.Message(e)); err != nil {
+		return fmt.Errorf("producer: publish run %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func (p *Producer) checkSize(n int) error {
+	if max := p.nc.MaxPayload(); max > 0 && int64(n)+4096 > max {
+		return fmt.Errorf("%w: %d bytes of args, server max payload %d", ErrArgsTooLarge, n, max)
+	}
+	return nil
+}
+
+// Get returns the record of run id. Errors: jetflow.ErrNotFound,
+// jetflow.ErrInvalidRunID.
+func (p *Producer) Get(ctx context.Context, id string) (*jetflow.Run, error) {
+	return p.store.Get(ctx, id)
+}
+
+// Item is one run of a Batch call.
+type Item struct {
+	Call jetflow.Call
+	// At is when the run starts; zero means now.
+	At      time.Time
+	Options []Option
+}
+
+// Batch schedules up to MaxBatch runs at once, all or none: their records
+// are written in one atomic JetStream batch. It returns the ids in order.
+// Limits are checked before anything is written: ErrTooManyRuns,
+// ErrArgsTooLarge. An item whose WithID exists already fails the whole call
+// with ErrAlreadyExists (the error names the id) and nothing is written.
+func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
+	if len(items) == 0 {
+		return nil, nil
+	}
+	if len(items) > MaxBatch {
+		return nil, fmt.Errorf("%w: %d > %d", ErrTooManyRuns, len(items), MaxBatch)
+	}
+	runs := make([]*jetflow.Run, len(items))
+	holds := make([]bool, len(items))
+	total := 0
+	seen := make(map[string]bool, len(items))
+	for i, it := range items {
+		r, o, err := p.prepare(ctx, it.At, it.Call, it.Options)
+		if err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		if seen[r.ID] {
+			return nil, fmt.Errorf("item %d: run %s twice in one batch: %w", i, r.ID, ErrAlreadyExists)
+		}
+		seen[r.ID] = true
+		if err := p.checkSize(len(r.Args)); err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		total += len(r.Args)
+		runs[i], holds[i] = r, o.hold
+	}
+	if total > MaxBatchArgs {
+		return nil, fmt.Errorf("%w: %d bytes in one call, limit %d", ErrArgsTooLarge, total, MaxBatchArgs)
+	}
+	msgs := make([]*nats.Msg, len(runs))
+	for i, r := range runs {
+		m, err := p.store.RecordMsg(r, 0)
+		if err != nil {
+			return nil, err
+		}
+		msgs[i] = m
+	}
+	last, err := atomicBatch(ctx, p.nc, msgs)
+	if err != nil {
+		if kv.IsWrongSequence(err) {
+			for _, r := range runs {
+				if _, gerr := p.store.Get(ctx, r.ID); gerr == nil {
+					return nil, fmt.Errorf("run %s: %w", r.ID, ErrAlreadyExists)
+				}
+			}
+		}
+		return nil, fmt.Errorf("%w: %w", ErrBatchFailed, err)
+	}
+	ids := make([]string, len(runs))
+	first := last - uint64(len(runs)-1)
+	var errs []error
+	for i, r := range runs {
+		r.Revision = first + uint64(i)
+		ids[i] = r.ID
+		if holds[i] {
+			continue
+		}
+		if err := p.Dispatch(ctx, r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		p.log.WarnContext(ctx, "batch dispatch incomplete; repair sweep will publish", "errors", len(errs))
+	}
+	return ids, nil
+}
+
+// atomicBatch publishes msgs as one JetStream atomic batch (ADR-50) and
+// returns the stream sequence of the last message.
+func atomicBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) (uint64, error) {
+	id := nuid.Next()
+	for i, m := range msgs {
+		m.Header.Set("Nats-Batch-Id", id)
+		m.Header.Set("Nats-Batch-Sequence", fmt.Sprint(i+1))
+		if i == len(msgs)-1 {
+			m.Header.Set("Nats-Batch-Commit", "1")
+			break
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			return 0, err
+		}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	resp, err := nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
+	if err != nil {
+		return 0, err
+	}
+	var ack struct {
+		Seq   uint64              `json:"seq"`
+		Count int                 `json:"count"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return 0, fmt.Errorf("batch ack: %w", err)
+	}
+	if ack.Error != nil {
+		return 0, ack.Error
+	}
+	if ack.Count != len(msgs) {
+		return 0, fmt.Errorf("batch stored %d of %d messages", ack.Count, len(msgs))
+	}
+	return ack.Seq, nil
+}

@@ -1,0 +1,189 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Cancel cancels run id and, recursively, the runs it scheduled. A pending
+// run never starts: its record becomes canceled, its delayed entry or queued
+// message is removed, and workers are told. A running run has its context
+// canceled with cause jetflow.ErrCanceled; whatever it returns afterwards is
+// discarded. Canceling a run that has already ended is a no-op (as in
+// Convex). Errors: jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
+func (p *Producer) Cancel(ctx context.Context, id string) error {
+	return p.cancel(ctx, id, 0)
+}
+
+func (p *Producer) cancel(ctx context.Context, id string, depth int) error {
+	if depth > 64 {
+		return nil
+	}
+	var prev jetflow.State
+	r, err := p.store.Transition(ctx, id, func(r *jetflow.Run) bool {
+		prev = r.State
+		r.State = jetflow.Canceled
+		r.CompletedTime = p.now().UTC()
+		r.Error = jetflow.ErrCanceled.Error()
+		return true
+	})
+	if errors.Is(err, kv.ErrTerminal) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if prev == jetflow.Pending {
+		if ok, rev, _ := p.findDelayed(ctx, r); ok {
+			_ = p.store.RemoveDelayed(ctx, rev)
+		}
+		_ = p.store.Unqueue(ctx, r.Name, r.ID)
+	}
+	if err := p.nc.Publish(p.cfg.CancelSubject(), []byte(id)); err != nil {
+		return fmt.Errorf("producer: cancel notice %s: %w", id, err)
+	}
+	for _, child := range r.Children {
+		if err := p.cancel(ctx, child, depth+1); err != nil && !errors.Is(err, jetflow.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Producer) findDelayed(ctx context.Context, r *jetflow.Run) (bool, uint64, error) {
+	rev, ok, err := p.store.FindDelayed(ctx, r.ScheduledTime, r.ID)
+	return ok, rev, err
+}
+
+// Filter selects runs for List. Zero fields match everything.
+type Filter struct {
+	State    jetflow.State
+	Function string
+	// Limit is the page size. Default 100, at most 1000.
+	Limit int
+	// After is the cursor: the last id of the previous page.
+	After string
+}
+
+// Page is one page of List.
+type Page struct {
+	Runs []*jetflow.Run
+	// Next is the cursor of the next page, "" on the last page.
+	Next string
+}
+
+// List returns runs matching f in id order, a page at a time. It scans the
+// record headers of the runs bucket (state and function are headers), then
+// reads only the records of the page.
+func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	if f.Limit > 1000 {
+		f.Limit = 1000
+	}
+	if f.State != "" && !f.State.Valid() {
+		return Page{}, fmt.Errorf("producer: unknown state %q", f.State)
+	}
+	var ids []string
+	err := p.store.Scan(ctx, func(h kv.Header) {
+		if h.ID <= f.After || (f.State != "" && h.State != f.State) || (f.Function != "" && h.Function != f.Function) {
+			return
+		}
+		ids = append(ids, h.ID)
+	})
+	if err != nil {
+		return Page{}, err
+	}
+	sort.Strings(ids)
+	var page Page
+	for _, id := range ids {
+		if len(page.Runs) == f.Limit {
+			page.Next = page.Runs[len(page.Runs)-1].ID
+			break
+		}
+		r, err := p.store.Get(ctx, id)
+		if errors.Is(err, jetflow.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return page, err
+		}
+		if (f.State != "" && r.State != f.State) || (f.Function != "" && r.Name != f.Function) {
+			continue
+		}
+		page.Runs = append(page.Runs, r)
+	}
+	return page, nil
+}
+
+// Watch pushes every change of run id as it happens: the current record
+// first, then each new revision (state, attempts, progress). The channel is
+// closed after a terminal state, when ctx ends, or on error. A run not yet
+// written is awaited.
+func (p *Producer) Watch(ctx context.Context, id string) (<-chan *jetflow.Run, error) {
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return nil, err
+	}
+	w, err := p.store.Runs().Watch(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("producer: watch %s: %w", id, err)
+	}
+	out := make(chan *jetflow.Run, 16)
+	go func() {
+		defer close(out)
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				r, err := kv.Decode(e.Value(), e.Revision())
+				if err != nil {
+					continue
+				}
+				select {
+				case out <- r:
+				case <-ctx.Done():
+					return
+				}
+				if r.State.Terminal() {
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
+}
+
+// Wait blocks until run id is terminal and returns its record.
+func (p *Producer) Wait(ctx context.Context, id string) (*jetflow.Run, error) {
+	ch, err := p.Watch(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	var last *jetflow.Run
+	for r := range ch {
+		last = r
+	}
+	if last != nil && last.State.Terminal() {
+		return last, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return last, err
+	}
+	return last, fmt.Errorf("producer: watch of %s ended at %v", id, time.Now())
+}

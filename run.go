@@ -1,0 +1,68 @@
+package jetflow
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// State of a run.
+type State string
+
+const (
+	Pending    State = "pending"
+	InProgress State = "inProgress"
+	Success    State = "success"
+	Failed     State = "failed"
+	Canceled   State = "canceled"
+)
+
+// Terminal reports whether no later writer may change a run in this state.
+func (s State) Terminal() bool { return s == Success || s == Failed || s == Canceled }
+
+// Valid reports whether s is one of the five states.
+func (s State) Valid() bool {
+	switch s {
+	case Pending, InProgress, Success, Failed, Canceled:
+		return true
+	}
+	return false
+}
+
+// Progress is what a handler reports while it works.
+type Progress struct {
+	Percent   float64   `json:"percent,omitempty"`
+	Processed int64     `json:"processed,omitempty"`
+	Total     int64     `json:"total,omitempty"`
+	Message   string    `json:"message,omitempty"`
+	Updated   time.Time `json:"updated,omitzero"`
+}
+
+// Run is the status record of one run: one per run id, in the runs bucket.
+type Run struct {
+	ID            string          `json:"id"`
+	Name          string          `json:"name"`
+	Kind          Kind            `json:"kind,omitempty"`
+	Args          json.RawMessage `json:"args,omitempty"`
+	State         State           `json:"state"`
+	ScheduledTime time.Time       `json:"scheduledTime"`
+	CreationTime  time.Time       `json:"creationTime"`
+	StartedTime   time.Time       `json:"startedTime,omitzero"`
+	CompletedTime time.Time       `json:"completedTime,omitzero"`
+	// Attempts is the number of attempts started so far (0 while the first waits).
+	Attempts    int `json:"attempts"`
+	MaxAttempts int `json:"maxAttempts,omitempty"`
+	// Timeout overrides the function's timeout for this run.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	Error   string        `json:"error,omitempty"`
+	// Parent is the run that scheduled this one, if any.
+	Parent string `json:"parent,omitempty"`
+	// HeldBy names a retryable parent whose success commits this run.
+	HeldBy   string          `json:"heldBy,omitempty"`
+	Children []string        `json:"children,omitempty"`
+	Progress *Progress       `json:"progress,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	// Trace carries W3C trace context for runs dispatched later.
+	Trace map[string]string `json:"trace,omitempty"`
+	// Revision is the record's KV revision (not stored in the record).
+	Revision uint64 `json:"-"`
+}

@@ -1,0 +1,90 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+)
+
+func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
+
+func (s *Scheduler) repairLoop(ctx context.Context) {
+	t := time.NewTicker(s.cfg.RepairInterval)
+	defer t.Stop()
+	for {
+		if n, err := s.Repair(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("repair sweep", "error", err)
+		} else if n > 0 {
+			s.log.Info("repair sweep dispatched runs", "count", n)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Repair finds pending runs whose message was never published (a crash
+// between writing the record and publishing it) and publishes them; it
+// commits or cancels children held by a parent that has ended. It returns
+// how many runs it dispatched or settled. The leader runs it every
+// RepairInterval; it is safe to run anywhere at any time.
+func (s *Scheduler) Repair(ctx context.Context) (int, error) {
+	cut := s.now().Add(-s.cfg.RepairGrace)
+	var cands []kv.Header
+	err := s.store.Scan(ctx, func(h kv.Header) {
+		if h.State == jetflow.Pending && !h.Due.IsZero() && h.Due.Before(cut) {
+			cands = append(cands, h)
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, h := range cands {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		if _, ok, err := s.store.FindDelayed(ctx, h.Due, h.ID); err != nil || ok {
+			continue
+		}
+		if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
+			continue
+		}
+		r, err := s.store.Get(ctx, h.ID)
+		if err != nil || r.State != jetflow.Pending {
+			continue
+		}
+		if r.HeldBy != "" {
+			parent, err := s.store.Get(ctx, r.HeldBy)
+			switch {
+			case err == nil && parent.State == jetflow.Success:
+			case err == nil && !parent.State.Terminal():
+				continue // the parent's attempt is still running
+			case err == nil || errors.Is(err, jetflow.ErrNotFound):
+				r.State, r.Error, r.CompletedTime = jetflow.Canceled, "parent did not succeed", s.now().UTC()
+				if _, err := s.store.Write(ctx, r, r.Revision); err == nil {
+					n++
+				}
+				continue
+			default:
+				continue
+			}
+		}
+		if err := s.p.Release(ctx, r); err != nil {
+			s.log.Warn("repair dispatch", "run_id", r.ID, "error", err)
+			continue
+		}
+		s.log.Info("repaired run: record without message", "run_id", r.ID, "function", r.Name)
+		n++
+		s.mu.Lock()
+		s.stats.Repaired++
+		s.mu.Unlock()
+	}
+	return n, nil
+}

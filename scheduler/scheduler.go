@@ -1,0 +1,406 @@
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Config configures a Scheduler. Every zero field takes the default named.
+type Config struct {
+	// Streams names subjects and buckets (default prefix "jetflow").
+	Streams streams.Config
+	// Logger. Default: discard.
+	Logger *slog.Logger
+	// ID names this scheduler in the lease. Default: generated.
+	ID string
+	// LeaseTTL is how long a dead leader keeps the lease. Default 5 s; the
+	// leader renews every LeaseTTL/5 and standbys try as often.
+	LeaseTTL time.Duration
+	// Horizon is how far ahead delayed runs are loaded into memory. Runs due
+	// later are read when their second comes within the horizon. Default 10 s.
+	Horizon time.Duration
+	// RepairInterval is the period of the repair sweep. Default 30 s.
+	RepairInterval time.Duration
+	// RepairGrace is how long a pending record may go without a message
+	// before the sweep publishes it. Default 10 s.
+	RepairGrace time.Duration
+	// DispatchParallel bounds concurrent publishes of due runs. Default 256.
+	DispatchParallel int
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Scheduler publishes delayed runs when due, repairs runs whose message was
+// never published, and evaluates crons. Any number may run; one leader
+// works, the others stand by.
+type Scheduler struct {
+	cfg   Config
+	scfg  streams.Config
+	js    jetstream.JetStream
+	store *kv.Store
+	p     *producer.Producer
+	lease *Lease
+	log   *slog.Logger
+	now   func() time.Time
+	life  lifecycle.L
+
+	mu     sync.Mutex
+	leader bool
+	stats  Stats
+}
+
+// Stats counts what this scheduler did.
+type Stats struct {
+	Dispatched int64
+	Repaired   int64
+	Terms      int64
+}
+
+// New returns a scheduler. It provisions streams and buckets (idempotent).
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ID == "" {
+		cfg.ID = nuid.Next()
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 5 * time.Second
+	}
+	if cfg.LeaseTTL < time.Second {
+		cfg.LeaseTTL = time.Second
+	}
+	if cfg.Horizon <= 0 {
+		cfg.Horizon = 10 * time.Second
+	}
+	if cfg.RepairInterval <= 0 {
+		cfg.RepairInterval = 30 * time.Second
+	}
+	if cfg.RepairGrace <= 0 {
+		cfg.RepairGrace = 10 * time.Second
+	}
+	if cfg.DispatchParallel <= 0 {
+		cfg.DispatchParallel = 256
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p, err := producer.New(ctx, js, producer.Config{Streams: cfg.Streams, Logger: cfg.Logger, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
+	scfg := cfg.Streams.WithDefaults()
+	leases, err := js.KeyValue(ctx, scfg.LeasesBucket())
+	if err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: p.Store(), p: p, log: cfg.Logger, now: cfg.Now}
+	s.lease = &Lease{js: js, kv: leases, bucket: scfg.LeasesBucket(), key: "scheduler", holder: cfg.ID, ttl: cfg.LeaseTTL, now: cfg.Now}
+	return s, nil
+}
+
+// Start runs the scheduler in the background and returns at once.
+func (s *Scheduler) Start(ctx context.Context) error { return s.life.Start(ctx, s.run) }
+
+// Stop stops the scheduler, giving up the lease so a standby takes over.
+func (s *Scheduler) Stop(ctx context.Context) error { return s.life.Stop(ctx) }
+
+// Stopped is closed when the scheduler has stopped.
+func (s *Scheduler) Stopped() <-chan struct{} { return s.life.Stopped() }
+
+// IsLeader reports whether this scheduler holds the lease now.
+func (s *Scheduler) IsLeader() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.leader
+}
+
+// Stats returns counters of this scheduler.
+func (s *Scheduler) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// Leader reads who holds the lease.
+func (s *Scheduler) Leader(ctx context.Context) (LeaseInfo, error) { return s.lease.Info(ctx) }
+
+func (s *Scheduler) setLeader(v bool) {
+	s.mu.Lock()
+	s.leader = v
+	if v {
+		s.stats.Terms++
+	}
+	s.mu.Unlock()
+}
+
+type term struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (s *Scheduler) run(ctx context.Context) {
+	every := s.cfg.LeaseTTL / 5
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var cur *term
+	endTerm := func() {
+		if cur != nil {
+			cur.cancel()
+			<-cur.done
+			cur = nil
+		}
+		s.setLeader(false)
+	}
+	defer func() {
+		endTerm()
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.lease.Release(rctx)
+		cancel()
+	}()
+	for {
+		actx, cancel := context.WithTimeout(ctx, every)
+		err := s.lease.Acquire(actx)
+		cancel()
+		switch {
+		case err == nil && cur == nil:
+			tctx, tcancel := context.WithCancel(ctx)
+			cur = &term{cancel: tcancel, done: make(chan struct{})}
+			s.setLeader(true)
+			s.log.Info("scheduler is leader", "id", s.cfg.ID)
+			go func(done chan struct{}) {
+				defer close(done)
+				s.lead(tctx)
+			}(cur.done)
+		case err != nil && cur != nil:
+			s.log.Warn("scheduler lost the lease", "id", s.cfg.ID, "error", err)
+			endTerm()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// item is a delayed entry waiting in memory.
+type item struct {
+	due time.Time
+	key string
+	rev uint64
+	d   kv.Delayed
+}
+
+type dueHeap []*item
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(*item)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	it := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return it
+}
+
+// lead is one leadership term: delayed dispatch, repair sweep and crons.
+func (s *Scheduler) lead(ctx context.Context) {
+	d := &dispatcher{s: s, known: map[string]uint64{}, sem: make(chan struct{}, s.cfg.DispatchParallel)}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.repairLoop(ctx)
+	}()
+	if err := d.loop(ctx); err != nil && ctx.Err() == nil {
+		s.log.Warn("delayed dispatch stopped", "error", err)
+	}
+	d.wg.Wait()
+}
+
+type dispatcher struct {
+	s      *Scheduler
+	h      dueHeap
+	known  map[string]uint64 // key -> revision, in heap or in flight
+	loaded int64             // unix second up to which entries are in memory
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	redo   chan *item
+}
+
+func (d *dispatcher) add(key string, rev uint64, data []byte) {
+	sec, _, ok := kv.ParseDelayedKey(key)
+	if !ok {
+		return
+	}
+	if sec > d.loaded {
+		return // read later, when its second comes within the horizon
+	}
+	if old, ok := d.known[key]; ok && old >= rev {
+		return
+	}
+	e, err := kv.DecodeDelayed(data)
+	if err != nil {
+		d.s.log.Warn("undecodable delayed entry", "key", key, "error", err)
+		return
+	}
+	d.known[key] = rev
+	heap.Push(&d.h, &item{due: e.Due, key: key, rev: rev, d: e})
+}
+
+func (d *dispatcher) loop(ctx context.Context) error {
+	s := d.s
+	d.redo = make(chan *item, 1024)
+	w, err := s.store.Delayed().WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	// Everything already due or due within the horizon.
+	horizon := s.now().Add(s.cfg.Horizon).Unix()
+	d.loaded = horizon
+	if err := d.scan(ctx, "*", horizon); err != nil {
+		return err
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		d.fire(ctx)
+		if d.h.Len() > 0 {
+			wait := time.Until(d.h[0].due)
+			if wait < 0 {
+				wait = 0
+			}
+			timer.Reset(wait)
+		} else {
+			timer.Reset(time.Hour)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("delayed watch closed")
+			}
+			if e != nil && e.Operation() == jetstream.KeyValuePut {
+				d.add(e.Key(), e.Revision(), e.Value())
+			}
+		case it := <-d.redo:
+			if _, ok := d.known[it.key]; ok {
+				heap.Push(&d.h, it)
+			}
+		case <-timer.C:
+		case <-tick.C:
+			next := s.now().Add(s.cfg.Horizon).Unix()
+			for sec := d.loaded + 1; sec <= next; sec++ {
+				d.loaded = sec
+				if err := d.scan(ctx, itoa(sec), sec); err != nil {
+					d.loaded = sec - 1
+					s.log.Warn("delayed scan", "second", sec, "error", err)
+					break
+				}
+			}
+		}
+	}
+}
+
+// scan reads the delayed entries under prefix (a second, or "*" for all)
+// with a due second <= upTo.
+func (d *dispatcher) scan(ctx context.Context, sec string, upTo int64) error {
+	keys, err := d.s.store.Delayed().ListKeysFiltered(ctx, sec+".*")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil
+		}
+		return err
+	}
+	for k := range keys.Keys() {
+		ksec, _, ok := kv.ParseDelayedKey(k)
+		if !ok || ksec > upTo {
+			continue
+		}
+		e, err := d.s.store.Delayed().Get(ctx, k)
+		if err != nil {
+			continue
+		}
+		d.add(k, e.Revision(), e.Value())
+	}
+	return nil
+}
+
+// fire dispatches every entry that is due.
+func (d *dispatcher) fire(ctx context.Context) {
+	now := d.s.now()
+	for d.h.Len() > 0 && !d.h[0].due.After(now) {
+		it := heap.Pop(&d.h).(*item)
+		select {
+		case d.sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		d.wg.Add(1)
+		go func() {
+			defer func() { <-d.sem; d.wg.Done() }()
+			d.publish(ctx, it)
+		}()
+	}
+}
+
+// publish starts one delayed run: it checks the record still waits for this
+// entry, publishes the run's message (Nats-Msg-Id dedups a second leader),
+// then removes the entry.
+func (d *dispatcher) publish(ctx context.Context, it *item) {
+	s := d.s
+	r, err := s.store.Get(ctx, it.d.ID)
+	switch {
+	case errors.Is(err, jetflow.ErrNotFound):
+		// The record expired or never existed: the run cannot be started.
+		_ = s.store.RemoveDelayed(ctx, it.rev)
+		return
+	case err != nil:
+		d.retry(ctx, it)
+		return
+	case r.State != jetflow.Pending || r.Revision != it.d.Rev || r.HeldBy != "":
+		_ = s.store.RemoveDelayed(ctx, it.rev)
+		return
+	}
+	if _, err := s.js.PublishMsg(ctx, s.scfg.Message(it.d.Envelope)); err != nil {
+		d.retry(ctx, it)
+		return
+	}
+	if err := s.store.RemoveDelayed(ctx, it.rev); err != nil {
+		s.log.Debug("remove delayed entry", "run_id", it.d.ID, "error", err)
+	}
+	s.mu.Lock()
+	s.stats.Dispatched++
+	s.mu.Unlock()
+}
+
+func (d *dispatcher) retry(ctx context.Context, it *item) {
+	it.due = d.s.now().Add(time.Second)
+	select {
+	case d.redo <- it:
+	case <-ctx.Done():
+	}
+}
+
+func itoa(n int64) string {
+	return strconvFormat(n)
+}

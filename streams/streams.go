@@ -1,0 +1,186 @@
+package streams
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Headers of the wire format (docs/wire-format.md).
+const (
+	// HeaderMsgID is JetStream's dedup header; jetflow sets it to the run id.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderRev is the revision of the run record the message was published
+	// for; the worker's state changes are compare-and-swaps on it. Absent on
+	// messages from other producers: the worker then creates the record.
+	HeaderRev = "Jetflow-Rev"
+	// HeaderAttempt is the attempt number, 1-based (default 1).
+	HeaderAttempt = "Jetflow-Attempt"
+	// HeaderParent is the id of the run that scheduled this one.
+	HeaderParent = "Jetflow-Parent"
+	// HeaderScheduled is the scheduled time, RFC 3339 with nanoseconds.
+	HeaderScheduled = "Jetflow-Scheduled"
+	// HeaderCreated is the creation time, RFC 3339 with nanoseconds.
+	HeaderCreated = "Jetflow-Created"
+	// HeaderMaxAttempts overrides the function's max attempts for this run.
+	HeaderMaxAttempts = "Jetflow-Max-Attempts"
+	// HeaderTimeout overrides the function's timeout for this run (Go duration).
+	HeaderTimeout = "Jetflow-Timeout"
+)
+
+// Config names and shapes everything jetflow stores. The zero value is usable.
+type Config struct {
+	// Prefix of subjects, stream and bucket names. Default "jetflow". One
+	// token of letters, digits, '_' or '-'.
+	Prefix string
+	// Replicas of every stream and bucket. Default 1; use 3 on a cluster.
+	Replicas int
+	// Storage of every stream and bucket. Default file storage.
+	Storage jetstream.StorageType
+	// Retention of terminal run records before JetStream removes them.
+	// Default 7 days.
+	Retention time.Duration
+	// DuplicateWindow of the function stream (publishes with the same
+	// Nats-Msg-Id inside it are dropped). Default 2 minutes.
+	DuplicateWindow time.Duration
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = "jetflow"
+	}
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.Retention == 0 {
+		c.Retention = 7 * 24 * time.Hour
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	return c
+}
+
+func (c Config) prefix() string {
+	if c.Prefix == "" {
+		return "jetflow"
+	}
+	return c.Prefix
+}
+
+// FunctionStream is the work-queue stream holding runs ready to start.
+func (c Config) FunctionStream() string { return strings.ToUpper(c.prefix()) + "_FN" }
+
+// FunctionSubject is where a run of function fn with id is published:
+// <prefix>.fn.<function>.<id>.
+func (c Config) FunctionSubject(fn, id string) string {
+	return c.prefix() + ".fn." + fn + "." + id
+}
+
+// FunctionFilter matches every run of one function.
+func (c Config) FunctionFilter(fn string) string { return c.prefix() + ".fn." + fn + ".*" }
+
+// ParseFunctionSubject splits a function subject into function and run id.
+func (c Config) ParseFunctionSubject(subject string) (fn, id string, ok bool) {
+	rest, found := strings.CutPrefix(subject, c.prefix()+".fn.")
+	if !found {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i <= 0 || i == len(rest)-1 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], true
+}
+
+// CancelSubject carries cancel notices to workers (core NATS).
+func (c Config) CancelSubject() string { return c.prefix() + ".cancel" }
+
+// RunsBucket is the status table: one record per run, key = run id.
+func (c Config) RunsBucket() string { return c.prefix() + "_runs" }
+
+// DelayedBucket holds runs due later, keyed <unix second>.<run id>.
+func (c Config) DelayedBucket() string { return c.prefix() + "_delayed" }
+
+// LeasesBucket holds the scheduler's leader lease.
+func (c Config) LeasesBucket() string { return c.prefix() + "_leases" }
+
+// FunctionsBucket holds the functions workers serve.
+func (c Config) FunctionsBucket() string { return c.prefix() + "_functions" }
+
+// CronsBucket holds cron definitions and their state.
+func (c Config) CronsBucket() string { return c.prefix() + "_crons" }
+
+// KVStream is the stream behind a bucket.
+func KVStream(bucket string) string { return "KV_" + bucket }
+
+// KVSubject is the subject of key in bucket.
+func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
+// Provision creates or updates every stream and bucket jetflow uses. It is
+// idempotent: run it at every start, from any number of processes.
+func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
+	c = c.WithDefaults()
+	if !validPrefix(c.Prefix) {
+		return fmt.Errorf("streams: invalid prefix %q: one token of letters, digits, '_' or '-'", c.Prefix)
+	}
+	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:               c.FunctionStream(),
+		Subjects:           []string{c.prefix() + ".fn.>"},
+		Retention:          jetstream.WorkQueuePolicy,
+		Storage:            c.Storage,
+		Replicas:           c.Replicas,
+		Duplicates:         c.DuplicateWindow,
+		AllowAtomicPublish: true,
+		Description:        "jetflow: runs ready to start, one subject per run",
+	})
+	if err != nil {
+		return fmt.Errorf("streams: function stream: %w", err)
+	}
+	buckets := []jetstream.KeyValueConfig{
+		{Bucket: c.RunsBucket(), Description: "jetflow: run records", LimitMarkerTTL: time.Hour},
+		{Bucket: c.DelayedBucket(), Description: "jetflow: runs due later, keyed by due second"},
+		{Bucket: c.LeasesBucket(), Description: "jetflow: leader leases", LimitMarkerTTL: time.Minute},
+		{Bucket: c.FunctionsBucket(), Description: "jetflow: functions served by workers", LimitMarkerTTL: time.Minute},
+		{Bucket: c.CronsBucket(), Description: "jetflow: cron jobs"},
+	}
+	for _, b := range buckets {
+		b.Storage = c.Storage
+		b.Replicas = c.Replicas
+		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
+			return fmt.Errorf("streams: bucket %s: %w", b.Bucket, err)
+		}
+	}
+	// Atomic batches (all-or-none scheduling) write records and delayed entries.
+	for _, b := range []string{c.RunsBucket(), c.DelayedBucket()} {
+		s, err := js.Stream(ctx, KVStream(b))
+		if err != nil {
+			return fmt.Errorf("streams: bucket %s: %w", b, err)
+		}
+		cfg := s.CachedInfo().Config
+		if !cfg.AllowAtomicPublish {
+			cfg.AllowAtomicPublish = true
+			if _, err := js.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("streams: bucket %s: allow atomic publish: %w", b, err)
+			}
+		}
+	}
+	return nil
+}
+
+func validPrefix(p string) bool {
+	if p == "" || len(p) > 32 {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,140 @@
+package streams
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Envelope is one run as it travels to a worker: the message on
+// <prefix>.fn.<function>.<id> carries the args as its body and the rest as
+// headers (docs/wire-format.md). The same value, JSON-encoded, is a delayed
+// entry.
+type Envelope struct {
+	Function    string            `json:"fn"`
+	ID          string            `json:"id"`
+	Rev         uint64            `json:"rev,omitempty"`
+	Attempt     int               `json:"attempt,omitempty"`
+	MaxAttempts int               `json:"maxAttempts,omitempty"`
+	Timeout     time.Duration     `json:"timeout,omitempty"`
+	Parent      string            `json:"parent,omitempty"`
+	Scheduled   time.Time         `json:"scheduled,omitzero"`
+	Created     time.Time         `json:"created,omitzero"`
+	Trace       map[string]string `json:"trace,omitempty"`
+	Args        json.RawMessage   `json:"args,omitempty"`
+}
+
+// MsgID is the Nats-Msg-Id of an attempt: the run id for the first, and
+// <id>/<attempt> for retries, so a retry is not taken for a duplicate.
+func (e Envelope) MsgID() string {
+	if e.Attempt <= 1 {
+		return e.ID
+	}
+	return e.ID + "/" + strconv.Itoa(e.Attempt)
+}
+
+// Message builds the message that starts this run.
+func (c Config) Message(e Envelope) *nats.Msg {
+	h := make(nats.Header, 8)
+	h.Set(HeaderMsgID, e.MsgID())
+	if e.Rev != 0 {
+		h.Set(HeaderRev, strconv.FormatUint(e.Rev, 10))
+	}
+	if e.Attempt > 1 {
+		h.Set(HeaderAttempt, strconv.Itoa(e.Attempt))
+	}
+	if e.MaxAttempts > 0 {
+		h.Set(HeaderMaxAttempts, strconv.Itoa(e.MaxAttempts))
+	}
+	if e.Timeout > 0 {
+		h.Set(HeaderTimeout, e.Timeout.String())
+	}
+	if e.Parent != "" {
+		h.Set(HeaderParent, e.Parent)
+	}
+	if !e.Scheduled.IsZero() {
+		h.Set(HeaderScheduled, e.Scheduled.UTC().Format(time.RFC3339Nano))
+	}
+	if !e.Created.IsZero() {
+		h.Set(HeaderCreated, e.Created.UTC().Format(time.RFC3339Nano))
+	}
+	for k, v := range e.Trace {
+		h.Set(k, v)
+	}
+	return &nats.Msg{Subject: c.FunctionSubject(e.Function, e.ID), Header: h, Data: e.Args}
+}
+
+// ErrBadHeader is returned by ParseMessage for a header it cannot read.
+type ErrBadHeader struct{ Name, Value string }
+
+func (e *ErrBadHeader) Error() string { return fmt.Sprintf("bad header %s: %q", e.Name, e.Value) }
+
+// ParseMessage reads a run from a message on a function subject. Missing
+// headers take defaults (attempt 1, no revision); a header that is present
+// but unreadable is an *ErrBadHeader. The run id comes from the subject; a
+// Nats-Msg-Id that names another run is refused.
+func (c Config) ParseMessage(subject string, h nats.Header, data []byte) (Envelope, error) {
+	fn, id, ok := c.ParseFunctionSubject(subject)
+	if !ok {
+		return Envelope{}, fmt.Errorf("subject %q is not %s.fn.<function>.<id>", subject, c.prefix())
+	}
+	e := Envelope{Function: fn, ID: id, Args: data, Attempt: 1}
+	if v := h.Get(HeaderRev); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return e, &ErrBadHeader{HeaderRev, v}
+		}
+		e.Rev = n
+	}
+	if v := h.Get(HeaderAttempt); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return e, &ErrBadHeader{HeaderAttempt, v}
+		}
+		e.Attempt = n
+	}
+	if v := h.Get(HeaderMaxAttempts); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return e, &ErrBadHeader{HeaderMaxAttempts, v}
+		}
+		e.MaxAttempts = n
+	}
+	if v := h.Get(HeaderTimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return e, &ErrBadHeader{HeaderTimeout, v}
+		}
+		e.Timeout = d
+	}
+	e.Parent = h.Get(HeaderParent)
+	var err error
+	if e.Scheduled, err = parseTime(h, HeaderScheduled); err != nil {
+		return e, err
+	}
+	if e.Created, err = parseTime(h, HeaderCreated); err != nil {
+		return e, err
+	}
+	if v := h.Get("traceparent"); v != "" {
+		e.Trace = map[string]string{"traceparent": v}
+		if ts := h.Get("tracestate"); ts != "" {
+			e.Trace["tracestate"] = ts
+		}
+	}
+	return e, nil
+}
+
+func parseTime(h nats.Header, name string) (time.Time, error) {
+	v := h.Get(name)
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, &ErrBadHeader{name, v}
+	}
+	return t.UTC(), nil
+}

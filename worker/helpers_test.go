@@ -1,0 +1,8 @@
+package worker_test
+
+import (
+	"time"
+
+)
+
+var fastBackoff = jetflow.Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}

@@ -1,0 +1,187 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
+)
+
+// Job is one attempt of a run, as a handler sees it.
+type Job[A any] struct {
+	// Args are the decoded arguments.
+	Args A
+	*jobCore
+}
+
+// jobCore is the untyped part of a Job.
+type jobCore struct {
+	w    *Worker
+	fn   *fnEntry
+	env  streams.Envelope
+	rec  *jetflow.Run // current record (nil until the worker knows it)
+	mu   sync.Mutex
+	rev  uint64
+	kids []string
+	nkid int
+
+	progress     *jetflow.Progress
+	progressDirt bool
+	lastFlush    time.Time
+	result       json.RawMessage
+	started      time.Time
+}
+
+// ID is the run id.
+func (j *jobCore) ID() string { return j.env.ID }
+
+// Name is the function name.
+func (j *jobCore) Name() string { return j.env.Function }
+
+// Attempt is this attempt's number, from 1.
+func (j *jobCore) Attempt() int { return j.env.Attempt }
+
+// MaxAttempts is the number of attempts this run may have.
+func (j *jobCore) MaxAttempts() int { return j.maxAttempts() }
+
+// ScheduledTime is when the run was due.
+func (j *jobCore) ScheduledTime() time.Time { return j.env.Scheduled }
+
+// CreationTime is when the run was scheduled.
+func (j *jobCore) CreationTime() time.Time { return j.env.Created }
+
+// Parent is the id of the run that scheduled this one, or "".
+func (j *jobCore) Parent() string { return j.env.Parent }
+
+func (j *jobCore) maxAttempts() int {
+	if j.fn.kind == jetflow.AtMostOnce {
+		return 1
+	}
+	if j.env.MaxAttempts > 0 {
+		return j.env.MaxAttempts
+	}
+	return j.fn.opts.MaxAttempts
+}
+
+// SetResult stores v (JSON-encoded) on the run record when the run succeeds.
+func (j *jobCore) SetResult(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("%w: result: %v", jetflow.ErrBadArgs, err)
+	}
+	j.mu.Lock()
+	j.result = b
+	j.mu.Unlock()
+	return nil
+}
+
+// Progress reports progress. Writes are coalesced: at most one record write
+// per Config.ProgressInterval, and the last value is always written before
+// the run ends. The first report moves the record to inProgress.
+func (j *jobCore) Progress(ctx context.Context, p jetflow.Progress) error {
+	j.mu.Lock()
+	p.Updated = j.w.now().UTC()
+	j.progress = &p
+	j.progressDirt = true
+	due := j.w.now().Sub(j.lastFlush) >= j.w.cfg.ProgressInterval
+	j.mu.Unlock()
+	if !due {
+		return nil
+	}
+	return j.flushProgress(ctx)
+}
+
+func (j *jobCore) flushProgress(ctx context.Context) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if !j.progressDirt || j.rec == nil {
+		return nil
+	}
+	r := *j.rec
+	r.State = jetflow.InProgress
+	r.Attempts = j.env.Attempt
+	if r.StartedTime.IsZero() {
+		r.StartedTime = j.started
+	}
+	r.Progress = j.progress
+	r.Children = append([]string(nil), j.kids...)
+	rev, err := j.w.store.Write(ctx, &r, j.rev)
+	if err != nil {
+		return err
+	}
+	r.Revision = rev
+	j.rec, j.rev = &r, rev
+	j.progressDirt = false
+	j.lastFlush = j.w.now()
+	return nil
+}
+
+// Enqueue schedules a child run to start now. For a retryable function the
+// child is committed only if this attempt succeeds (and a retry does not
+// create it twice); for an at-most-once function it is published at once.
+func (j *jobCore) Enqueue(ctx context.Context, c jetflow.Call, opts ...producer.Option) (string, error) {
+	return j.RunAt(ctx, time.Time{}, c, opts...)
+}
+
+// RunAfter schedules a child run to start after d.
+func (j *jobCore) RunAfter(ctx context.Context, d time.Duration, c jetflow.Call, opts ...producer.Option) (string, error) {
+	return j.RunAt(ctx, j.w.now().Add(d), c, opts...)
+}
+
+// RunAt schedules a child run to start at t.
+func (j *jobCore) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts ...producer.Option) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	opts = append(opts, producer.WithParent(j.env.ID))
+	if j.fn.kind == jetflow.AtMostOnce {
+		id, err := j.w.p.RunAt(ctx, t, c, opts...)
+		if err != nil {
+			return id, err
+		}
+		j.mu.Lock()
+		j.kids = append(j.kids, id)
+		j.mu.Unlock()
+		j.mu.Lock()
+		j.progressDirt = true
+		j.mu.Unlock()
+		// Record the child on the parent so Cancel can reach it.
+		if err := j.flushProgress(ctx); err != nil {
+			j.w.log.Debug("record child on parent", "run_id", j.env.ID, "error", err)
+		}
+		return id, nil
+	}
+	j.mu.Lock()
+	j.nkid++
+	n := j.nkid
+	j.mu.Unlock()
+	id := childID(j.env.ID, j.env.Attempt, n)
+	opts = append(opts, producer.WithHold(), producer.WithID(id))
+	_, err := j.w.p.RunAt(ctx, t, c, opts...)
+	if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
+		return "", err
+	}
+	j.mu.Lock()
+	j.kids = append(j.kids, id)
+	j.mu.Unlock()
+	return id, nil
+}
+
+// childID is deterministic in (parent, attempt, n), so a redelivered attempt
+// finds the children it already wrote instead of writing them again.
+func childID(parent string, attempt, n int) string {
+	id := fmt.Sprintf("%s-%d-%d", parent, attempt, n)
+	if len(id) <= 200 {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return "c" + hex.EncodeToString(sum[:20])
+}

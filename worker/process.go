@@ -1,0 +1,383 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+func decodeArgs(data []byte, v any) error {
+	if len(data) == 0 {
+		data = []byte("null")
+	}
+	return json.Unmarshal(data, v)
+}
+
+// dispatch is called by the consumer for each message; it waits for a slot
+// and runs the message in its own goroutine.
+func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
+	e.sem <- struct{}{}
+	w.inflight.Add(1)
+	go func() {
+		defer func() { <-e.sem; w.inflight.Done() }()
+		w.process(e, m)
+	}()
+}
+
+func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
+	ctx := context.Background()
+	md, err := m.Metadata()
+	if err != nil {
+		_ = m.Term()
+		return
+	}
+	env, perr := w.scfg.ParseMessage(m.Subject(), m.Headers(), m.Data())
+	if perr == nil {
+		if err := jetflow.ValidateRunID(env.ID); err != nil {
+			perr = err
+		} else if mid := m.Headers().Get(streams.HeaderMsgID); mid != "" && mid != env.MsgID() {
+			perr = fmt.Errorf("Nats-Msg-Id %q does not match the run id %q of the subject", mid, env.ID)
+		}
+	}
+	if perr != nil {
+		w.deadLetter(ctx, e, m, md, perr)
+		return
+	}
+	if env.Scheduled.IsZero() {
+		env.Scheduled = md.Timestamp.UTC()
+	}
+	if env.Created.IsZero() {
+		env.Created = md.Timestamp.UTC()
+	}
+	j := &jobCore{w: w, fn: e, env: env}
+	// The record as it must be if the message is current. Messages from
+	// other producers (no revision) and redeliveries are checked against the
+	// stored record first; first deliveries of our own messages are not.
+	if env.Rev == 0 || md.NumDelivered > 1 {
+		ok := w.reconcile(ctx, j, m)
+		if !ok {
+			return
+		}
+	} else {
+		j.rec = &jetflow.Run{
+			ID: env.ID, Name: env.Function, Kind: e.kind, Args: env.Args, State: jetflow.Pending,
+			ScheduledTime: env.Scheduled, CreationTime: env.Created, Attempts: env.Attempt - 1,
+			MaxAttempts: env.MaxAttempts, Timeout: env.Timeout, Parent: env.Parent, Trace: env.Trace,
+			Revision: env.Rev,
+		}
+		j.rev = env.Rev
+	}
+	if w.isCanceled(env.ID) {
+		_ = m.Ack()
+		return
+	}
+	j.started = w.now().UTC()
+	if e.kind == jetflow.AtMostOnce || e.opts.MarkInProgress {
+		r := *j.rec
+		r.State = jetflow.InProgress
+		r.Attempts = env.Attempt
+		r.StartedTime = j.started
+		rev, err := w.store.Write(ctx, &r, j.rev)
+		if err != nil {
+			// Canceled, or another worker claimed it: not ours to run.
+			w.log.Debug("claim lost", "function", e.name, "run_id", env.ID, "error", err)
+			if errors.Is(err, kv.ErrConflict) {
+				_ = m.Ack()
+			} else {
+				_ = m.Nak()
+			}
+			return
+		}
+		r.Revision = rev
+		j.rec, j.rev = &r, rev
+	}
+	w.execute(ctx, j, m)
+}
+
+// reconcile reads the stored record and decides whether the message is to be
+// run. It acks and returns false for stale messages and runs already ended.
+func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) bool {
+	env := j.env
+	r, err := w.store.Get(ctx, env.ID)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		// A run published by another producer: create its record.
+		r = &jetflow.Run{
+			ID: env.ID, Name: env.Function, Kind: j.fn.kind, Args: validJSON(env.Args), State: jetflow.Pending,
+			ScheduledTime: env.Scheduled, CreationTime: env.Created, Attempts: env.Attempt - 1,
+			MaxAttempts: env.MaxAttempts, Timeout: env.Timeout, Parent: env.Parent, Trace: env.Trace,
+		}
+		if _, err := w.store.Create(ctx, r); err != nil {
+			_ = m.NakWithDelay(time.Second)
+			return false
+		}
+	} else if err != nil {
+		_ = m.NakWithDelay(time.Second)
+		return false
+	}
+	switch {
+	case r.State.Terminal():
+		_ = m.Ack()
+		return false
+	case r.State == jetflow.InProgress && j.fn.kind == jetflow.AtMostOnce:
+		// Claimed by a worker that is gone (or a zombie): never run twice.
+		r.State = jetflow.Failed
+		r.Error = jetflow.ErrWorkerLost.Error()
+		r.CompletedTime = w.now().UTC()
+		if _, err := w.store.Write(ctx, r, r.Revision); err == nil {
+			telemetry.M().Failed.Add(ctx, 1, telemetry.Fn(j.fn.name))
+		}
+		_ = m.Ack()
+		return false
+	case env.Attempt <= r.Attempts && r.State == jetflow.Pending:
+		// A message of an attempt that already ran; the next one is scheduled.
+		_ = m.Ack()
+		return false
+	}
+	j.rec, j.rev = r, r.Revision
+	return true
+}
+
+func validJSON(b []byte) json.RawMessage {
+	if json.Valid(b) {
+		return b
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
+
+// deadLetter records a message jetflow cannot use as a failed run with the
+// reason, then terminates it, so nothing is silently dropped.
+func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md *jetstream.MsgMetadata, reason error) {
+	_, id, _ := w.scfg.ParseFunctionSubject(m.Subject())
+	if jetflow.ValidateRunID(id) != nil || m.Headers().Get(streams.HeaderMsgID) != "" && m.Headers().Get(streams.HeaderMsgID) != id {
+		id = fmt.Sprintf("dlq-%s-%d", md.Stream, md.Sequence.Stream)
+	}
+	now := w.now().UTC()
+	r := &jetflow.Run{
+		ID: id, Name: e.name, Kind: e.kind, Args: validJSON(m.Data()), State: jetflow.Failed,
+		ScheduledTime: md.Timestamp.UTC(), CreationTime: md.Timestamp.UTC(), CompletedTime: now,
+		Error: fmt.Sprintf("%v: subject %s: %v", jetflow.ErrBadMessage, m.Subject(), reason),
+	}
+	if old, err := w.store.Get(ctx, id); err == nil && !old.State.Terminal() {
+		r.Revision = old.Revision
+	}
+	if _, err := w.store.Write(ctx, r, r.Revision); err != nil && !errors.Is(err, kv.ErrExists) {
+		w.log.Warn("dead letter write failed", "function", e.name, "run_id", id, "error", err)
+		_ = m.NakWithDelay(time.Second)
+		return
+	}
+	w.log.Warn("bad message recorded as failed run", "function", e.name, "run_id", id, "reason", reason)
+	telemetry.M().Failed.Add(ctx, 1, telemetry.Fn(e.name))
+	_ = m.Term()
+}
+
+func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
+	e, env := j.fn, j.env
+	ctx := telemetry.Extract(bg, env.Trace)
+	ctx, span := telemetry.Tracer().Start(ctx, "jetflow.run "+e.name, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("jetflow.run_id", env.ID), attribute.Int("jetflow.attempt", env.Attempt)))
+	defer span.End()
+	met := telemetry.M()
+	met.Started.Add(ctx, 1, telemetry.Fn(e.name))
+	met.Lateness.Record(ctx, j.started.Sub(env.Scheduled).Seconds(), telemetry.Fn(e.name))
+
+	hctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timeout := e.opts.Timeout
+	if env.Timeout > 0 {
+		timeout = env.Timeout
+	}
+	var timer <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.C
+	}
+	w.mu.Lock()
+	w.running[env.ID] = cancel
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		delete(w.running, env.ID)
+		w.mu.Unlock()
+	}()
+
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- jetflow.Permanent(fmt.Errorf("%w: %v\n%s", jetflow.ErrPanic, p, debug.Stack()))
+			}
+		}()
+		done <- e.run(hctx, j)
+	}()
+	hb := time.NewTicker(w.cfg.AckWait / 3)
+	defer hb.Stop()
+	var herr error
+wait:
+	for {
+		select {
+		case herr = <-done:
+			break wait
+		case <-hb.C:
+			_ = m.InProgress()
+			_ = j.flushProgress(bg)
+		case <-timer:
+			cancel(jetflow.ErrTimeout)
+			herr = jetflow.Permanent(fmt.Errorf("%w after %s", jetflow.ErrTimeout, timeout))
+			break wait
+		}
+	}
+	if cause := context.Cause(hctx); errors.Is(cause, jetflow.ErrCanceled) {
+		// Cancel already wrote the terminal record; anything else is discarded.
+		met.Canceled.Add(ctx, 1, telemetry.Fn(e.name))
+		w.releaseHeld(bg, j, false)
+		_ = m.Ack()
+		return
+	} else if errors.Is(cause, errWorkerStopping) && herr != nil {
+		// Stopping: leave the message for another worker, unharmed.
+		w.releaseHeld(bg, j, false)
+		_ = m.Nak()
+		return
+	}
+	_ = j.flushProgress(bg)
+	if herr == nil {
+		w.succeed(bg, j, m)
+		return
+	}
+	span.RecordError(herr)
+	span.SetStatus(codes.Error, herr.Error())
+	w.fail(bg, j, m, herr)
+}
+
+func (w *Worker) succeed(ctx context.Context, j *jobCore, m jetstream.Msg) {
+	j.mu.Lock()
+	r := *j.rec
+	r.State = jetflow.Success
+	r.Attempts = j.env.Attempt
+	r.CompletedTime = w.now().UTC()
+	r.Error = ""
+	r.HeldBy = ""
+	r.Result = j.result
+	r.Progress = j.progress
+	r.Children = append([]string(nil), j.kids...)
+	if r.StartedTime.IsZero() {
+		r.StartedTime = j.started
+	}
+	rev := j.rev
+	j.mu.Unlock()
+	if _, err := w.store.Write(ctx, &r, rev); err != nil {
+		w.outcomeLost(ctx, j, m, err)
+		return
+	}
+	telemetry.M().Succeeded.Add(ctx, 1, telemetry.Fn(j.fn.name))
+	w.releaseHeld(ctx, j, true)
+	_ = m.Ack()
+}
+
+// outcomeLost handles a terminal write that lost its compare-and-swap: the
+// run was canceled, timed out elsewhere, or a newer attempt owns it. The
+// newer state stands; this result is discarded.
+func (w *Worker) outcomeLost(ctx context.Context, j *jobCore, m jetstream.Msg, err error) {
+	if errors.Is(err, kv.ErrConflict) {
+		w.log.Info("outcome discarded: run changed meanwhile", "function", j.fn.name, "run_id", j.env.ID, "attempt", j.env.Attempt)
+		w.releaseHeld(ctx, j, false)
+		_ = m.Ack()
+		return
+	}
+	w.log.Warn("outcome write failed; run will be redelivered", "function", j.fn.name, "run_id", j.env.ID, "error", err)
+	_ = m.NakWithDelay(time.Second)
+}
+
+// releaseHeld dispatches (commit) or cancels the children a retryable
+// attempt scheduled.
+func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
+	if j.fn.kind == jetflow.AtMostOnce {
+		return
+	}
+	j.mu.Lock()
+	kids := append([]string(nil), j.kids...)
+	j.mu.Unlock()
+	for _, id := range kids {
+		if commit {
+			r, err := w.store.Get(ctx, id)
+			if err != nil || r.State != jetflow.Pending {
+				continue
+			}
+			if err := w.p.Release(ctx, r); err != nil {
+				w.log.Warn("dispatch child; repair sweep will", "run_id", id, "error", err)
+			}
+			continue
+		}
+		_, _ = w.store.Transition(ctx, id, func(r *jetflow.Run) bool {
+			if r.HeldBy == "" {
+				return false
+			}
+			r.State = jetflow.Canceled
+			r.Error = "parent attempt did not succeed"
+			r.CompletedTime = w.now().UTC()
+			return true
+		})
+	}
+}
+
+func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr error) {
+	met := telemetry.M()
+	j.mu.Lock()
+	r := *j.rec
+	r.Attempts = j.env.Attempt
+	r.Error = herr.Error()
+	r.Progress = j.progress
+	r.Children = append([]string(nil), j.kids...)
+	if r.StartedTime.IsZero() {
+		r.StartedTime = j.started
+	}
+	rev := j.rev
+	j.mu.Unlock()
+	var ra *jetflow.RetryAfterError
+	retry := j.fn.kind == jetflow.Retryable && !jetflow.IsPermanent(herr) && j.env.Attempt < j.maxAttempts()
+	if !retry {
+		r.State = jetflow.Failed
+		r.CompletedTime = w.now().UTC()
+		if _, err := w.store.Write(ctx, &r, rev); err != nil {
+			w.outcomeLost(ctx, j, m, err)
+			return
+		}
+		met.Failed.Add(ctx, 1, telemetry.Fn(j.fn.name))
+		w.releaseHeld(ctx, j, false)
+		_ = m.Ack()
+		return
+	}
+	delay := j.fn.opts.Backoff.Delay(j.env.Attempt)
+	if errors.As(herr, &ra) {
+		delay = ra.Delay
+	}
+	r.State = jetflow.Pending
+	r.ScheduledTime = w.now().UTC().Add(delay)
+	r.StartedTime = time.Time{}
+	r.Children = nil
+	newRev, err := w.store.Write(ctx, &r, rev)
+	if err != nil {
+		w.outcomeLost(ctx, j, m, err)
+		return
+	}
+	r.Revision = newRev
+	w.releaseHeld(ctx, j, false)
+	if err := w.p.Dispatch(ctx, &r); err != nil {
+		w.log.Warn("schedule retry; repair sweep will", "run_id", r.ID, "error", err)
+	}
+	met.Retried.Add(ctx, 1, telemetry.Fn(j.fn.name))
+	_ = m.Ack()
+}

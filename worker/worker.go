@@ -1,0 +1,326 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Config configures a Worker. Every zero field takes the default named.
+type Config struct {
+	// Streams names subjects and buckets (default prefix "jetflow").
+	Streams streams.Config
+	// Logger for warnings and debug output. Default: discard.
+	Logger *slog.Logger
+	// ID names this worker in the functions registry. Default: generated.
+	ID string
+	// Concurrency is the default number of runs of one function this
+	// process runs at once. Default 10.
+	Concurrency int
+	// AckWait is how long a run may go without a heartbeat before JetStream
+	// redelivers it. Handlers heartbeat every AckWait/3. Default 30 s.
+	AckWait time.Duration
+	// ProgressInterval coalesces progress writes: at most one per interval
+	// per run. Default 250 ms.
+	ProgressInterval time.Duration
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+// Options configure one function on this worker (HandleOptions).
+type Options struct {
+	// Concurrency in this process. Default Config.Concurrency.
+	Concurrency int
+	// MaxParallel is the most runs of this function in flight across all
+	// workers (the consumer's MaxAckPending). Default 1000.
+	MaxParallel int
+	// Timeout ends a run as failed with jetflow.ErrTimeout, even when the
+	// handler ignores its context. Default none.
+	Timeout time.Duration
+	// MaxAttempts of a retryable function, first attempt included. Default 5.
+	MaxAttempts int
+	// Backoff between attempts: exponential with full jitter, default
+	// initial 1 s, base 2, max 1 h (delay after n failures is uniform in
+	// [0, min(1h, 1s*2^(n-1))]).
+	Backoff jetflow.Backoff
+	// MarkInProgress writes the inProgress state when a retryable run
+	// starts (one more write per run). AtMostOnce runs always write it: it
+	// is their claim.
+	MarkInProgress bool
+}
+
+// Worker runs handlers for the functions registered on it.
+type Worker struct {
+	cfg   Config
+	scfg  streams.Config
+	js    jetstream.JetStream
+	nc    *nats.Conn
+	store *kv.Store
+	p     *producer.Producer
+	log   *slog.Logger
+	now   func() time.Time
+	life  lifecycle.L
+
+	mu       sync.Mutex
+	fns      map[string]*fnEntry
+	running  map[string]context.CancelCauseFunc
+	canceled map[string]time.Time
+	inflight sync.WaitGroup
+	started  bool
+}
+
+type fnEntry struct {
+	name string
+	kind jetflow.Kind
+	opts Options
+	run  func(ctx context.Context, j *jobCore) error
+	sem  chan struct{}
+	cc   jetstream.ConsumeContext
+}
+
+// New returns a worker on js. It provisions streams and buckets
+// (idempotent). Register handlers with Handle, then Start.
+func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ID == "" {
+		cfg.ID = nuid.Next()
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 10
+	}
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.ProgressInterval <= 0 {
+		cfg.ProgressInterval = 250 * time.Millisecond
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p, err := producer.New(ctx, js, producer.Config{Streams: cfg.Streams, Logger: cfg.Logger, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{
+		cfg: cfg, scfg: cfg.Streams.WithDefaults(), js: js, nc: js.Conn(), store: p.Store(), p: p,
+		log: cfg.Logger, now: cfg.Now,
+		fns: map[string]*fnEntry{}, running: map[string]context.CancelCauseFunc{}, canceled: map[string]time.Time{},
+	}, nil
+}
+
+// Producer is the producer the worker schedules child runs with.
+func (w *Worker) Producer() *producer.Producer { return w.p }
+
+// ErrRegistered: a function is registered twice, or after Start.
+var ErrRegistered = errors.New("worker: function already registered or worker started")
+
+// Register registers handler h for fn; it returns an error instead of
+// panicking (see Handle).
+func Register[A any](w *Worker, fn jetflow.Function[A], h func(ctx context.Context, job *Job[A]) error, opts ...Options) error {
+	if err := jetflow.ValidateName(fn.Name()); err != nil {
+		return err
+	}
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = w.cfg.Concurrency
+	}
+	if o.MaxParallel <= 0 {
+		o.MaxParallel = 1000
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 5
+	}
+	o.Backoff = o.Backoff.WithDefaults()
+	e := &fnEntry{name: fn.Name(), kind: fn.Kind(), opts: o, sem: make(chan struct{}, o.Concurrency)}
+	e.run = func(ctx context.Context, c *jobCore) error {
+		var args A
+		if err := decodeArgs(c.env.Args, &args); err != nil {
+			return jetflow.Permanent(fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err))
+		}
+		return h(ctx, &Job[A]{Args: args, jobCore: c})
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started || w.fns[fn.Name()] != nil {
+		return fmt.Errorf("%w: %s", ErrRegistered, fn.Name())
+	}
+	w.fns[fn.Name()] = e
+	return nil
+}
+
+// Handle registers handler h for fn and panics on a registration error
+// (an invalid name, a duplicate): for program start-up, like http.Handle.
+func Handle[A any](w *Worker, fn jetflow.Function[A], h func(ctx context.Context, job *Job[A]) error, opts ...Options) {
+	if err := Register(w, fn, h, opts...); err != nil {
+		panic(err)
+	}
+}
+
+// ConsumerName is the durable consumer of function fn.
+func ConsumerName(prefix, fn string) string {
+	h := fnv.New32a()
+	h.Write([]byte(fn))
+	return fmt.Sprintf("%s_%s_%08x", prefix, strings.ReplaceAll(fn, ".", "_"), h.Sum32())
+}
+
+// Start creates or updates each function's durable consumer, registers the
+// functions in the registry and starts consuming. It returns at once.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	if w.started {
+		w.mu.Unlock()
+		return lifecycle.ErrStarted
+	}
+	w.started = true
+	fns := make([]*fnEntry, 0, len(w.fns))
+	for _, e := range w.fns {
+		fns = append(fns, e)
+	}
+	w.mu.Unlock()
+
+	sub, err := w.nc.Subscribe(w.scfg.CancelSubject(), func(m *nats.Msg) { w.noteCancel(string(m.Data)) })
+	if err != nil {
+		return fmt.Errorf("worker: cancel notices: %w", err)
+	}
+	stream, err := w.js.Stream(ctx, w.scfg.FunctionStream())
+	if err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("worker: %w", err)
+	}
+	for _, e := range fns {
+		cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       ConsumerName(w.scfg.Prefix, e.name),
+			Description:   "jetflow function " + e.name,
+			FilterSubject: w.scfg.FunctionFilter(e.name),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       w.cfg.AckWait,
+			MaxDeliver:    -1,
+			MaxAckPending: e.opts.MaxParallel,
+			Replicas:      0,
+		})
+		if err != nil {
+			w.stopConsumers(fns)
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("worker: consumer for %s: %w", e.name, err)
+		}
+		e := e
+		cc, err := cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
+			jetstream.PullMaxMessages(e.opts.Concurrency),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				w.log.Debug("consume", "function", e.name, "error", err)
+			}))
+		if err != nil {
+			w.stopConsumers(fns)
+			_ = sub.Unsubscribe()
+			return fmt.Errorf("worker: consume %s: %w", e.name, err)
+		}
+		e.cc = cc
+	}
+	if err := w.register(ctx, fns); err != nil {
+		w.log.Warn("function registry", "error", err)
+	}
+	return w.life.Start(ctx, func(ctx context.Context) {
+		t := time.NewTicker(10 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				_ = sub.Unsubscribe()
+				return
+			case <-t.C:
+				_ = w.register(ctx, fns)
+				w.pruneCanceled()
+			}
+		}
+	})
+}
+
+func (w *Worker) stopConsumers(fns []*fnEntry) {
+	for _, e := range fns {
+		if e.cc != nil {
+			e.cc.Stop()
+		}
+	}
+}
+
+// Stop stops taking new runs, waits for running handlers to finish, and
+// returns. Runs pulled but not started go back to the stream unharmed. If
+// ctx ends first, running handlers are canceled (their runs retry or fail
+// as their kind says) and Stop returns ctx's error.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	fns := make([]*fnEntry, 0, len(w.fns))
+	for _, e := range w.fns {
+		fns = append(fns, e)
+	}
+	w.mu.Unlock()
+	w.stopConsumers(fns)
+	done := make(chan struct{})
+	go func() { w.inflight.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		w.mu.Lock()
+		for _, c := range w.running {
+			c(errWorkerStopping)
+		}
+		w.mu.Unlock()
+	}
+	if lerr := w.life.Stop(context.Background()); err == nil {
+		err = lerr
+	}
+	return err
+}
+
+// Stopped is closed when the worker has stopped.
+func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
+
+var errWorkerStopping = errors.New("worker: stopping")
+
+func (w *Worker) noteCancel(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.canceled[id] = w.now()
+	if c := w.running[id]; c != nil {
+		c(jetflow.ErrCanceled)
+	}
+}
+
+func (w *Worker) isCanceled(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.canceled[id]
+	return ok
+}
+
+func (w *Worker) pruneCanceled() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	cut := w.now().Add(-10 * time.Minute)
+	for id, t := range w.canceled {
+		if t.Before(cut) {
+			delete(w.canceled, id)
+		}
+	}
+}
