@@ -1,6 +1,8 @@
 package jetflow
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 )
@@ -106,4 +108,19 @@ func validToken(tok string) bool {
 		}
 	}
 	return true
+}
+
+// DerivedID returns id when it is a valid run id, or a stable 41-byte hash
+// of it otherwise: for ids built from other ids (children, completions, cron
+// fires) that must stay deterministic.
+func DerivedID(id string) string {
+	if ValidateRunID(id) == nil {
+		return id
+	}
+	return shortID(id)
+}
+
+func shortID(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return "h" + hex.EncodeToString(sum[:20])
 }

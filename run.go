@@ -61,8 +61,38 @@ type Run struct {
 	Children []string        `json:"children,omitempty"`
 	Progress *Progress       `json:"progress,omitempty"`
 	Result   json.RawMessage `json:"result,omitempty"`
+	// OnComplete is run once when this run ends (see Completion).
+	OnComplete *Callback `json:"onComplete,omitempty"`
+	// Pool names the work pool the run belongs to, if any.
+	Pool string `json:"pool,omitempty"`
+	// Priority within the pool (see the pool package).
+	Priority int `json:"priority,omitempty"`
 	// Trace carries W3C trace context for runs dispatched later.
 	Trace map[string]string `json:"trace,omitempty"`
 	// Revision is the record's KV revision (not stored in the record).
 	Revision uint64 `json:"-"`
+}
+
+// Callback names a function to run when a run ends, with context args of
+// the caller's own.
+type Callback struct {
+	Function string          `json:"fn"`
+	Args     json.RawMessage `json:"args,omitempty"`
+}
+
+// Completion is the argument of an on-complete function: the finished run's
+// record (its State says success, failed or canceled; Result and Error hold
+// the outcome) and the context args given with the callback.
+type Completion struct {
+	Run     *Run            `json:"run"`
+	Context json.RawMessage `json:"context,omitempty"`
+}
+
+// CompletionID is the id of the on-complete run of run id: deterministic, so
+// the callback runs exactly once however many writers try.
+func CompletionID(id string) string {
+	if len(id)+5 <= 200 {
+		return id + "-done"
+	}
+	return shortID(id) + "-done"
 }

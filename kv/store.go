@@ -129,6 +129,9 @@ func (s *Store) RecordMsg(r *jetflow.Run, expect uint64) (*nats.Msg, error) {
 	h[HeaderDue] = []string{strconv.FormatInt(r.ScheduledTime.UnixMilli(), 10)}
 	if r.State.Terminal() {
 		h[hdrTTL] = []string{s.ttl}
+		if r.OnComplete != nil {
+			h[HeaderNotify] = []string{strconv.FormatInt(r.CompletedTime.UnixMilli(), 10)}
+		}
 	}
 	return &nats.Msg{Subject: s.runsPfx + r.ID, Header: h, Data: data}, nil
 }
@@ -302,12 +305,18 @@ type Header struct {
 	Function string
 	Due      time.Time
 	Revision uint64
+	// Notify is the completion time of a terminal record with an
+	// on-complete callback (zero otherwise).
+	Notify time.Time
 }
 
 // Headers that mirror record fields for header-only scans.
 const (
 	HeaderFunction = "Jetflow-Function"
 	HeaderDue      = "Jetflow-Due"
+	// HeaderNotify marks a terminal record with an on-complete callback; its
+	// value is the completion time in Unix milliseconds.
+	HeaderNotify = "Jetflow-Notify"
 )
 
 // Scan visits the latest record of every run, reading headers only. Its cost
@@ -355,6 +364,7 @@ func (s *Store) Scan(ctx context.Context, visit func(Header)) error {
 				State:    jetflow.State(m.Headers().Get(HeaderState)),
 				Function: m.Headers().Get(HeaderFunction),
 				Due:      parseMillis(m.Headers().Get(HeaderDue)),
+				Notify:   parseMillis(m.Headers().Get(HeaderNotify)),
 				Revision: md.Sequence.Stream,
 			})
 		}

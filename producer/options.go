@@ -2,6 +2,8 @@ package producer
 
 import (
 	"time"
+
+	"github.com/jetflow-dev/jetflow"
 )
 
 // Option tunes one scheduled run.
@@ -13,6 +15,9 @@ type options struct {
 	timeout     time.Duration
 	parent      string
 	hold        bool
+	onComplete  *jetflow.Call
+	pool        string
+	priority    int
 }
 
 // WithID gives the run its id, an idempotency key (e.g.
@@ -41,4 +46,10 @@ func collect(opts []Option) options {
 		f(&o)
 	}
 	return o
+}
+
+// WithPool marks the run as an item of work pool name at priority prio (the
+// pool package sets these).
+func WithPool(name string, prio int) Option {
+	return func(o *options) { o.pool, o.priority = name, prio }
 }

@@ -155,6 +155,14 @@ func (p *Producer) prepare(ctx context.Context, t time.Time, c jetflow.Call, opt
 		r.HeldBy = o.parent
 	}
 	r.Timeout = o.timeout
+	r.Pool, r.Priority = o.pool, o.priority
+	if o.onComplete != nil {
+		cargs, err := o.onComplete.Encode()
+		if err != nil {
+			return nil, o, fmt.Errorf("on-complete: %w", err)
+		}
+		r.OnComplete = &jetflow.Callback{Function: o.onComplete.Name, Args: cargs}
+	}
 	return r, o, nil
 }
 

@@ -46,6 +46,9 @@ func (p *Producer) cancel(ctx context.Context, id string, depth int) error {
 		}
 		_ = p.store.Unqueue(ctx, r.Name, r.ID)
 	}
+	if err := p.Complete(ctx, r); err != nil {
+		p.log.WarnContext(ctx, "on-complete of canceled run; repair sweep will", "run_id", id, "error", err)
+	}
 	if err := p.nc.Publish(p.cfg.CancelSubject(), []byte(id)); err != nil {
 		return fmt.Errorf("producer: cancel notice %s: %w", id, err)
 	}

@@ -36,16 +36,32 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 // RepairInterval; it is safe to run anywhere at any time.
 func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 	cut := s.now().Add(-s.cfg.RepairGrace)
-	var cands []kv.Header
+	var cands, notify []kv.Header
+	recent := s.now().Add(-time.Hour)
 	err := s.store.Scan(ctx, func(h kv.Header) {
 		if h.State == jetflow.Pending && !h.Due.IsZero() && h.Due.Before(cut) {
 			cands = append(cands, h)
+		}
+		if h.State.Terminal() && !h.Notify.IsZero() && h.Notify.Before(cut) && h.Notify.After(recent) {
+			notify = append(notify, h)
 		}
 	})
 	if err != nil {
 		return 0, err
 	}
 	n := 0
+	for _, h := range notify {
+		if _, err := s.store.Get(ctx, jetflow.CompletionID(h.ID)); !errors.Is(err, jetflow.ErrNotFound) {
+			continue
+		}
+		r, err := s.store.Get(ctx, h.ID)
+		if err != nil {
+			continue
+		}
+		if err := s.p.Complete(ctx, r); err == nil {
+			n++
+		}
+	}
 	for _, h := range cands {
 		if ctx.Err() != nil {
 			return n, ctx.Err()

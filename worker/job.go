@@ -2,8 +2,6 @@ package worker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,10 +176,5 @@ func (j *jobCore) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 // childID is deterministic in (parent, attempt, n), so a redelivered attempt
 // finds the children it already wrote instead of writing them again.
 func childID(parent string, attempt, n int) string {
-	id := fmt.Sprintf("%s-%d-%d", parent, attempt, n)
-	if len(id) <= 200 {
-		return id
-	}
-	sum := sha256.Sum256([]byte(id))
-	return "c" + hex.EncodeToString(sum[:20])
+	return jetflow.DerivedID(fmt.Sprintf("%s-%d-%d", parent, attempt, n))
 }

@@ -137,6 +137,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) boo
 		r.CompletedTime = w.now().UTC()
 		if _, err := w.store.Write(ctx, r, r.Revision); err == nil {
 			telemetry.M().Failed.Add(ctx, 1, telemetry.Fn(j.fn.name))
+			w.complete(ctx, r)
 		}
 		_ = m.Ack()
 		return false
@@ -284,6 +285,7 @@ func (w *Worker) succeed(ctx context.Context, j *jobCore, m jetstream.Msg) {
 	}
 	telemetry.M().Succeeded.Add(ctx, 1, telemetry.Fn(j.fn.name))
 	w.releaseHeld(ctx, j, true)
+	w.complete(ctx, &r)
 	_ = m.Ack()
 }
 
@@ -357,6 +359,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 		}
 		met.Failed.Add(ctx, 1, telemetry.Fn(j.fn.name))
 		w.releaseHeld(ctx, j, false)
+		w.complete(ctx, &r)
 		_ = m.Ack()
 		return
 	}
@@ -380,4 +383,15 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	}
 	met.Retried.Add(ctx, 1, telemetry.Fn(j.fn.name))
 	_ = m.Ack()
+}
+
+// complete schedules the run's on-complete callback; the repair sweep covers
+// a crash before it.
+func (w *Worker) complete(ctx context.Context, r *jetflow.Run) {
+	if r.OnComplete == nil {
+		return
+	}
+	if err := w.p.Complete(ctx, r); err != nil {
+		w.log.Warn("on-complete; repair sweep will", "run_id", r.ID, "error", err)
+	}
 }
