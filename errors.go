@@ -32,7 +32,7 @@ var (
 // permanentError stops retries.
 type permanentError struct{ err error }
 
-func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Error() string { return e.err.Error() }
 func (e *permanentError) Unwrap() error { return e.err }
 
 // Permanent wraps err so that the run fails at once, without further retries
