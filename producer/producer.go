@@ -279,6 +279,7 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 	}
 	ids := make([]string, len(runs))
 	first := last - uint64(len(runs)-1)
+	futures := make([]jetstream.PubAckFuture, 0, len(runs))
 	var errs []error
 	for i, r := range runs {
 		r.Revision = first + uint64(i)
@@ -286,14 +287,40 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 		if holds[i] {
 			continue
 		}
-		if err := p.Dispatch(ctx, r); err != nil {
+		f, err := p.dispatchAsync(r)
+		if err != nil {
 			errs = append(errs, err)
+			continue
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			errs = append(errs, err)
+		case <-ctx.Done():
+			errs = append(errs, ctx.Err())
 		}
 	}
 	if len(errs) > 0 {
-		p.log.WarnContext(ctx, "batch dispatch incomplete; repair sweep will publish", "errors", len(errs))
+		// The records are durable: the repair sweep publishes what is missing.
+		p.log.WarnContext(ctx, "batch dispatch incomplete; repair sweep will publish", "errors", len(errs), "first", errs[0])
 	}
 	return ids, nil
+}
+
+// dispatchAsync is Dispatch without waiting for the server's ack.
+func (p *Producer) dispatchAsync(r *jetflow.Run) (jetstream.PubAckFuture, error) {
+	e := EnvelopeOf(r)
+	if r.ScheduledTime.After(p.now()) {
+		m, err := p.store.DelayedMsg(kv.Delayed{Envelope: e, Due: r.ScheduledTime})
+		if err != nil {
+			return nil, err
+		}
+		return p.js.PublishMsgAsync(m)
+	}
+	return p.js.PublishMsgAsync(p.cfg.Message(e))
 }
 
 // atomicBatch publishes msgs as one JetStream atomic batch (ADR-50) and

@@ -241,6 +241,7 @@ type dispatcher struct {
 	sem    chan struct{}
 	wg     sync.WaitGroup
 	redo   chan *item
+	gone   chan string
 }
 
 func (d *dispatcher) add(key string, rev uint64, data []byte) {
@@ -266,6 +267,7 @@ func (d *dispatcher) add(key string, rev uint64, data []byte) {
 func (d *dispatcher) loop(ctx context.Context) error {
 	s := d.s
 	d.redo = make(chan *item, 1024)
+	d.gone = make(chan string, 4096)
 	w, err := s.store.Delayed().WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
@@ -306,6 +308,8 @@ func (d *dispatcher) loop(ctx context.Context) error {
 			if _, ok := d.known[it.key]; ok {
 				heap.Push(&d.h, it)
 			}
+		case key := <-d.gone:
+			delete(d.known, key)
 		case <-timer.C:
 		case <-tick.C:
 			next := s.now().Add(s.cfg.Horizon).Unix()
@@ -358,7 +362,12 @@ func (d *dispatcher) fire(ctx context.Context) {
 		d.wg.Add(1)
 		go func() {
 			defer func() { <-d.sem; d.wg.Done() }()
-			d.publish(ctx, it)
+			if d.publish(ctx, it) {
+				select {
+				case d.gone <- it.key:
+				case <-ctx.Done():
+				}
+			}
 		}()
 	}
 }
@@ -366,24 +375,25 @@ func (d *dispatcher) fire(ctx context.Context) {
 // publish starts one delayed run: it checks the record still waits for this
 // entry, publishes the run's message (Nats-Msg-Id dedups a second leader),
 // then removes the entry.
-func (d *dispatcher) publish(ctx context.Context, it *item) {
+// It reports whether the entry is done with (published or obsolete).
+func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	s := d.s
 	r, err := s.store.Get(ctx, it.d.ID)
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
 		// The record expired or never existed: the run cannot be started.
 		_ = s.store.RemoveDelayed(ctx, it.rev)
-		return
+		return true
 	case err != nil:
 		d.retry(ctx, it)
-		return
+		return false
 	case r.State != jetflow.Pending || r.Revision != it.d.Rev || r.HeldBy != "":
 		_ = s.store.RemoveDelayed(ctx, it.rev)
-		return
+		return true
 	}
 	if _, err := s.js.PublishMsg(ctx, s.scfg.Message(it.d.Envelope)); err != nil {
 		d.retry(ctx, it)
-		return
+		return false
 	}
 	if err := s.store.RemoveDelayed(ctx, it.rev); err != nil {
 		s.log.Debug("remove delayed entry", "run_id", it.d.ID, "error", err)
@@ -391,6 +401,7 @@ func (d *dispatcher) publish(ctx context.Context, it *item) {
 	s.mu.Lock()
 	s.stats.Dispatched++
 	s.mu.Unlock()
+	return true
 }
 
 func (d *dispatcher) retry(ctx context.Context, it *item) {

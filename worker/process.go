@@ -136,7 +136,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) boo
 		r.Error = jetflow.ErrWorkerLost.Error()
 		r.CompletedTime = w.now().UTC()
 		if _, err := w.store.Write(ctx, r, r.Revision); err == nil {
-			telemetry.M().Failed.Add(ctx, 1, telemetry.Fn(j.fn.name))
+			telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
 			w.complete(ctx, r)
 		}
 		_ = m.Ack()
@@ -180,7 +180,7 @@ func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md
 		return
 	}
 	w.log.Warn("bad message recorded as failed run", "function", e.name, "run_id", id, "reason", reason)
-	telemetry.M().Failed.Add(ctx, 1, telemetry.Fn(e.name))
+	telemetry.M().Failed.Add(ctx, 1, e.attr)
 	_ = m.Term()
 }
 
@@ -191,8 +191,8 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		trace.WithAttributes(attribute.String("jetflow.run_id", env.ID), attribute.Int("jetflow.attempt", env.Attempt)))
 	defer span.End()
 	met := telemetry.M()
-	met.Started.Add(ctx, 1, telemetry.Fn(e.name))
-	met.Lateness.Record(ctx, j.started.Sub(env.Scheduled).Seconds(), telemetry.Fn(e.name))
+	met.Started.Add(ctx, 1, e.attr)
+	met.Lateness.Record(ctx, j.started.Sub(env.Scheduled).Seconds(), e.attr)
 
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -207,7 +207,7 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		timer = t.C
 	}
 	w.mu.Lock()
-	w.running[env.ID] = cancel
+	w.running[env.ID] = &active{cancel: cancel, msg: m, job: j}
 	w.mu.Unlock()
 	defer func() {
 		w.mu.Lock()
@@ -215,35 +215,23 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		w.mu.Unlock()
 	}()
 
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- jetflow.Permanent(fmt.Errorf("%w: %v\n%s", jetflow.ErrPanic, p, debug.Stack()))
-			}
-		}()
-		done <- e.run(hctx, j)
-	}()
-	hb := time.NewTicker(w.cfg.AckWait / 3)
-	defer hb.Stop()
 	var herr error
-wait:
-	for {
+	if timer == nil {
+		herr = w.call(hctx, j)
+	} else {
+		// The handler may ignore its context: wait for it or the timeout.
+		done := make(chan error, 1)
+		go func() { done <- w.call(hctx, j) }()
 		select {
 		case herr = <-done:
-			break wait
-		case <-hb.C:
-			_ = m.InProgress()
-			_ = j.flushProgress(bg)
 		case <-timer:
 			cancel(jetflow.ErrTimeout)
 			herr = jetflow.Permanent(fmt.Errorf("%w after %s", jetflow.ErrTimeout, timeout))
-			break wait
 		}
 	}
 	if cause := context.Cause(hctx); errors.Is(cause, jetflow.ErrCanceled) {
 		// Cancel already wrote the terminal record; anything else is discarded.
-		met.Canceled.Add(ctx, 1, telemetry.Fn(e.name))
+		met.Canceled.Add(ctx, 1, e.attr)
 		w.releaseHeld(bg, j, false)
 		_ = m.Ack()
 		return
@@ -261,6 +249,17 @@ wait:
 	span.RecordError(herr)
 	span.SetStatus(codes.Error, herr.Error())
 	w.fail(bg, j, m, herr)
+}
+
+// call runs the handler, turning a panic into a permanent failure with its
+// stack.
+func (w *Worker) call(ctx context.Context, j *jobCore) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = jetflow.Permanent(fmt.Errorf("%w: %v\n%s", jetflow.ErrPanic, p, debug.Stack()))
+		}
+	}()
+	return j.fn.run(ctx, j)
 }
 
 func (w *Worker) succeed(ctx context.Context, j *jobCore, m jetstream.Msg) {
@@ -283,7 +282,7 @@ func (w *Worker) succeed(ctx context.Context, j *jobCore, m jetstream.Msg) {
 		w.outcomeLost(ctx, j, m, err)
 		return
 	}
-	telemetry.M().Succeeded.Add(ctx, 1, telemetry.Fn(j.fn.name))
+	telemetry.M().Succeeded.Add(ctx, 1, j.fn.attr)
 	w.releaseHeld(ctx, j, true)
 	w.complete(ctx, &r)
 	_ = m.Ack()
@@ -357,7 +356,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 			w.outcomeLost(ctx, j, m, err)
 			return
 		}
-		met.Failed.Add(ctx, 1, telemetry.Fn(j.fn.name))
+		met.Failed.Add(ctx, 1, j.fn.attr)
 		w.releaseHeld(ctx, j, false)
 		w.complete(ctx, &r)
 		_ = m.Ack()
@@ -381,7 +380,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	if err := w.p.Dispatch(ctx, &r); err != nil {
 		w.log.Warn("schedule retry; repair sweep will", "run_id", r.ID, "error", err)
 	}
-	met.Retried.Add(ctx, 1, telemetry.Fn(j.fn.name))
+	met.Retried.Add(ctx, 1, j.fn.attr)
 	_ = m.Ack()
 }
 

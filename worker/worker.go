@@ -12,12 +12,14 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Config configures a Worker. Every zero field takes the default named.
@@ -77,7 +79,7 @@ type Worker struct {
 
 	mu       sync.Mutex
 	fns      map[string]*fnEntry
-	running  map[string]context.CancelCauseFunc
+	running  map[string]*active
 	canceled map[string]time.Time
 	inflight sync.WaitGroup
 	started  bool
@@ -90,6 +92,14 @@ type fnEntry struct {
 	run  func(ctx context.Context, j *jobCore) error
 	sem  chan struct{}
 	cc   jetstream.ConsumeContext
+	attr metric.MeasurementOption
+}
+
+// active is a run in progress in this process.
+type active struct {
+	cancel context.CancelCauseFunc
+	msg    jetstream.Msg
+	job    *jobCore
 }
 
 // New returns a worker on js. It provisions streams and buckets
@@ -120,7 +130,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	return &Worker{
 		cfg: cfg, scfg: cfg.Streams.WithDefaults(), js: js, nc: js.Conn(), store: p.Store(), p: p,
 		log: cfg.Logger, now: cfg.Now,
-		fns: map[string]*fnEntry{}, running: map[string]context.CancelCauseFunc{}, canceled: map[string]time.Time{},
+		fns: map[string]*fnEntry{}, running: map[string]*active{}, canceled: map[string]time.Time{},
 	}, nil
 }
 
@@ -150,7 +160,7 @@ func Register[A any](w *Worker, fn jetflow.Function[A], h func(ctx context.Conte
 		o.MaxAttempts = 5
 	}
 	o.Backoff = o.Backoff.WithDefaults()
-	e := &fnEntry{name: fn.Name(), kind: fn.Kind(), opts: o, sem: make(chan struct{}, o.Concurrency)}
+	e := &fnEntry{name: fn.Name(), kind: fn.Kind(), opts: o, sem: make(chan struct{}, o.Concurrency), attr: telemetry.Fn(fn.Name())}
 	e.run = func(ctx context.Context, c *jobCore) error {
 		var args A
 		if err := decodeArgs(c.env.Args, &args); err != nil {
@@ -241,11 +251,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	return w.life.Start(ctx, func(ctx context.Context) {
 		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
+		hb := time.NewTicker(w.cfg.AckWait / 3)
+		defer hb.Stop()
 		for {
 			select {
 			case <-ctx.Done():
 				_ = sub.Unsubscribe()
 				return
+			case <-hb.C:
+				w.heartbeat(ctx)
 			case <-t.C:
 				_ = w.register(ctx, fns)
 				w.pruneCanceled()
@@ -282,8 +296,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 		w.mu.Lock()
-		for _, c := range w.running {
-			c(errWorkerStopping)
+		for _, a := range w.running {
+			a.cancel(errWorkerStopping)
 		}
 		w.mu.Unlock()
 	}
@@ -302,8 +316,8 @@ func (w *Worker) noteCancel(id string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.canceled[id] = w.now()
-	if c := w.running[id]; c != nil {
-		c(jetflow.ErrCanceled)
+	if a := w.running[id]; a != nil {
+		a.cancel(jetflow.ErrCanceled)
 	}
 }
 
@@ -322,5 +336,20 @@ func (w *Worker) pruneCanceled() {
 		if t.Before(cut) {
 			delete(w.canceled, id)
 		}
+	}
+}
+
+// heartbeat tells JetStream that every running run is still in progress,
+// and flushes coalesced progress.
+func (w *Worker) heartbeat(ctx context.Context) {
+	w.mu.Lock()
+	runs := make([]*active, 0, len(w.running))
+	for _, a := range w.running {
+		runs = append(runs, a)
+	}
+	w.mu.Unlock()
+	for _, a := range runs {
+		_ = a.msg.InProgress()
+		_ = a.job.flushProgress(ctx)
 	}
 }
