@@ -170,23 +170,30 @@ func (s *Scheduler) run(ctx context.Context) {
 		s.lease.Release(rctx)
 		cancel()
 	}()
+	var lastRenew time.Time
 	for {
-		actx, cancel := context.WithTimeout(ctx, every)
+		actx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/2)
 		err := s.lease.Acquire(actx)
 		cancel()
 		switch {
-		case err == nil && cur == nil:
-			tctx, tcancel := context.WithCancel(ctx)
-			cur = &term{cancel: tcancel, done: make(chan struct{})}
-			s.setLeader(true)
-			s.log.Info("scheduler is leader", "id", s.cfg.ID)
-			go func(done chan struct{}) {
-				defer close(done)
-				s.lead(tctx)
-			}(cur.done)
-		case err != nil && cur != nil:
+		case err == nil:
+			lastRenew = s.now()
+			if cur == nil {
+				tctx, tcancel := context.WithCancel(ctx)
+				cur = &term{cancel: tcancel, done: make(chan struct{})}
+				s.setLeader(true)
+				s.log.Info("scheduler is leader", "id", s.cfg.ID)
+				go func(done chan struct{}) {
+					defer close(done)
+					s.lead(tctx)
+				}(cur.done)
+			}
+		case cur != nil && (errors.Is(err, ErrNotLeader) || s.now().Sub(lastRenew) > s.cfg.LeaseTTL*3/4):
+			// Step down before the lease can pass to another scheduler.
 			s.log.Warn("scheduler lost the lease", "id", s.cfg.ID, "error", err)
 			endTerm()
+		case cur != nil:
+			s.log.Debug("lease renewal failed; retrying", "id", s.cfg.ID, "error", err)
 		}
 		select {
 		case <-ctx.Done():
