@@ -1,10 +1,3 @@
-// Package embedded runs a nats-server with JetStream inside the process: the
-// zero-setup default for development, tests and single-machine services.
-//
-// Durability is a named choice. SyncInterval (the default) fsyncs every
-// 10 ms: a process crash loses nothing, a power loss at most the last
-// interval's writes. SyncAlways fsyncs every write before it is
-// acknowledged: a power loss loses nothing acknowledged, at 10-30x the cost.
 package embedded
 
 import (

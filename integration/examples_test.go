@@ -1,0 +1,219 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/embedded"
+)
+
+// exampleSpec says how the test runs one program of examples/: the flags
+// that shorten its delays, and the lines its output must hold.
+type exampleSpec struct {
+	args []string
+	// url: the program takes --url, and is run a second time against a
+	// separate server.
+	url bool
+	// want are lines the output must contain, in this order.
+	want []string
+	// check inspects the whole output for what want cannot say.
+	check func(t *testing.T, out string)
+}
+
+var exampleSpecs = map[string]exampleSpec{
+	"selfdestruct": {
+		// The list "before" is printed a few milliseconds after the
+		// message is stored; 2 s leave a wide margin before it goes.
+		args: []string{"--after", "2s"},
+		url:  true,
+		want: []string{
+			"messages.send: success; messages.destruct scheduled in 2s",
+			"messages before: 2",
+			"  alice: this message self-destructs in 2s",
+			"  bob: this message stays",
+			"messages.destruct run: success",
+			"messages after: 1",
+			"  bob: this message stays",
+		},
+		check: func(t *testing.T, out string) {
+			_, after, _ := strings.Cut(out, "messages after:")
+			if strings.Contains(after, "alice") {
+				t.Errorf("alice's message is still listed after the destruct:\n%s", after)
+			}
+		},
+	},
+	"orderpayment": {
+		// Order 1 is paid a few milliseconds after it is created; 2 s
+		// leaves its check a wide margin before it is due.
+		args: []string{"--after", "2s"},
+		url:  true,
+		want: []string{
+			"order-1 created (a book, pending); order-1-payment-check scheduled in 2s",
+			"order-2 created (a lamp, pending); order-2-payment-check scheduled in 2s",
+			"(errors.Is ErrAlreadyExists: true)",
+			"order-1 paid; order-1-payment-check is canceled",
+			"orders.paymentCheck order-2: no payment, order expired",
+			"order-1-payment-check: canceled (handler runs: 0)",
+			"order-2-payment-check: success (handler runs: 1)",
+			"  order-1 (a book): paid",
+			"  order-2 (a lamp): expired",
+		},
+		check: func(t *testing.T, out string) {
+			if strings.Contains(out, "orders.paymentCheck order-1") {
+				t.Errorf("order 1's canceled check ran:\n%s", out)
+			}
+		},
+	},
+}
+
+// TestExamples builds every program in examples/ and runs it as its own
+// process, with short delays and a deadline: it must exit 0 and print what
+// its story promises. A new directory in examples/ is picked up by itself;
+// without an entry in exampleSpecs it runs with no flags and only its exit
+// code is checked.
+func TestExamples(t *testing.T) {
+	t.Parallel()
+	root := moduleRoot(t)
+	entries, err := os.ReadDir(filepath.Join(root, "examples"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() && hasGoFiles(t, filepath.Join(root, "examples", e.Name())) {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no programs in examples/")
+	}
+	for name := range exampleSpecs {
+		if !slices.Contains(names, name) {
+			t.Errorf("examples/%s is gone; remove it from exampleSpecs", name)
+		}
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			spec, known := exampleSpecs[name]
+			if !known {
+				t.Logf("examples/%s has no entry in exampleSpecs: run without flags, exit code checked only", name)
+			}
+			bin := goBuild(t, "./examples/"+name)
+			t.Run("embedded", func(t *testing.T) {
+				t.Parallel()
+				out := runExample(t, bin, spec.args...)
+				checkExample(t, spec, out)
+			})
+			if spec.url {
+				t.Run("url", func(t *testing.T) {
+					t.Parallel()
+					out := runExample(t, bin, append([]string{"--url", exampleServer(t)}, spec.args...)...)
+					checkExample(t, spec, out)
+				})
+			}
+		})
+	}
+}
+
+// exampleServer starts a server for an example run with --url and returns
+// its URL. Its fsync interval is 1 s, not the default 10 ms: nats-server
+// v2.15.2 assigns a new file store's sync timer without its lock
+// (filestore.go, setSyncTimer), and a timer that fires within 10 ms lets the
+// race detector of this test binary catch that upstream race.
+func exampleServer(t *testing.T) string {
+	t.Helper()
+	srv, err := embedded.Start(embedded.Options{Dir: t.TempDir(), SyncEvery: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	return srv.ClientURL()
+}
+
+// runExample runs bin with args under a deadline and returns its stdout; it
+// fails the test unless the program exits 0 by itself.
+func runExample(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.WaitDelay = 5 * time.Second
+	// Race reports are judged below, so that the exit code is the
+	// program's own.
+	cmd.Env = append(os.Environ(), "GORACE=exitcode=0")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	ours, upstream := dataRaces(stderr.String())
+	for _, r := range ours {
+		t.Errorf("%s: data race:\n%s", filepath.Base(bin), r)
+	}
+	for _, r := range upstream {
+		t.Logf("%s: data race inside nats-server (the embedded server's own code, not jetflow's); ignored:\n%s", filepath.Base(bin), r)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("%s %v did not exit within the deadline\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), args, stdout.String(), stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("%s %v: %v\nstdout:\n%s\nstderr:\n%s", filepath.Base(bin), args, err, stdout.String(), stderr.String())
+	}
+	t.Logf("%s %v:\n%s", filepath.Base(bin), args, stdout.String())
+	return stdout.String()
+}
+
+// checkExample finds spec.want in out, line by line and in order, then runs
+// spec.check.
+func checkExample(t *testing.T, spec exampleSpec, out string) {
+	t.Helper()
+	lines := strings.Split(out, "\n")
+	i := 0
+	for _, want := range spec.want {
+		for i < len(lines) && !strings.Contains(lines[i], want) {
+			i++
+		}
+		if i == len(lines) {
+			t.Errorf("output lacks %q (or has it out of order):\n%s", want, out)
+			return
+		}
+		i++
+	}
+	if spec.check != nil {
+		spec.check(t, out)
+	}
+}
+
+func hasGoFiles(t *testing.T, dir string) bool {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(m) > 0
+}
+
+// dataRaces splits the race detector's reports in stderr into those with a
+// jetflow frame in a racing access, and those entirely inside nats-server
+// (the embedded server the examples run in-process).
+func dataRaces(stderr string) (ours, upstream []string) {
+	const sep = "==================\nWARNING: DATA RACE"
+	parts := strings.Split(stderr, sep)
+	for _, p := range parts[1:] {
+		report, _, _ := strings.Cut(p, "==================")
+		// The racing accesses come before the stacks that created the goroutines.
+		access, _, _ := strings.Cut(report, "\nGoroutine ")
+		if strings.Contains(access, "github.com/jetflow-dev/jetflow") || !strings.Contains(access, "github.com/nats-io/nats-server/") {
+			ours = append(ours, "WARNING: DATA RACE"+report)
+		} else {
+			upstream = append(upstream, "WARNING: DATA RACE"+report)
+		}
+	}
+	return ours, upstream
+}

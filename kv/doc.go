@@ -1,0 +1,25 @@
+// Package kv owns jetflow's buckets: their key layout, the codec of their
+// records and the compare-and-swap writes every state change goes through.
+// Roles use it through a Store; applications read run status with the
+// producer instead.
+//
+// # Runs bucket
+//
+// <prefix>_runs holds one record per run, key = run id, value = the JSON of
+// a jetflow.Run. Every write carries Nats-Expected-Last-Subject-Sequence:
+// 0 to create (ErrExists when the id is taken), the revision read to update
+// (ErrConflict when someone wrote first: the newer state stands). Headers
+// mirror record fields (Jetflow-State, Jetflow-Function, Jetflow-Due) so
+// that scans read headers only. Terminal records carry a Nats-TTL of the
+// retention period, so JetStream itself removes them; a pending record never
+// expires.
+//
+// # Delayed bucket
+//
+// <prefix>_delayed holds the runs due later under <due unix second>.<run
+// id>, so the scheduler reads one second's entries with a key filter. Each
+// value is a Delayed: the envelope that starts the run and its due time.
+//
+// The layout is also written down, for other languages, in
+// docs/wire-format.md.
+package kv

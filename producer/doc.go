@@ -1,0 +1,41 @@
+// Package producer schedules runs and reads their status. A service that
+// only enqueues work imports this package alone: it never pulls in the
+// worker or the scheduler.
+//
+//	p, err := producer.New(ctx, js, producer.Config{})
+//	id, err := p.Enqueue(ctx, SendEmail.With(EmailArgs{To: "a@b.c"}))
+//	id, err = p.RunAfter(ctx, 30*time.Minute, CheckPayment.With(args),
+//		producer.WithID("order-42-payment-check"))
+//	run, err := p.Wait(ctx, id) // or Get, Watch, List
+//	err = p.Cancel(ctx, id)
+//
+// New provisions jetflow's streams and buckets (idempotently, from any
+// number of processes). A Producer is safe for concurrent use and does not
+// own the connection it is given.
+//
+// # Scheduling
+//
+// Enqueue, RunAfter and RunAt write the run's record (state pending) and
+// then make it startable: a run due now is published to its function's
+// subject, a run due later is stored for the scheduler. They return the run
+// id once the record is durable; a crash before the publish is repaired by
+// the scheduler's sweep, so an id returned is a run that will end.
+//
+// Options tune one run: WithID gives it an idempotency key (an id that
+// exists returns ErrAlreadyExists with that id, never a second run),
+// WithMaxAttempts and WithTimeout override the function's settings.
+//
+// Batch schedules up to MaxBatch runs all or none, in one atomic JetStream
+// batch. Limits are checked before anything is written: ErrTooManyRuns,
+// ErrArgsTooLarge (MaxBatchArgs in one call, or one run's args above the
+// server's max payload).
+//
+// # Status
+//
+// Get reads a run's record; List pages through records by state and
+// function; Watch pushes each change of one run (state, attempts, progress)
+// and closes after a terminal state; Wait blocks until then. Cancel stops a
+// pending run before it starts and cancels a running one (its handler's
+// context ends with cause jetflow.ErrCanceled), recursively through the runs
+// it scheduled; canceling a run that has ended is a no-op.
+package producer

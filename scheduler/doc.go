@@ -1,0 +1,38 @@
+// Package scheduler does what must happen once in a jetflow deployment:
+// it publishes delayed runs when they are due, repairs runs whose message
+// was never published, and evaluates crons.
+//
+//	s, err := scheduler.New(ctx, js, scheduler.Config{})
+//	if err := s.Start(ctx); err != nil { ... }
+//	defer s.Stop(ctx)
+//
+// Any number of schedulers may run, in any processes: one leader, elected
+// with a lease in a KV bucket (a key with a TTL, renewed by
+// compare-and-swap), does the work and the others stand by. When the leader
+// stops, it gives the lease up; when it dies, a standby takes over after
+// Config.LeaseTTL. Correctness never depends on a single leader: publishes
+// are deduplicated by run id and every state change is a compare-and-swap,
+// so two leaders at once cost work, not correctness.
+//
+// # Delayed runs
+//
+// A run due later waits in the delayed bucket under <due unix second>.<run
+// id>. The leader keeps the entries due within Config.Horizon in memory and
+// reads each later second when it comes within the horizon, so a tick costs
+// in proportion to the runs due, not to every run waiting: a million runs
+// due next week do not slow down the one due now.
+//
+// # Repair
+//
+// Every Config.RepairInterval the leader looks for pending runs that are
+// past due by Config.RepairGrace and have neither a delayed entry nor a
+// queued message (a producer crashed between writing the record and
+// publishing it) and publishes them. Repair can also be called directly.
+//
+// # Crons
+//
+// Crons are named schedules (Interval, Hourly, Daily, Weekly, Monthly or a
+// cron expression, in an IANA time zone) that start a run each time they
+// fire. The next fire time is computed from the previous scheduled time,
+// never from now, so crons do not drift. See CronDef and Crons.
+package scheduler

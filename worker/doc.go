@@ -1,0 +1,63 @@
+// Package worker runs the handlers of jetflow functions.
+//
+//	w, err := worker.New(ctx, js, worker.Config{})
+//	worker.Handle(w, SendEmail, func(ctx context.Context, j *worker.Job[EmailArgs]) error {
+//		return send(ctx, j.Args.To)
+//	}, worker.Options{MaxAttempts: 5, Timeout: time.Minute})
+//	if err := w.Start(ctx); err != nil { ... }
+//	defer w.Stop(ctx)
+//
+// Each function gets one durable JetStream pull consumer, shared by every
+// worker that serves it; Options.Concurrency bounds the runs one process
+// runs at once and Options.MaxParallel those in flight across all workers.
+// Handle registers a handler and panics on a registration error (for program
+// start-up, like http.Handle); Register returns the error instead.
+//
+// # Outcomes
+//
+// The handler's return value decides what happens next:
+//
+//   - nil: the run succeeds; a value given to j.SetResult is stored on its
+//     record.
+//   - jetflow.Permanent(err): the run fails now, without more attempts.
+//   - jetflow.RetryAfter(d, err): the next attempt starts after d.
+//   - any other error: the next attempt starts after the function's Backoff
+//     (exponential with full jitter), until Options.MaxAttempts are spent.
+//   - a panic is recovered and the run fails with jetflow.ErrPanic and the
+//     stack; undecodable arguments fail it with jetflow.ErrBadArgs; a
+//     timeout (Options.Timeout) fails it with jetflow.ErrTimeout.
+//
+// AtMostOnce functions are never retried: their run is claimed (written
+// inProgress) before the handler starts, and a worker lost mid-run leaves it
+// failed with jetflow.ErrWorkerLost.
+//
+// The outcome is written with a compare-and-swap on the record's revision,
+// then the message is acknowledged: a duplicate delivery, or a worker that
+// comes back after its run was handed to another, cannot overwrite a newer
+// outcome; its result is discarded.
+//
+// # Inside a handler
+//
+// A Job carries the decoded Args and the run's id, attempt and times.
+// j.Progress reports progress (coalesced writes, watched live with
+// producer.Watch); j.Enqueue, j.RunAfter and j.RunAt schedule child runs,
+// which are committed only if a retryable attempt succeeds and are canceled
+// with their parent. The handler's context ends with cause
+// jetflow.ErrCanceled when the run is canceled and jetflow.ErrTimeout when it
+// times out.
+//
+// # Bad input
+//
+// A message the worker cannot use (no usable run id, an unreadable header)
+// never crashes it and is never dropped: it becomes a failed record whose
+// error names jetflow.ErrBadMessage and the reason. Messages published by
+// other producers, in any language, are welcome: the worker creates their
+// record (docs/wire-format.md).
+//
+// # Lifecycle
+//
+// Start returns at once; Stop stops taking runs, waits for running handlers
+// and returns the others to the stream unharmed; Stopped is closed when the
+// worker has stopped. The worker does not own the connection it is given and
+// installs no signal handlers.
+package worker
