@@ -28,8 +28,21 @@ func decodeArgs(data []byte, v any) error {
 // dispatch is called by the consumer for each message; it waits for a slot
 // and runs the message in its own goroutine.
 func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
-	e.sem <- struct{}{}
+	select {
+	case e.sem <- struct{}{}:
+	case <-w.stopCh:
+		_ = m.Nak() // stopping: back to the stream, unharmed
+		return
+	}
+	w.mu.Lock()
+	if w.stopping {
+		w.mu.Unlock()
+		<-e.sem
+		_ = m.Nak()
+		return
+	}
 	w.inflight.Add(1)
+	w.mu.Unlock()
 	go func() {
 		defer func() { <-e.sem; w.inflight.Done() }()
 		w.process(e, m)

@@ -83,6 +83,8 @@ type Worker struct {
 	canceled map[string]time.Time
 	inflight sync.WaitGroup
 	started  bool
+	stopping bool
+	stopCh   chan struct{}
 }
 
 type fnEntry struct {
@@ -131,6 +133,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		cfg: cfg, scfg: cfg.Streams.WithDefaults(), js: js, nc: js.Conn(), store: p.Store(), p: p,
 		log: cfg.Logger, now: cfg.Now,
 		fns: map[string]*fnEntry{}, running: map[string]*active{}, canceled: map[string]time.Time{},
+		stopCh: make(chan struct{}),
 	}, nil
 }
 
@@ -282,12 +285,30 @@ func (w *Worker) stopConsumers(fns []*fnEntry) {
 // as their kind says) and Stop returns ctx's error.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
+	if !w.stopping {
+		w.stopping = true
+		close(w.stopCh)
+	}
 	fns := make([]*fnEntry, 0, len(w.fns))
 	for _, e := range w.fns {
 		fns = append(fns, e)
 	}
 	w.mu.Unlock()
-	w.stopConsumers(fns)
+	// Drain hands buffered messages to dispatch, which gives them back.
+	for _, e := range fns {
+		if e.cc != nil {
+			e.cc.Drain()
+		}
+	}
+	for _, e := range fns {
+		if e.cc == nil {
+			continue
+		}
+		select {
+		case <-e.cc.Closed():
+		case <-ctx.Done():
+		}
+	}
 	done := make(chan struct{})
 	go func() { w.inflight.Wait(); close(done) }()
 	var err error

@@ -49,7 +49,11 @@ func Start(t testing.TB) *Env {
 
 func (e *Env) boot(port int) {
 	e.T.Helper()
-	s, err := embedded.Start(embedded.Options{Dir: e.Dir, Port: port})
+	// A sync interval of a second rather than the product's 10 ms: with a
+	// very short interval, nats-server v2.15.2's file store races on its
+	// sync timer at stream creation (fileStore.setSyncTimer), which -race
+	// reports. Durability settings do not change any behaviour under test.
+	s, err := embedded.Start(embedded.Options{Dir: e.Dir, Port: port, SyncEvery: time.Second})
 	if err != nil {
 		e.T.Fatal(err)
 	}
