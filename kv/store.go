@@ -384,3 +384,38 @@ func parseMillis(v string) time.Time {
 	}
 	return time.UnixMilli(n).UTC()
 }
+
+// QueuedRun finds the waiting message of run id when the function is not
+// known (a run published by another producer has no record until a worker
+// takes it). It looks for functions of up to 8 tokens.
+func (s *Store) QueuedRun(ctx context.Context, id string) (*jetflow.Run, bool, error) {
+	pfx := s.cfg.Prefix + ".fn."
+	for depth := 1; depth <= 8; depth++ {
+		subj := pfx + strings.Repeat("*.", depth) + id
+		m, err := s.fstream.GetLastMsgForSubject(ctx, subj)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		e, err := s.cfg.ParseMessage(m.Subject, m.Header, m.Data)
+		if err != nil {
+			return nil, false, nil
+		}
+		created := e.Created
+		if created.IsZero() {
+			created = m.Time.UTC()
+		}
+		sched := e.Scheduled
+		if sched.IsZero() {
+			sched = created
+		}
+		return &jetflow.Run{
+			ID: e.ID, Name: e.Function, Args: e.Args, State: jetflow.Pending,
+			ScheduledTime: sched, CreationTime: created, Attempts: e.Attempt - 1,
+			MaxAttempts: e.MaxAttempts, Timeout: e.Timeout, Parent: e.Parent,
+		}, true, nil
+	}
+	return nil, false, nil
+}

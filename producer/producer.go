@@ -210,10 +210,24 @@ func (p *Producer) checkSize(n int) error {
 	return nil
 }
 
-// Get returns the record of run id. Errors: jetflow.ErrNotFound,
+// Get returns the record of run id. A run published by another producer
+// that no worker has taken yet has no record: Get then answers from its
+// waiting message, as pending (Revision 0). Errors: jetflow.ErrNotFound,
 // jetflow.ErrInvalidRunID.
 func (p *Producer) Get(ctx context.Context, id string) (*jetflow.Run, error) {
-	return p.store.Get(ctx, id)
+	r, err := p.store.Get(ctx, id)
+	if !errors.Is(err, jetflow.ErrNotFound) {
+		return r, err
+	}
+	q, ok, qerr := p.store.QueuedRun(ctx, id)
+	if qerr != nil || !ok {
+		return nil, err
+	}
+	// The worker may have written the record meanwhile: KV first, again.
+	if r, err2 := p.store.Get(ctx, id); err2 == nil {
+		return r, nil
+	}
+	return q, nil
 }
 
 // Item is one run of a Batch call.

@@ -308,3 +308,24 @@ func TestUnservedFunctionWaitsPending(t *testing.T) {
 		t.Fatalf("state %s", r.State)
 	}
 }
+
+func TestForeignRunIsPendingBeforeAnyWorker(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{})
+	cfg := streams.Config{}.WithDefaults()
+	m := nats.NewMsg(cfg.FunctionSubject("test.echo", "foreign-7"))
+	m.Header.Set("Nats-Msg-Id", "foreign-7")
+	m.Data = []byte(`{"n":7}`)
+	if _, err := e.JS.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+	r, err := e.P.Get(context.Background(), "foreign-7")
+	if err != nil || r.State != jetflow.Pending || r.Name != "test.echo" || string(r.Args) != `{"n":7}` {
+		t.Fatalf("before any worker: %+v %v", r, err)
+	}
+	worker.Handle(e.W, echo, func(ctx context.Context, j *worker.Job[echoArgs]) error { return nil })
+	e.start(t)
+	if r := e.wait(t, "foreign-7"); r.State != jetflow.Success {
+		t.Fatalf("state %s", r.State)
+	}
+}
