@@ -2,15 +2,23 @@
 // management, and the benchmark.
 //
 //	go run ./cmd/jetflow dev                 # embedded server + scheduler + example worker
-//	jetflow runs list|get|cancel ...
+//	jetflow runs list|get|cancel|watch ...
 //	jetflow enqueue <function> <json> [--after 5s]
+//	jetflow functions list
 //	jetflow bench
+//
+// Every client command takes --url (default $JETFLOW_URL, else
+// nats://127.0.0.1:4222) and --prefix (default jetflow). Output goes to the
+// writers carried by the command's context (see withOutput), so tests run
+// commands in-process and in parallel.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
@@ -22,7 +30,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// command is one subcommand. Each file registers its own in init().
+// command is one subcommand. Each file registers its own in init(). run
+// writes to stdout(ctx) and stderr(ctx), never to os.Stdout directly.
 type command struct {
 	usage string
 	run   func(ctx context.Context, args []string) error
@@ -48,9 +57,52 @@ func main() {
 		os.Exit(2)
 	}
 	if err := c.run(ctx, os.Args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
 		fmt.Fprintln(os.Stderr, "jetflow:", err)
 		os.Exit(1)
 	}
+}
+
+type outputKey struct{}
+
+type outputs struct{ out, err io.Writer }
+
+// withOutput returns a context whose commands write their output to out and
+// their warnings and errors to errw (tests capture both this way).
+func withOutput(ctx context.Context, out, errw io.Writer) context.Context {
+	return context.WithValue(ctx, outputKey{}, outputs{out: out, err: errw})
+}
+
+// stdout is where a command prints its output: os.Stdout unless the
+// context says otherwise.
+func stdout(ctx context.Context) io.Writer {
+	if o, ok := ctx.Value(outputKey{}).(outputs); ok && o.out != nil {
+		return o.out
+	}
+	return os.Stdout
+}
+
+// stderr is where a command prints warnings: os.Stderr unless the context
+// says otherwise.
+func stderr(ctx context.Context) io.Writer {
+	if o, ok := ctx.Value(outputKey{}).(outputs); ok && o.err != nil {
+		return o.err
+	}
+	return os.Stderr
+}
+
+// newFlagSet returns a flag set for command name whose usage and errors go
+// to stderr(ctx).
+func newFlagSet(ctx context.Context, name, args string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr(ctx))
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: jetflow %s %s\n", name, args)
+		fs.PrintDefaults()
+	}
+	return fs
 }
 
 func usage() {

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// client is a connection and a producer for one command.
+type client struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+	p  *producer.Producer
+	sc streams.Config
+}
+
+func (c *client) Close() { c.nc.Close() }
+
+// client connects and opens a producer on the server's jetflow streams.
+// producer.New provisions (create or update), so the replicas, storage and
+// duplicate window of streams that exist already are read first and kept:
+// a CLI command never reshapes an application's streams.
+func (c *connFlags) client(ctx context.Context) (*client, error) {
+	nc, js, err := c.connect()
+	if err != nil {
+		return nil, err
+	}
+	sc := c.streams().WithDefaults()
+	s, err := js.Stream(ctx, sc.FunctionStream())
+	switch {
+	case err == nil:
+		cfg := s.CachedInfo().Config
+		sc.Replicas, sc.Storage, sc.DuplicateWindow = cfg.Replicas, cfg.Storage, cfg.Duplicates
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+		nc.Close()
+		return nil, fmt.Errorf("%s: JetStream is not enabled on this server", c.url)
+	default:
+		nc.Close()
+		return nil, fmt.Errorf("%s: %w", c.url, err)
+	}
+	p, err := producer.New(ctx, js, producer.Config{Streams: sc})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return &client{nc: nc, js: js, p: p, sc: sc}, nil
+}
+
+// notFoundError reads "run X: not found" and matches jetflow.ErrNotFound.
+type notFoundError struct{ what, id string }
+
+func (e *notFoundError) Error() string { return e.what + " " + e.id + ": not found" }
+func (e *notFoundError) Unwrap() error { return jetflow.ErrNotFound }
+
+// getRun reads run id, with a clear error for an unknown or invalid id.
+func (c *client) getRun(ctx context.Context, id string) (*jetflow.Run, error) {
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return nil, fmt.Errorf("run %q: not a valid run id (letters, digits, '_' or '-'): %w", id, err)
+	}
+	r, err := c.p.Get(ctx, id)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return nil, &notFoundError{"run", id}
+	}
+	return r, err
+}
+
+// functions returns what live workers serve, read from the functions
+// bucket (key <worker id>.<function>, value worker.FunctionInfo, each with
+// a TTL the worker renews: entries of workers gone have expired). fn ""
+// reads every function, else only fn.
+func (c *client) functions(ctx context.Context, fn string) ([]worker.FunctionInfo, error) {
+	kv, err := c.js.KeyValue(ctx, c.sc.FunctionsBucket())
+	if err != nil {
+		return nil, fmt.Errorf("functions bucket: %w", err)
+	}
+	filter := ">"
+	if fn != "" {
+		filter = "*." + fn
+	}
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("functions bucket: %w", err)
+	}
+	defer w.Stop()
+	var out []worker.FunctionInfo
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return out, nil
+			}
+			if e == nil {
+				return out, nil
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var fi worker.FunctionInfo
+			if err := json.Unmarshal(e.Value(), &fi); err != nil {
+				continue
+			}
+			if fi.Name == "" {
+				_, fi.Name, _ = strings.Cut(e.Key(), ".")
+			}
+			if fi.Worker == "" {
+				fi.Worker, _, _ = strings.Cut(e.Key(), ".")
+			}
+			out = append(out, fi)
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
+)
+
+func init() {
+	register("enqueue", "schedule a run: enqueue <function> <json> [--after 5s] [--at RFC3339] [--id ID]", runEnqueue)
+}
+
+func runEnqueue(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "enqueue", "<function> [<json args>] [--after 5s | --at RFC3339] [--id ID] [--max-attempts N]")
+	var cf connFlags
+	cf.add(fs)
+	after := fs.Duration("after", 0, "start the run after this delay (e.g. 5s, 10m)")
+	at := fs.String("at", "", "start the run at this time, RFC 3339 (e.g. 2026-12-25T09:00:00Z)")
+	id := fs.String("id", "", "run id, an idempotency key (default: generated)")
+	maxAttempts := fs.Int("max-attempts", 0, "attempts of this run, first included (default: the function's)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		fs.Usage()
+		return fmt.Errorf("enqueue: want a function name and its JSON arguments, got %d arguments", len(pos))
+	}
+	fn, raw := pos[0], "{}"
+	if len(pos) == 2 {
+		raw = pos[1]
+	}
+	if err := jetflow.ValidateName(fn); err != nil {
+		return fmt.Errorf("enqueue: function %q: dot-separated tokens of letters, digits, '_' and '-' (e.g. emails.send): %w", fn, err)
+	}
+	if err := checkJSON(raw); err != nil {
+		return fmt.Errorf("enqueue: arguments %s: %w", raw, err)
+	}
+	if *id != "" {
+		if err := jetflow.ValidateRunID(*id); err != nil {
+			return fmt.Errorf("enqueue: --id %q: 1-200 letters, digits, '_' or '-': %w", *id, err)
+		}
+	}
+	if *maxAttempts < 0 {
+		return fmt.Errorf("enqueue: --max-attempts %d: must be positive", *maxAttempts)
+	}
+	var when time.Time
+	switch {
+	case *at != "" && *after != 0:
+		return errors.New("enqueue: give --after or --at, not both")
+	case *at != "":
+		when, err = time.Parse(time.RFC3339Nano, *at)
+		if err != nil {
+			return fmt.Errorf("enqueue: --at %q: not an RFC 3339 time such as 2026-12-25T09:00:00Z", *at)
+		}
+	case *after < 0:
+		return fmt.Errorf("enqueue: --after %s: must not be negative", *after)
+	case *after > 0:
+		when = time.Now().Add(*after)
+	}
+	var opts []producer.Option
+	if *id != "" {
+		opts = append(opts, producer.WithID(*id))
+	}
+	if *maxAttempts > 0 {
+		opts = append(opts, producer.WithMaxAttempts(*maxAttempts))
+	}
+	c, err := cf.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	runID, err := c.p.RunAt(ctx, when, jetflow.RawCall(fn, json.RawMessage(raw)), opts...)
+	if errors.Is(err, producer.ErrAlreadyExists) {
+		return fmt.Errorf("run %s already exists; not scheduled again (see jetflow runs get %s)", runID, runID)
+	}
+	if err != nil {
+		return fmt.Errorf("enqueue %s: %w", fn, err)
+	}
+	fmt.Fprintln(stdout(ctx), runID)
+	served, err := c.functions(ctx, fn)
+	switch {
+	case err != nil:
+		fmt.Fprintf(stderr(ctx), "warning: could not read which workers serve %s: %v\n", fn, err)
+	case len(served) == 0:
+		fmt.Fprintf(stderr(ctx), "warning: no worker serves %s right now; run %s waits as pending until one does\n", fn, runID)
+	}
+	return nil
+}
+
+// checkJSON says where JSON text is broken, with a hint about shell quoting.
+func checkJSON(raw string) error {
+	var v any
+	err := json.Unmarshal([]byte(raw), &v)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fmt.Errorf("not valid JSON at byte %d: %v (quote the arguments for the shell: '{\"name\":\"x\"}')", se.Offset, se)
+	}
+	return fmt.Errorf("not valid JSON: %v", err)
+}

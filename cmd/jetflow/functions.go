@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/worker"
+)
+
+func init() {
+	register("functions", "list the functions workers serve: functions list", runFunctions)
+}
+
+// functionRow is one function of `functions list`, summed over its workers.
+type functionRow struct {
+	Name        string    `json:"name"`
+	Kind        string    `json:"kind"`
+	Workers     []string  `json:"workers"`
+	Concurrency int       `json:"concurrency"`
+	MaxParallel int       `json:"maxParallel"`
+	MaxAttempts int       `json:"maxAttempts"`
+	LastSeen    time.Time `json:"lastSeen"`
+}
+
+func runFunctions(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] != "list" && args[0] != "ls" {
+		fmt.Fprintln(stderr(ctx), "usage: jetflow functions list [--json] [--url URL] [--prefix P]")
+		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			return flagErrHelp(len(args) == 0)
+		}
+		return fmt.Errorf("functions: unknown subcommand %q", args[0])
+	}
+	fs := newFlagSet(ctx, "functions list", "[--json]")
+	var cf connFlags
+	cf.add(fs)
+	asJSON := fs.Bool("json", false, "print as JSON")
+	pos, err := parseInterleaved(fs, args[1:])
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("functions list: unexpected argument %q", pos[0])
+	}
+	c, err := cf.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	infos, err := c.functions(ctx, "")
+	if err != nil {
+		return err
+	}
+	rows := groupFunctions(infos)
+	out := stdout(ctx)
+	if *asJSON {
+		return writeJSON(out, rows)
+	}
+	if len(rows) == 0 {
+		fmt.Fprintln(out, "no worker serves any function right now (workers register theirs when they start)")
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FUNCTION\tKIND\tWORKERS\tCONCURRENCY\tMAX ATTEMPTS\tLAST SEEN")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s ago\n", r.Name, r.Kind, len(r.Workers), r.Concurrency,
+			r.MaxAttempts, humanAge(time.Since(r.LastSeen)))
+	}
+	return tw.Flush()
+}
+
+// groupFunctions sums the registry entries per function, sorted by name.
+func groupFunctions(infos []worker.FunctionInfo) []functionRow {
+	by := map[string]*functionRow{}
+	for _, fi := range infos {
+		r := by[fi.Name]
+		if r == nil {
+			r = &functionRow{Name: fi.Name, Kind: string(fi.Kind), MaxAttempts: fi.MaxAttempts}
+			if fi.Kind == jetflow.AtMostOnce {
+				r.MaxAttempts = 1 // never run twice, whatever the options say
+			}
+			by[fi.Name] = r
+		}
+		r.Workers = append(r.Workers, fi.Worker)
+		r.Concurrency += fi.Concurrency
+		r.MaxParallel = max(r.MaxParallel, fi.MaxParallel)
+		if fi.Seen.After(r.LastSeen) {
+			r.LastSeen = fi.Seen
+		}
+	}
+	rows := make([]functionRow, 0, len(by))
+	for _, r := range by {
+		sort.Strings(r.Workers)
+		rows = append(rows, *r)
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
+	return rows
+}
+
+func humanAge(d time.Duration) string {
+	if d < time.Second {
+		return "<1s"
+	}
+	return d.Round(time.Second).String()
+}

@@ -1,0 +1,476 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
+)
+
+func init() {
+	register("runs", "list, get, cancel or watch runs: runs list|get|cancel|watch", runRuns)
+}
+
+const runsUsage = `usage: jetflow runs <subcommand> [flags]
+
+  runs list [--state S] [--function F] [--limit N] [--after ID] [--json]
+  runs get <id> [--json]
+  runs cancel <id>
+  runs watch <id>
+
+Every subcommand takes --url (default $JETFLOW_URL or nats://127.0.0.1:4222)
+and --prefix (default jetflow).`
+
+func runRuns(ctx context.Context, args []string) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintln(stderr(ctx), runsUsage)
+		return flagErrHelp(len(args) == 0)
+	}
+	switch args[0] {
+	case "list", "ls":
+		return runsList(ctx, args[1:])
+	case "get", "show":
+		return runsGet(ctx, args[1:])
+	case "cancel":
+		return runsCancel(ctx, args[1:])
+	case "watch":
+		return runsWatch(ctx, args[1:])
+	}
+	fmt.Fprintln(stderr(ctx), runsUsage)
+	return fmt.Errorf("runs: unknown subcommand %q", args[0])
+}
+
+// flagErrHelp is the error of a command asked for help (nil) or called
+// without arguments (an error, so that the exit code says so).
+func flagErrHelp(missing bool) error {
+	if missing {
+		return errors.New("missing subcommand")
+	}
+	return nil
+}
+
+func runsList(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "runs list", "[--state S] [--function F] [--limit N] [--after ID] [--json]")
+	var cf connFlags
+	cf.add(fs)
+	state := fs.String("state", "", "only runs in this state: pending, inProgress, success, failed or canceled")
+	function := fs.String("function", "", "only runs of this function")
+	limit := fs.Int("limit", 50, "page size (at most 1000)")
+	after := fs.String("after", "", "cursor: list runs with ids after this one (the last id of the previous page)")
+	asJSON := fs.Bool("json", false, "print the page as JSON")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return fmt.Errorf("runs list: unexpected argument %q", pos[0])
+	}
+	st := jetflow.State(*state)
+	if st != "" && !st.Valid() {
+		if v, ok := stateByName(*state); ok {
+			st = v
+		} else {
+			return fmt.Errorf("runs list: unknown state %q (pending, inProgress, success, failed, canceled)", *state)
+		}
+	}
+	if *limit < 1 || *limit > 1000 {
+		return fmt.Errorf("runs list: --limit %d: must be 1 to 1000", *limit)
+	}
+	c, err := cf.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	page, err := c.p.List(ctx, producer.Filter{State: st, Function: *function, Limit: *limit, After: *after})
+	if err != nil {
+		return err
+	}
+	out := stdout(ctx)
+	if *asJSON {
+		runs := page.Runs
+		if runs == nil {
+			runs = []*jetflow.Run{}
+		}
+		return writeJSON(out, struct {
+			Runs []*jetflow.Run `json:"runs"`
+			Next string         `json:"next,omitempty"`
+		}{runs, page.Next})
+	}
+	if len(page.Runs) == 0 {
+		fmt.Fprintln(out, "no runs")
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tFUNCTION\tSTATE\tATTEMPTS\tSCHEDULED\tCOMPLETED\tERROR")
+	for _, r := range page.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Name, r.State, r.Attempts,
+			shortTime(r.ScheduledTime), shortTime(r.CompletedTime), oneLine(r.Error, 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.Next != "" {
+		fmt.Fprintf(out, "more: jetflow runs list --after %s\n", page.Next)
+	}
+	return nil
+}
+
+// stateByName accepts states case-insensitively (inprogress, in_progress).
+func stateByName(s string) (jetflow.State, bool) {
+	norm := strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(s))
+	for _, st := range []jetflow.State{jetflow.Pending, jetflow.InProgress, jetflow.Success, jetflow.Failed, jetflow.Canceled} {
+		if strings.ToLower(string(st)) == norm {
+			return st, true
+		}
+	}
+	return "", false
+}
+
+// oneRunArgs parses the flags of a subcommand that takes one run id.
+func oneRunArgs(ctx context.Context, name string, args []string, extra func(fs *flag.FlagSet)) (*connFlags, string, error) {
+	fs := newFlagSet(ctx, name, "<id>")
+	var cf connFlags
+	cf.add(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, "", err
+	}
+	if len(pos) != 1 {
+		fs.Usage()
+		return nil, "", fmt.Errorf("%s: want one run id, got %d arguments", name, len(pos))
+	}
+	return &cf, pos[0], nil
+}
+
+func runsGet(ctx context.Context, args []string) error {
+	var asJSON *bool
+	cf, id, err := oneRunArgs(ctx, "runs get", args, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print the record as JSON")
+	})
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r, err := c.getRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return writeJSON(stdout(ctx), r)
+	}
+	return printRun(stdout(ctx), r)
+}
+
+func runsCancel(ctx context.Context, args []string) error {
+	cf, id, err := oneRunArgs(ctx, "runs cancel", args, nil)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	before, err := c.getRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	if before.State.Terminal() {
+		fmt.Fprintf(stdout(ctx), "run %s already ended (%s); nothing to cancel\n", id, before.State)
+		return nil
+	}
+	if err := c.p.Cancel(ctx, id); err != nil {
+		if errors.Is(err, jetflow.ErrNotFound) {
+			return &notFoundError{"run", id}
+		}
+		return fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	after, err := c.getRun(ctx, id)
+	if err != nil {
+		return err
+	}
+	switch after.State {
+	case jetflow.Canceled:
+		fmt.Fprintf(stdout(ctx), "run %s canceled (was %s)\n", id, before.State)
+	default:
+		// It ended on its own between the read and the cancel.
+		fmt.Fprintf(stdout(ctx), "run %s ended as %s before it could be canceled\n", id, after.State)
+	}
+	return nil
+}
+
+func runsWatch(ctx context.Context, args []string) error {
+	cf, id, err := oneRunArgs(ctx, "runs watch", args, nil)
+	if err != nil {
+		return err
+	}
+	c, err := cf.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := c.getRun(ctx, id); err != nil {
+		return err
+	}
+	ch, err := c.p.Watch(ctx, id)
+	if err != nil {
+		return err
+	}
+	out := stdout(ctx)
+	var last *jetflow.Run
+	for r := range ch {
+		if last == nil || notable(last, r) {
+			fmt.Fprintln(out, describeChange(last, r))
+		}
+		last = r
+	}
+	if last != nil && last.State.Terminal() {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil // interrupted: not an error of the run
+	}
+	return fmt.Errorf("watch of run %s ended before the run did", id)
+}
+
+// describeChange is one line about record r, compared with prev (nil for
+// the first record seen):
+//
+//	12:00:01.123  demo.hello  4bX...  pending -> success  (attempt 1, 3 ms)
+func describeChange(prev, r *jetflow.Run) string {
+	var b strings.Builder
+	ts := time.Now()
+	if prev == nil && r.State.Terminal() && !r.CompletedTime.IsZero() {
+		ts = r.CompletedTime // an old record, first seen now
+	}
+	fmt.Fprintf(&b, "%s  %s  %s  ", ts.Local().Format("15:04:05.000"), r.Name, r.ID)
+	from := "new"
+	if prev != nil {
+		from = string(prev.State)
+	}
+	if prev != nil && prev.State == r.State && prev.Attempts == r.Attempts && r.Progress != nil &&
+		!sameProgress(prev.Progress, r.Progress) {
+		fmt.Fprintf(&b, "%s  progress %s", r.State, progressText(r.Progress))
+		return b.String()
+	}
+	if prev == nil && (r.State != jetflow.Pending || r.Attempts > 0) {
+		fmt.Fprintf(&b, "is %s", r.State) // first seen in the middle of its life
+	} else {
+		fmt.Fprintf(&b, "%s -> %s", from, r.State)
+	}
+	var notes []string
+	switch {
+	case r.State == jetflow.Pending && r.Attempts == 0:
+		if d := time.Until(r.ScheduledTime); d > 50*time.Millisecond {
+			notes = append(notes, "due in "+roundDur(d).String())
+		}
+	case r.State == jetflow.Pending:
+		notes = append(notes, fmt.Sprintf("attempt %d failed: %s", r.Attempts, oneLine(r.Error, 80)))
+		if d := time.Until(r.ScheduledTime); d > 0 {
+			notes = append(notes, "retry in "+roundDur(d).String())
+		} else {
+			notes = append(notes, "retry now")
+		}
+	case r.State == jetflow.InProgress:
+		notes = append(notes, fmt.Sprintf("attempt %d", r.Attempts))
+		if r.Progress != nil {
+			notes = append(notes, progressText(r.Progress))
+		}
+	case r.State.Terminal():
+		if r.Attempts > 0 {
+			notes = append(notes, fmt.Sprintf("attempt %d", r.Attempts))
+		}
+		if !r.StartedTime.IsZero() && !r.CompletedTime.IsZero() {
+			notes = append(notes, humanDur(r.CompletedTime.Sub(r.StartedTime)))
+		}
+		if r.Error != "" {
+			notes = append(notes, oneLine(r.Error, 80))
+		}
+	}
+	if len(notes) > 0 {
+		fmt.Fprintf(&b, "  (%s)", strings.Join(notes, ", "))
+	}
+	return b.String()
+}
+
+func sameProgress(a, b *jetflow.Progress) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Percent == b.Percent && a.Processed == b.Processed && a.Total == b.Total && a.Message == b.Message
+}
+
+func progressText(p *jetflow.Progress) string {
+	var parts []string
+	if p.Percent > 0 {
+		parts = append(parts, fmt.Sprintf("%.0f%%", p.Percent))
+	}
+	if p.Total > 0 {
+		parts = append(parts, fmt.Sprintf("%d/%d", p.Processed, p.Total))
+	} else if p.Processed > 0 {
+		parts = append(parts, fmt.Sprintf("%d done", p.Processed))
+	}
+	if p.Message != "" {
+		parts = append(parts, p.Message)
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, " ")
+}
+
+// runLabel is the width of the labels of printRun.
+const runLabel = 14
+
+// printRun prints every field of r that is set, one per line.
+func printRun(w io.Writer, r *jetflow.Run) error {
+	var b strings.Builder
+	line := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(&b, "%-*s%s\n", runLabel, k+":", v)
+		}
+	}
+	kind := string(r.Kind)
+	if kind == "" {
+		kind = string(jetflow.Retryable)
+	}
+	line("id", r.ID)
+	line("function", r.Name)
+	line("kind", kind)
+	line("state", string(r.State))
+	att := fmt.Sprint(r.Attempts)
+	if r.MaxAttempts > 0 {
+		att += fmt.Sprintf(" (max %d)", r.MaxAttempts)
+	}
+	line("attempts", att)
+	line("scheduled", longTime(r.ScheduledTime))
+	line("created", longTime(r.CreationTime))
+	line("started", longTime(r.StartedTime))
+	completed := longTime(r.CompletedTime)
+	if completed != "" && !r.StartedTime.IsZero() {
+		completed += "  (ran " + humanDur(r.CompletedTime.Sub(r.StartedTime)) + ")"
+	}
+	line("completed", completed)
+	if r.Timeout > 0 {
+		line("timeout", r.Timeout.String())
+	}
+	line("error", r.Error)
+	line("parent", r.Parent)
+	line("held by", r.HeldBy)
+	line("children", strings.Join(r.Children, " "))
+	if r.Pool != "" {
+		line("pool", fmt.Sprintf("%s (priority %d)", r.Pool, r.Priority))
+	}
+	if r.OnComplete != nil {
+		line("on complete", r.OnComplete.Function+" "+string(r.OnComplete.Args))
+	}
+	if r.Progress != nil {
+		pg := progressText(r.Progress)
+		if !r.Progress.Updated.IsZero() {
+			pg += "  (" + longTime(r.Progress.Updated) + ")"
+		}
+		line("progress", pg)
+	}
+	line("args", prettyJSON(r.Args))
+	line("result", prettyJSON(r.Result))
+	if len(r.Trace) > 0 {
+		line("traceparent", r.Trace["traceparent"])
+	}
+	if r.Revision > 0 {
+		line("revision", fmt.Sprint(r.Revision))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// prettyJSON shows raw JSON compact when short, else indented so that its
+// lines line up with printRun's values.
+func prettyJSON(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	if len(raw) <= 100 {
+		var b bytes.Buffer
+		if json.Compact(&b, raw) == nil {
+			return b.String()
+		}
+		return string(raw)
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, strings.Repeat(" ", runLabel), "  "); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func shortTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	t = t.Local()
+	y1, m1, d1 := t.Date()
+	if y2, m2, d2 := time.Now().Date(); y1 == y2 && m1 == m2 && d1 == d2 {
+		return t.Format("15:04:05.000")
+	}
+	return t.Format("2006-01-02 15:04:05")
+}
+
+func longTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.Local().Format("2006-01-02 15:04:05.000 MST")
+}
+
+func oneLine(s string, max int) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " ..."
+	}
+	if len(s) > max {
+		s = s[:max-3] + "..."
+	}
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func roundDur(d time.Duration) time.Duration {
+	if d >= 10*time.Second {
+		return d.Round(time.Second)
+	}
+	return d.Round(100 * time.Millisecond)
+}
+
+func humanDur(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0 ms"
+	case d < 10*time.Second:
+		return fmt.Sprintf("%d ms", d.Milliseconds())
+	default:
+		return d.Round(100 * time.Millisecond).String()
+	}
+}

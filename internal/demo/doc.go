@@ -1,0 +1,8 @@
+// Package demo holds the example functions that `jetflow dev` serves and
+// schedules at start: demo.hello (a retryable function that reports
+// progress), demo.flaky (fails its first attempts on purpose, to show
+// retries with backoff) and demo.report (at-most-once).
+//
+// It is application code, like examples/: it sits beside cmd/jetflow in the
+// import order and uses the roles (producer, worker) the way a service does.
+package demo
