@@ -1,0 +1,163 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// startCluster starts three clustered nats-server processes.
+func startCluster(t *testing.T) []*natsServer {
+	t.Helper()
+	nodes := make([]*natsServer, 3)
+	routes := make([]string, 3)
+	for i := range nodes {
+		nodes[i] = newNATS(t, fmt.Sprintf("node%d", i+1), freePort(t))
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", nodes[i].clusterPort)
+	}
+	for i, n := range nodes {
+		for j, r := range routes {
+			if j != i {
+				n.routes = append(n.routes, r)
+			}
+		}
+	}
+	for _, n := range nodes {
+		n.start()
+	}
+	return nodes
+}
+
+func clusterURL(nodes []*natsServer) string {
+	urls := make([]string, len(nodes))
+	for i, n := range nodes {
+		urls[i] = n.url()
+	}
+	return strings.Join(urls, ",")
+}
+
+// A three-node cluster with R3 streams and buckets: producers, two worker
+// processes and two scheduler processes connected with every node's URL.
+// 150 runs due now are in flight or queued when the node leading the runs
+// bucket is SIGKILLed; a producer process then schedules 150 delayed runs
+// on the two nodes left. Every run succeeds, none is lost, none is recorded
+// twice; the node then restarts and catches up.
+func TestCluster3Node(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t)
+	url := clusterURL(nodes)
+	scfg := streams.Config{Replicas: 3}
+	_, pjs := connect(t, url)
+	_, ljs := connect(t, url)
+	waitJetStream(t, pjs)
+	p := newProducer(t, pjs, scfg)
+	runs := watchRuns(t, ljs, scfg)
+	fn := jetflow.Define[args]("it.cluster")
+	release := filepath.Join(t.TempDir(), "release")
+
+	wargs := func(id string) []string {
+		return []string{"--url", url, "--role", "worker", "--id", id, "--function", fn.Name(), "--replicas", "3",
+			"--ack-wait", "5s", "--concurrency", "5", "--release-file", release}
+	}
+	w1 := startProc(t, "worker-1", wargs("w1")...)
+	w2 := startProc(t, "worker-2", wargs("w2")...)
+	startProc(t, "scheduler-1", schedulerArgs(url, "s1", "--replicas", "3")...)
+	startProc(t, "scheduler-2", schedulerArgs(url, "s2", "--replicas", "3")...)
+
+	// 150 runs due now, scheduled in one atomic batch.
+	ids, err := p.Batch(context.Background(), delayedItems(fn, "now", 150, time.Time{}, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Handlers hold their runs until released: the node dies with runs in
+	// flight on both workers and most of the 150 still queued.
+	started := func() int { return len(markers("STARTED", w1, w2)) }
+	testserver.Eventually(t, 60*time.Second, "10 runs in flight", func() bool { return started() >= 10 })
+	victim := runsLeader(t, pjs, scfg, nodes)
+	victim.stop(syscall.SIGKILL)
+	t.Logf("killed %s (leader of the runs bucket) with %d runs started", victim.name, started())
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// 150 delayed runs scheduled one by one by a producer process, on the
+	// two nodes left.
+	prod := startProc(t, "producer", "--url", url, "--role", "producer", "--id", "p", "--function", fn.Name(),
+		"--replicas", "3", "--count", "150", "--after", "1s", "--spread", "3s", "--id-prefix", "late")
+	prod.waitLine(90*time.Second, func(l string) bool { return l == "DONE" })
+	for id := range markers("ENQUEUED", prod) {
+		ids = append(ids, id)
+	}
+	if len(ids) != 300 {
+		t.Fatalf("%d runs scheduled, want 300", len(ids))
+	}
+
+	runs.waitDone(t, 90*time.Second, ids)
+	n1, n2 := markers("SUCCESS", w1), markers("SUCCESS", w2)
+	sameAttempt := checkOnce(t, runs, ids, func(id string) int { return n1[id] + n2[id] })
+	for _, id := range ids {
+		if r, err := p.Get(context.Background(), id); err != nil || r.State != jetflow.Success {
+			t.Fatalf("Get(%s) = %+v, %v; want success", id, r, err)
+		}
+	}
+
+	// The node comes back and catches up on every jetflow stream.
+	victim.start()
+	for _, name := range []string{scfg.WithDefaults().FunctionStream(), streams.KVStream(scfg.WithDefaults().RunsBucket()), streams.KVStream(scfg.WithDefaults().DelayedBucket())} {
+		testserver.Eventually(t, 60*time.Second, victim.name+" current on "+name, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			s, err := pjs.Stream(ctx, name)
+			if err != nil {
+				return false
+			}
+			ci := s.CachedInfo().Cluster
+			if ci == nil || ci.Leader == "" {
+				return false
+			}
+			if ci.Leader == victim.name {
+				return true
+			}
+			for _, r := range ci.Replicas {
+				if r.Name == victim.name {
+					return r.Current && !r.Offline && r.Lag == 0
+				}
+			}
+			return false
+		})
+	}
+	reportReruns(t, sameAttempt)
+}
+
+// runsLeader returns the node that leads the runs bucket's stream.
+func runsLeader(t *testing.T, js jetstream.JetStream, scfg streams.Config, nodes []*natsServer) *natsServer {
+	t.Helper()
+	var leader string
+	retry(t, 30*time.Second, "runs bucket leader", func(ctx context.Context) error {
+		s, err := js.Stream(ctx, streams.KVStream(scfg.WithDefaults().RunsBucket()))
+		if err != nil {
+			return err
+		}
+		if ci := s.CachedInfo().Cluster; ci != nil && ci.Leader != "" {
+			leader = ci.Leader
+			return nil
+		}
+		return fmt.Errorf("no leader")
+	})
+	for _, n := range nodes {
+		if n.name == leader {
+			return n
+		}
+	}
+	t.Fatalf("leader %q is not one of the nodes", leader)
+	return nil
+}
