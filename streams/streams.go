@@ -123,17 +123,33 @@ func KVSubject(bucket, key string) string { return "$KV." + bucket + "." + key }
 
 // Provision creates or updates every stream and bucket jetflow uses. It is
 // idempotent: run it at every start, from any number of processes.
+//
+// Replicas and storage of streams that exist already are kept when Config
+// leaves Replicas zero, so a process started with the zero Config never
+// reshapes a cluster's R3 streams.
 func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
+	keepShape := c.Replicas == 0
 	c = c.WithDefaults()
 	if !validPrefix(c.Prefix) {
 		return fmt.Errorf("streams: invalid prefix %q: one token of letters, digits, '_' or '-'", c.Prefix)
 	}
+	shape := func(name string) (int, jetstream.StorageType) {
+		if !keepShape {
+			return c.Replicas, c.Storage
+		}
+		if st, err := js.Stream(ctx, name); err == nil {
+			cfg := st.CachedInfo().Config
+			return cfg.Replicas, cfg.Storage
+		}
+		return c.Replicas, c.Storage
+	}
+	fnReplicas, fnStorage := shape(c.FunctionStream())
 	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:               c.FunctionStream(),
 		Subjects:           []string{c.prefix() + ".fn.>"},
 		Retention:          jetstream.WorkQueuePolicy,
-		Storage:            c.Storage,
-		Replicas:           c.Replicas,
+		Storage:            fnStorage,
+		Replicas:           fnReplicas,
 		Duplicates:         c.DuplicateWindow,
 		AllowAtomicPublish: true,
 		Description:        "jetflow: runs ready to start, one subject per run",
@@ -149,8 +165,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 		{Bucket: c.CronsBucket(), Description: "jetflow: cron jobs"},
 	}
 	for _, b := range buckets {
-		b.Storage = c.Storage
-		b.Replicas = c.Replicas
+		b.Replicas, b.Storage = shape(KVStream(b.Bucket))
 		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
 			return fmt.Errorf("streams: bucket %s: %w", b.Bucket, err)
 		}

@@ -28,9 +28,13 @@ type FunctionInfo struct {
 func (w *Worker) register(ctx context.Context, fns []*fnEntry) error {
 	bucket := w.scfg.FunctionsBucket()
 	for _, e := range fns {
+		attempts := e.opts.MaxAttempts
+		if e.kind == jetflow.AtMostOnce {
+			attempts = 1
+		}
 		fi := FunctionInfo{
 			Name: e.name, Kind: e.kind, Worker: w.cfg.ID, Concurrency: e.opts.Concurrency,
-			MaxParallel: e.opts.MaxParallel, MaxAttempts: e.opts.MaxAttempts, Timeout: e.opts.Timeout,
+			MaxParallel: e.opts.MaxParallel, MaxAttempts: attempts, Timeout: e.opts.Timeout,
 			Seen: w.now().UTC(),
 		}
 		data, _ := json.Marshal(fi)
