@@ -83,6 +83,20 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		if !ok {
 			return
 		}
+		// Deliveries that never produced an outcome (workers killed mid-run)
+		// are bounded: a handler that crashes its process every time ends
+		// failed instead of being redelivered forever.
+		if limit := uint64(j.maxAttempts() + 3); md.NumDelivered > limit && e.kind == jetflow.Retryable {
+			r := *j.rec
+			r.State, r.CompletedTime = jetflow.Failed, w.now().UTC()
+			r.Attempts = env.Attempt
+			r.Error = fmt.Sprintf("%v: delivered %d times without an outcome", jetflow.ErrWorkerLost, md.NumDelivered)
+			if _, err := w.store.Write(ctx, &r, j.rev); err == nil {
+				w.complete(ctx, &r)
+			}
+			_ = m.Ack()
+			return
+		}
 	} else {
 		j.rec = &jetflow.Run{
 			ID: env.ID, Name: env.Function, Kind: e.kind, Args: env.Args, State: jetflow.Pending,
@@ -291,7 +305,7 @@ func (w *Worker) succeed(ctx context.Context, j *jobCore, m jetstream.Msg) {
 	}
 	rev := j.rev
 	j.mu.Unlock()
-	if _, err := w.store.Write(ctx, &r, rev); err != nil {
+	if _, err := w.writeOutcome(ctx, &r, rev); err != nil {
 		w.outcomeLost(ctx, j, m, err)
 		return
 	}
@@ -299,6 +313,48 @@ func (w *Worker) succeed(ctx context.Context, j *jobCore, m jetstream.Msg) {
 	w.releaseHeld(ctx, j, true)
 	w.complete(ctx, &r)
 	_ = m.Ack()
+}
+
+// writeOutcome writes the outcome of an attempt, retrying through a server
+// restart or a leader election (the run stays in w.running meanwhile, so its
+// message keeps its heartbeat): a handler that finished is not run again
+// because the write of its outcome failed once. A conflict whose stored
+// record is the one this worker wrote (a write that landed but whose reply
+// was lost) counts as written.
+func (w *Worker) writeOutcome(ctx context.Context, r *jetflow.Run, rev uint64) (uint64, error) {
+	delay := 50 * time.Millisecond
+	deadline := w.now().Add(2 * time.Minute)
+	retried := false
+	for {
+		n, err := w.store.Write(ctx, r, rev)
+		if err == nil {
+			return n, nil
+		}
+		if errors.Is(err, kv.ErrConflict) {
+			if retried {
+				if cur, gerr := w.store.Get(ctx, r.ID); gerr == nil && sameOutcome(cur, r) {
+					r.Revision = cur.Revision
+					return cur.Revision, nil
+				}
+			}
+			return 0, err
+		}
+		if w.isStopping() || w.now().After(deadline) {
+			return 0, err
+		}
+		retried = true
+		w.log.Debug("outcome write failed; retrying", "run_id", r.ID, "error", err)
+		select {
+		case <-time.After(delay):
+		case <-w.stopCh:
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+func sameOutcome(a, b *jetflow.Run) bool {
+	return a.State == b.State && a.Attempts == b.Attempts && a.CompletedTime.Equal(b.CompletedTime) &&
+		a.ScheduledTime.Equal(b.ScheduledTime) && a.Error == b.Error
 }
 
 // outcomeLost handles a terminal write that lost its compare-and-swap: the
@@ -365,7 +421,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	if !retry {
 		r.State = jetflow.Failed
 		r.CompletedTime = w.now().UTC()
-		if _, err := w.store.Write(ctx, &r, rev); err != nil {
+		if _, err := w.writeOutcome(ctx, &r, rev); err != nil {
 			w.outcomeLost(ctx, j, m, err)
 			return
 		}
@@ -383,7 +439,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	r.ScheduledTime = w.now().UTC().Add(delay)
 	r.StartedTime = time.Time{}
 	r.Children = nil
-	newRev, err := w.store.Write(ctx, &r, rev)
+	newRev, err := w.writeOutcome(ctx, &r, rev)
 	if err != nil {
 		w.outcomeLost(ctx, j, m, err)
 		return

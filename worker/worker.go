@@ -374,3 +374,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 		_ = a.job.flushProgress(ctx)
 	}
 }
+
+func (w *Worker) isStopping() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stopping
+}
