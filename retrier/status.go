@@ -1,0 +1,197 @@
+package retrier
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+)
+
+// Status is where a retrier run stands.
+type Status struct {
+	// ID is the retrier id.
+	ID string `json:"id"`
+	// Function is the name of the function being retried.
+	Function string `json:"fn"`
+	// State is pending (no attempt has started yet), inProgress (an attempt
+	// runs, or the next one waits for its backoff), success, failed or
+	// canceled.
+	State jetflow.State `json:"state"`
+	// Attempts is the number of attempts started so far.
+	Attempts int `json:"attempts"`
+	// Result is the successful attempt's result (see jetflow's SetResult).
+	Result json.RawMessage `json:"result,omitempty"`
+	// Error is the last attempt's error: the final one when failed, the
+	// latest failure while retrying.
+	Error string `json:"error,omitempty"`
+	// NextAttempt is when the next attempt is due, while one waits.
+	NextAttempt time.Time `json:"nextAttempt,omitzero"`
+	// CompletedTime is when the retrier ended.
+	CompletedTime time.Time `json:"completedTime,omitzero"`
+}
+
+// Decode decodes the result into v.
+func (s Status) Decode(v any) error {
+	if len(s.Result) == 0 {
+		return fmt.Errorf("%w: retrier %s has no result", jetflow.ErrBadArgs, s.ID)
+	}
+	return json.Unmarshal(s.Result, v)
+}
+
+// FromCompletion is the Status carried by the jetflow.Completion an
+// on-complete callback receives: the retrier's final state, attempts,
+// result or error. Errors: ErrBadRecord when c is not a retrier's.
+func FromCompletion(c jetflow.Completion) (Status, error) {
+	if c.Run == nil {
+		return Status{}, fmt.Errorf("%w: completion without a run", ErrBadRecord)
+	}
+	return recordStatus(c.Run)
+}
+
+func recordStatus(r *jetflow.Run) (Status, error) {
+	if r.Name != RecordName {
+		return Status{}, fmt.Errorf("%w: run %s is a %s", ErrBadRecord, r.ID, r.Name)
+	}
+	var s spec
+	if err := json.Unmarshal(r.Args, &s); err != nil {
+		return Status{}, fmt.Errorf("%w: %s: %v", ErrBadRecord, r.ID, err)
+	}
+	return Status{
+		ID: r.ID, Function: s.Function, State: r.State, Attempts: r.Attempts,
+		Result: r.Result, Error: r.Error, CompletedTime: r.CompletedTime,
+	}, nil
+}
+
+// Status returns where retrier id stands. Errors: jetflow.ErrNotFound,
+// jetflow.ErrInvalidRunID, ErrBadRecord.
+func (r *Retrier) Status(ctx context.Context, id string) (Status, error) {
+	rec, err := r.p.Get(ctx, id)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return r.startStatus(ctx, id)
+	}
+	if err != nil {
+		return Status{}, err
+	}
+	st, err := recordStatus(rec)
+	if err != nil || st.State.Terminal() {
+		return st, err
+	}
+	// In progress: the last child is the current attempt.
+	n := len(rec.Children)
+	if n == 0 {
+		return st, nil
+	}
+	att, err := r.p.Get(ctx, rec.Children[n-1])
+	switch {
+	case errors.Is(err, jetflow.ErrNotFound):
+		// Being enqueued right now.
+		st.Attempts = n - 1
+		if n == 1 {
+			st.State = jetflow.Pending
+		}
+	case err != nil:
+		return Status{}, err
+	case att.State == jetflow.Pending:
+		st.Attempts = n - 1
+		if n == 1 {
+			st.State = jetflow.Pending
+		} else {
+			st.NextAttempt = att.ScheduledTime
+		}
+	default:
+		st.Attempts = n
+	}
+	return st, nil
+}
+
+// startStatus is the status of a retrier whose record is not written yet:
+// its start run says whether it waits, or why it could not start.
+func (r *Retrier) startStatus(ctx context.Context, id string) (Status, error) {
+	start, err := r.p.Get(ctx, StartID(id))
+	if err != nil {
+		if errors.Is(err, jetflow.ErrNotFound) {
+			return Status{}, fmt.Errorf("retrier %s: %w", id, jetflow.ErrNotFound)
+		}
+		return Status{}, err
+	}
+	var s spec
+	if err := json.Unmarshal(start.Args, &s); err != nil {
+		return Status{}, fmt.Errorf("%w: start run %s: %v", ErrBadRecord, start.ID, err)
+	}
+	st := Status{ID: id, Function: s.Function, State: jetflow.Pending}
+	switch start.State {
+	case jetflow.Failed, jetflow.Canceled:
+		st.State, st.Error, st.CompletedTime = start.State, start.Error, start.CompletedTime
+	case jetflow.Success:
+		// The record was written and has since expired.
+		return Status{}, fmt.Errorf("retrier %s: record expired: %w", id, jetflow.ErrNotFound)
+	}
+	return st, nil
+}
+
+// Wait blocks until retrier id has ended and returns its status.
+func (r *Retrier) Wait(ctx context.Context, id string) (Status, error) {
+	rec, err := r.p.Wait(ctx, id)
+	if err != nil {
+		return Status{}, err
+	}
+	return recordStatus(rec)
+}
+
+// Cancel ends retrier id as canceled: a pending attempt never starts, a
+// running one has its context canceled with cause jetflow.ErrCanceled (best
+// effort: its result is discarded), no further attempt is made, and the
+// on-complete callback runs once with canceled. Canceling a retrier that
+// has already ended is a no-op. Errors: jetflow.ErrNotFound,
+// jetflow.ErrInvalidRunID, ErrBadRecord.
+func (r *Retrier) Cancel(ctx context.Context, id string) error {
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return err
+	}
+	store := r.p.Store()
+	rec, err := store.Get(ctx, id)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		// Not started: write the record as canceled, so the start run
+		// finds it and runs nothing.
+		start, serr := store.Get(ctx, StartID(id))
+		if serr != nil {
+			if errors.Is(serr, jetflow.ErrNotFound) {
+				return fmt.Errorf("retrier %s: %w", id, jetflow.ErrNotFound)
+			}
+			return serr
+		}
+		var s spec
+		if err := json.Unmarshal(start.Args, &s); err != nil {
+			return fmt.Errorf("%w: start run %s: %v", ErrBadRecord, start.ID, err)
+		}
+		now := time.Now().UTC()
+		rec = &jetflow.Run{
+			ID: id, Name: RecordName, Kind: jetflow.Retryable, Args: start.Args, State: jetflow.Canceled,
+			ScheduledTime: start.ScheduledTime, CreationTime: start.CreationTime, CompletedTime: now,
+			Parent: start.ID, Error: jetflow.ErrCanceled.Error(), OnComplete: s.OnComplete,
+		}
+		_, err = store.Create(ctx, rec)
+		if err == nil {
+			if err := r.p.Cancel(ctx, start.ID); err != nil {
+				return err
+			}
+			return r.p.Complete(ctx, rec)
+		}
+		if !errors.Is(err, kv.ErrExists) {
+			return err
+		}
+		// The start run wrote the record meanwhile: cancel that.
+		rec, err = store.Get(ctx, id)
+	}
+	if err != nil {
+		return err
+	}
+	if rec.Name != RecordName {
+		return fmt.Errorf("%w: run %s is a %s", ErrBadRecord, id, rec.Name)
+	}
+	return r.p.Cancel(ctx, id)
+}

@@ -1,0 +1,201 @@
+package retrier
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/worker"
+)
+
+var (
+	startFn = jetflow.Define[spec](StartFunction)
+	stepFn  = jetflow.Define[jetflow.Completion](StepFunction)
+)
+
+// internalOptions are the worker options of the internal functions: they
+// are short KV operations, retried quickly and for long, so that a NATS
+// hiccup never strands a retrier.
+var internalOptions = worker.Options{
+	Concurrency: 32,
+	MaxAttempts: 25,
+	Backoff:     jetflow.Backoff{Initial: 200 * time.Millisecond, Base: 2, Max: 30 * time.Second},
+}
+
+// Register registers the retrier's internal functions (StartFunction,
+// StepFunction) on w. Call it before w.Start, on at least one worker; the
+// functions schedule through w's producer, so they work for every Retrier on
+// the same streams, whatever its options (the policy travels with each run).
+// Errors: worker.ErrRegistered when w already serves them or has started.
+func (r *Retrier) Register(w *worker.Worker) error {
+	d := &driver{p: w.Producer()}
+	if err := worker.Register(w, startFn, d.start, internalOptions); err != nil {
+		return err
+	}
+	return worker.Register(w, stepFn, d.step, internalOptions)
+}
+
+// driver runs the internal functions on one worker.
+type driver struct {
+	p *producer.Producer
+}
+
+func (d *driver) now() time.Time { return time.Now().UTC() }
+
+// start writes the retrier's record and enqueues attempt 1. Redelivered, it
+// finds what it already wrote and goes on from there.
+func (d *driver) start(ctx context.Context, j *worker.Job[spec]) error {
+	s := j.Args
+	if s.Retrier == "" || s.Function == "" {
+		return jetflow.Permanent(fmt.Errorf("%w: start run %s without a retrier id or function", jetflow.ErrBadArgs, j.ID()))
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return jetflow.Permanent(err)
+	}
+	first := AttemptID(s.Retrier, 1)
+	now := d.now()
+	rec := &jetflow.Run{
+		ID: s.Retrier, Name: RecordName, Kind: jetflow.Retryable, Args: raw, State: jetflow.InProgress,
+		ScheduledTime: j.ScheduledTime().UTC(), CreationTime: j.CreationTime().UTC(), StartedTime: now,
+		Parent: j.ID(), Children: []string{first}, OnComplete: s.OnComplete,
+	}
+	_, err = d.p.Store().Create(ctx, rec)
+	switch {
+	case errors.Is(err, kv.ErrExists):
+		cur, gerr := d.p.Store().Get(ctx, s.Retrier)
+		if gerr != nil {
+			return gerr
+		}
+		if cur.Name != RecordName {
+			return jetflow.Permanent(fmt.Errorf("%w: run %s is a %s", ErrBadRecord, s.Retrier, cur.Name))
+		}
+		if cur.State.Terminal() {
+			// Canceled before it started: nothing to run.
+			return d.p.Complete(ctx, cur)
+		}
+	case err != nil:
+		return err
+	}
+	return d.schedule(ctx, s, 1, time.Time{})
+}
+
+// schedule enqueues attempt n at t (idempotent), then checks that the
+// retrier has not ended meanwhile: a Cancel that raced the enqueue either
+// saw the attempt among the record's children or is seen here.
+func (d *driver) schedule(ctx context.Context, s spec, n int, t time.Time) error {
+	id := AttemptID(s.Retrier, n)
+	opts := []producer.Option{
+		producer.WithID(id), producer.WithParent(s.Retrier), producer.WithMaxAttempts(1),
+		producer.WithOnComplete(jetflow.Call{Name: StepFunction, Kind: jetflow.Retryable,
+			Args: stepContext{Retrier: s.Retrier, Attempt: n}}),
+	}
+	if s.Policy.Timeout > 0 {
+		opts = append(opts, producer.WithTimeout(s.Policy.Timeout))
+	}
+	if _, err := d.p.RunAt(ctx, t, s.target(), opts...); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
+		return err
+	}
+	cur, err := d.p.Store().Get(ctx, s.Retrier)
+	if err != nil {
+		return err
+	}
+	if cur.State.Terminal() {
+		if err := d.p.Cancel(ctx, id); err != nil && !errors.Is(err, jetflow.ErrNotFound) {
+			return err
+		}
+	}
+	return nil
+}
+
+// step runs when attempt n ends: it finishes the retrier or schedules
+// attempt n+1.
+func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) error {
+	var sc stepContext
+	if err := json.Unmarshal(j.Args.Context, &sc); err != nil || sc.Retrier == "" || sc.Attempt < 1 {
+		return jetflow.Permanent(fmt.Errorf("%w: step %s: context %s", jetflow.ErrBadArgs, j.ID(), j.Args.Context))
+	}
+	att := j.Args.Run
+	if att == nil || !att.State.Terminal() {
+		return jetflow.Permanent(fmt.Errorf("%w: step %s without a finished attempt", jetflow.ErrBadArgs, j.ID()))
+	}
+	store := d.p.Store()
+	cur, err := store.Get(ctx, sc.Retrier)
+	if err != nil {
+		if errors.Is(err, jetflow.ErrNotFound) {
+			// The record is gone (retention passed): nothing to drive.
+			return jetflow.Permanent(err)
+		}
+		return err
+	}
+	if cur.Name != RecordName {
+		return jetflow.Permanent(fmt.Errorf("%w: run %s is a %s", ErrBadRecord, sc.Retrier, cur.Name))
+	}
+	if cur.State.Terminal() {
+		return d.p.Complete(ctx, cur)
+	}
+	var s spec
+	if err := json.Unmarshal(cur.Args, &s); err != nil {
+		return jetflow.Permanent(fmt.Errorf("%w: retrier %s: %v", ErrBadRecord, sc.Retrier, err))
+	}
+	switch {
+	case att.State == jetflow.Success:
+		return d.finish(ctx, sc, jetflow.Success, att.Result, "")
+	case att.State == jetflow.Canceled:
+		return d.finish(ctx, sc, jetflow.Canceled, nil, att.Error)
+	case sc.Attempt > s.Policy.MaxFailures:
+		return d.finish(ctx, sc, jetflow.Failed, nil, att.Error)
+	}
+	next := sc.Attempt + 1
+	nextID := AttemptID(sc.Retrier, next)
+	due := d.now().Add(s.Policy.options().Delay(sc.Attempt))
+	if err := d.schedule(ctx, s, next, due); err != nil {
+		return err
+	}
+	_, err = store.Transition(ctx, sc.Retrier, func(r *jetflow.Run) bool {
+		changed := false
+		if !slices.Contains(r.Children, nextID) {
+			r.Children = append(r.Children, nextID)
+			changed = true
+		}
+		if r.Attempts < sc.Attempt {
+			r.Attempts = sc.Attempt
+			r.Error = att.Error
+			changed = true
+		}
+		return changed
+	})
+	if errors.Is(err, kv.ErrTerminal) {
+		// Canceled between schedule's check and now: the attempt is not
+		// among the children Cancel saw, so cancel it here.
+		if err := d.p.Cancel(ctx, nextID); err != nil && !errors.Is(err, jetflow.ErrNotFound) {
+			return err
+		}
+		return nil
+	}
+	return err
+}
+
+// finish ends the retrier's record and schedules the user's callback. A
+// record that ended meanwhile (canceled) stands; the callback is scheduled
+// either way (idempotent: one run id).
+func (d *driver) finish(ctx context.Context, sc stepContext, st jetflow.State, result json.RawMessage, msg string) error {
+	r, err := d.p.Store().Transition(ctx, sc.Retrier, func(r *jetflow.Run) bool {
+		r.State = st
+		r.Result = result
+		r.Error = msg
+		r.Attempts = sc.Attempt
+		r.CompletedTime = d.now()
+		return true
+	})
+	if err != nil && !errors.Is(err, kv.ErrTerminal) {
+		return err
+	}
+	return d.p.Complete(ctx, r)
+}

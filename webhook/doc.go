@@ -1,0 +1,59 @@
+// Package webhook receives webhooks durably: an http.Handler that verifies
+// the sender's signature, stores the raw event as a jetflow run of your
+// processing function, and answers 200 at once. Processing happens later on
+// a worker, with retries; a failed event is kept with its body. This is the
+// "durable event buffer" pattern: never do the work inside the request,
+// never lose an event the sender was told you have.
+//
+//	var OnGitHub = jetflow.Define[webhook.Event]("github.event")
+//
+//	cfg := webhook.Config{
+//		Function: OnGitHub,
+//		Verifier: webhook.GitHub(os.Getenv("GITHUB_WEBHOOK_SECRET")),
+//		EventID:  "X-GitHub-Delivery", // a redelivery is stored once
+//	}
+//	h, err := webhook.New(p, cfg)      // receiving service
+//	http.Handle("/webhooks/github", h)
+//
+//	err = webhook.Register(w, cfg, func(ctx context.Context, j *worker.Job[webhook.Event]) error {
+//		var push PushEvent
+//		if err := j.Args.Decode(&push); err != nil {
+//			return jetflow.Permanent(err)
+//		}
+//		...                             // processing service
+//	})
+//
+// # What a request gets
+//
+//   - 405 for a method other than POST.
+//   - 413 for a body above Config.MaxBody (default 1 MiB): ErrTooLarge.
+//   - 401 for a missing signature (ErrMissingSignature), a wrong one
+//     (ErrBadSignature) or a Stripe-style timestamp outside the tolerance
+//     window (ErrExpired). Nothing is stored.
+//   - 503 when the event could not be stored: the sender should retry.
+//   - 200 with {"id": "<run id>"} once the event is durable (the run's
+//     record is written to JetStream); processing has not started. A
+//     redelivery with the same Config.EventID header answers 200 with the
+//     same id and "duplicate": true, and stores nothing new.
+//
+// Signatures are HMAC-SHA256 over the raw body, compared in constant time
+// (hmac.Equal): GitHub's X-Hub-Signature-256 (GitHub), any header with hex
+// or base64 and an optional prefix (HMAC), and Stripe's timestamped
+// Stripe-Signature, which also rejects a replay outside the tolerance window
+// (Stripe). Config.OnError sees every rejection with its typed error.
+//
+// # The stored event
+//
+// The run's args are an Event: the raw body (exact bytes, as signed), the
+// kept headers, the delivery id and the time received. EventOf reads it back
+// from any run record, so a failed event can be inspected and replayed.
+//
+// # Processing
+//
+// Register serves the processing function on a worker with the Config's
+// retry policy: at most MaxAttempts attempts (default 5), exponential
+// backoff with jitter capped at one hour (default initial 1 s, base 2). A
+// handler that returns an error is retried; jetflow.Permanent(err) fails the
+// event at once. After the last attempt the run ends failed and its record
+// keeps the event for the retention period (default 7 days).
+package webhook
