@@ -24,6 +24,9 @@ func (c Call) Encode() (json.RawMessage, error) {
 		return nil, err
 	}
 	if raw, ok := c.Args.(json.RawMessage); ok {
+		if len(raw) == 0 {
+			return json.RawMessage("null"), nil
+		}
 		if !json.Valid(raw) {
 			return nil, fmt.Errorf("%w: %s: invalid JSON", ErrBadArgs, c.Name)
 		}

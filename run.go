@@ -47,7 +47,12 @@ type Run struct {
 	ScheduledTime time.Time       `json:"scheduledTime"`
 	CreationTime  time.Time       `json:"creationTime"`
 	StartedTime   time.Time       `json:"startedTime,omitzero"`
-	CompletedTime time.Time       `json:"completedTime,omitzero"`
+	// Owner is the worker that claimed the running attempt, and Heartbeat
+	// the last time it said it is alive (written every AckWait/3 while the
+	// handler runs).
+	Owner         string    `json:"owner,omitempty"`
+	Heartbeat     time.Time `json:"heartbeat,omitzero"`
+	CompletedTime time.Time `json:"completedTime,omitzero"`
 	// Attempts is the number of attempts started so far (0 while the first waits).
 	Attempts    int `json:"attempts"`
 	MaxAttempts int `json:"maxAttempts,omitempty"`

@@ -172,6 +172,7 @@ func EnvelopeOf(r *jetflow.Run) streams.Envelope {
 		Function: r.Name, ID: r.ID, Rev: r.Revision, Attempt: r.Attempts + 1,
 		MaxAttempts: r.MaxAttempts, Parent: r.Parent, Scheduled: r.ScheduledTime,
 		Created: r.CreationTime, Args: r.Args, Timeout: r.Timeout, Trace: r.Trace,
+		Reload: r.OnComplete != nil || r.Pool != "" || len(r.Children) > 0,
 	}
 	return e
 }

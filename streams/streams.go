@@ -29,6 +29,10 @@ const (
 	HeaderMaxAttempts = "Jetflow-Max-Attempts"
 	// HeaderTimeout overrides the function's timeout for this run (Go duration).
 	HeaderTimeout = "Jetflow-Timeout"
+	// HeaderReload tells the worker to read the run record before running:
+	// the record holds fields the message does not carry (an on-complete
+	// callback, a pool).
+	HeaderReload = "Jetflow-Reload"
 )
 
 // Config names and shapes everything jetflow stores. The zero value is usable.

@@ -25,6 +25,8 @@ type Envelope struct {
 	Created     time.Time         `json:"created,omitzero"`
 	Trace       map[string]string `json:"trace,omitempty"`
 	Args        json.RawMessage   `json:"args,omitempty"`
+	// Reload: the record has fields the message does not carry.
+	Reload bool `json:"reload,omitempty"`
 }
 
 // MsgID is the Nats-Msg-Id of an attempt: the run id for the first, and
@@ -63,6 +65,9 @@ func (c Config) Message(e Envelope) *nats.Msg {
 	}
 	for k, v := range e.Trace {
 		h.Set(k, v)
+	}
+	if e.Reload {
+		h.Set(HeaderReload, "1")
 	}
 	return &nats.Msg{Subject: c.FunctionSubject(e.Function, e.ID), Header: h, Data: e.Args}
 }
@@ -111,6 +116,7 @@ func (c Config) ParseMessage(subject string, h nats.Header, data []byte) (Envelo
 		e.Timeout = d
 	}
 	e.Parent = h.Get(HeaderParent)
+	e.Reload = h.Get(HeaderReload) != ""
 	var err error
 	if e.Scheduled, err = parseTime(h, HeaderScheduled); err != nil {
 		return e, err

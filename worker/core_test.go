@@ -329,3 +329,64 @@ func TestForeignRunIsPendingBeforeAnyWorker(t *testing.T) {
 		t.Fatalf("state %s", r.State)
 	}
 }
+
+var done = jetflow.Define[jetflow.Completion]("test.done")
+
+func TestOnCompleteRunsOnceWithOutcome(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{})
+	got := make(chan jetflow.Completion, 4)
+	worker.Handle(e.W, echo, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		if j.Args.Text == "fail" {
+			return jetflow.Permanent(errors.New("nope"))
+		}
+		return j.SetResult(j.Args.N)
+	})
+	worker.Handle(e.W, done, func(ctx context.Context, j *worker.Job[jetflow.Completion]) error {
+		got <- j.Args
+		return nil
+	})
+	e.start(t)
+	ctx := context.Background()
+	ok, err := e.P.Enqueue(ctx, echo.With(echoArgs{N: 5}), producer.WithOnComplete(jetflow.RawCall("test.done", json.RawMessage(`{"order":1}`))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := e.P.RunAfter(ctx, 100*time.Millisecond, echo.With(echoArgs{Text: "fail"}), producer.WithOnComplete(jetflow.RawCall("test.done", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	canceled, err := e.P.RunAfter(ctx, time.Hour, echo.With(echoArgs{}), producer.WithOnComplete(jetflow.RawCall("test.done", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.P.Cancel(ctx, canceled); err != nil {
+		t.Fatal(err)
+	}
+	outcomes := map[string]jetflow.Completion{}
+	for len(outcomes) < 3 {
+		select {
+		case c := <-got:
+			if _, dup := outcomes[c.Run.ID]; dup {
+				t.Fatalf("on-complete of %s ran twice", c.Run.ID)
+			}
+			outcomes[c.Run.ID] = c
+		case <-time.After(20 * time.Second):
+			t.Fatalf("on-complete ran for %d of 3 runs", len(outcomes))
+		}
+	}
+	if c := outcomes[ok]; c.Run.State != jetflow.Success || string(c.Run.Result) != "5" || string(c.Context) != `{"order":1}` {
+		t.Fatalf("success completion %+v", c)
+	}
+	if c := outcomes[bad]; c.Run.State != jetflow.Failed || c.Run.Error != "nope" {
+		t.Fatalf("failed completion %+v", c.Run)
+	}
+	if c := outcomes[canceled]; c.Run.State != jetflow.Canceled {
+		t.Fatalf("canceled completion %+v", c.Run)
+	}
+	for _, id := range []string{ok, bad, canceled} {
+		if r := e.wait(t, jetflow.CompletionID(id)); r.State != jetflow.Success || r.Parent != id {
+			t.Fatalf("completion run of %s: %+v", id, r)
+		}
+	}
+}

@@ -97,10 +97,15 @@ func (j *jobCore) Progress(ctx context.Context, p jetflow.Progress) error {
 	return j.flushProgress(ctx)
 }
 
-func (j *jobCore) flushProgress(ctx context.Context) error {
+func (j *jobCore) flushProgress(ctx context.Context) error { return j.write(ctx, false) }
+
+// beat writes the claim's heartbeat (and any pending progress).
+func (j *jobCore) beat(ctx context.Context) error { return j.write(ctx, true) }
+
+func (j *jobCore) write(ctx context.Context, beat bool) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if !j.progressDirt || j.rec == nil {
+	if j.rec == nil || !(j.progressDirt || beat && j.rec.State == jetflow.InProgress) {
 		return nil
 	}
 	r := *j.rec
@@ -111,6 +116,8 @@ func (j *jobCore) flushProgress(ctx context.Context) error {
 	}
 	r.Progress = j.progress
 	r.Children = append([]string(nil), j.kids...)
+	r.Owner = j.w.cfg.ID
+	r.Heartbeat = j.w.now().UTC()
 	rev, err := j.w.store.Write(ctx, &r, j.rev)
 	if err != nil {
 		return err

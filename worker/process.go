@@ -78,7 +78,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	// The record as it must be if the message is current. Messages from
 	// other producers (no revision) and redeliveries are checked against the
 	// stored record first; first deliveries of our own messages are not.
-	if env.Rev == 0 || md.NumDelivered > 1 {
+	if env.Rev == 0 || md.NumDelivered > 1 || env.Reload {
 		ok := w.reconcile(ctx, j, m)
 		if !ok {
 			return
@@ -111,11 +111,13 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		return
 	}
 	j.started = w.now().UTC()
-	if e.kind == jetflow.AtMostOnce || e.opts.MarkInProgress {
+	if e.kind == jetflow.AtMostOnce || !e.opts.NoClaim {
 		r := *j.rec
 		r.State = jetflow.InProgress
 		r.Attempts = env.Attempt
 		r.StartedTime = j.started
+		r.Owner = w.cfg.ID
+		r.Heartbeat = j.started
 		rev, err := w.store.Write(ctx, &r, j.rev)
 		if err != nil {
 			// Canceled, or another worker claimed it: not ours to run.
@@ -152,6 +154,20 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) boo
 	} else if err != nil {
 		_ = m.NakWithDelay(time.Second)
 		return false
+	}
+	if r.State == jetflow.InProgress {
+		if w.swapMsg(env.ID, m) {
+			return false // a duplicate delivery of a run running here
+		}
+		last := r.Heartbeat
+		if r.StartedTime.After(last) {
+			last = r.StartedTime
+		}
+		if r.Owner != "" && w.now().Sub(last) < w.cfg.AckWait/2 {
+			// Its worker is alive (it heartbeats every AckWait/3): look again later.
+			_ = m.NakWithDelay(w.cfg.AckWait / 2)
+			return false
+		}
 	}
 	switch {
 	case r.State.Terminal():
@@ -256,6 +272,7 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 			herr = jetflow.Permanent(fmt.Errorf("%w after %s", jetflow.ErrTimeout, timeout))
 		}
 	}
+	m = w.currentMsg(env.ID, m)
 	if cause := context.Cause(hctx); errors.Is(cause, jetflow.ErrCanceled) {
 		// Cancel already wrote the terminal record; anything else is discarded.
 		met.Canceled.Add(ctx, 1, e.attr)

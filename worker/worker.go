@@ -59,10 +59,13 @@ type Options struct {
 	// initial 1 s, base 2, max 1 h (delay after n failures is uniform in
 	// [0, min(1h, 1s*2^(n-1))]).
 	Backoff jetflow.Backoff
-	// MarkInProgress writes the inProgress state when a retryable run
-	// starts (one more write per run). AtMostOnce runs always write it: it
-	// is their claim.
-	MarkInProgress bool
+	// NoClaim skips the claim of a retryable run (the inProgress write
+	// with this worker as owner before the handler starts): one write less
+	// per run, at a price: a message redelivered while its first worker still
+	// runs it (a consumer leader change in a cluster) can then run the
+	// handler a second time for the same attempt, and the record shows
+	// pending, not inProgress, while it runs. AtMostOnce runs always claim.
+	NoClaim bool
 }
 
 // Worker runs handlers for the functions registered on it.
@@ -331,7 +334,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 // Stopped is closed when the worker has stopped.
 func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
 
-var errWorkerStopping = errors.New("worker: stopping")
+var (
+	errWorkerStopping = errors.New("worker: stopping")
+	errTakenOver      = errors.New("worker: run changed by another writer")
+)
 
 func (w *Worker) noteCancel(id string) {
 	w.mu.Lock()
@@ -371,7 +377,11 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	w.mu.Unlock()
 	for _, a := range runs {
 		_ = a.msg.InProgress()
-		_ = a.job.flushProgress(ctx)
+		if err := a.job.beat(ctx); errors.Is(err, kv.ErrConflict) {
+			// Canceled, or taken over by another worker that thought this
+			// one lost: stop; its outcome would be discarded anyway.
+			a.cancel(errTakenOver)
+		}
 	}
 }
 
@@ -379,4 +389,29 @@ func (w *Worker) isStopping() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.stopping
+}
+
+// swapMsg makes m the delivery of a run already running here (a duplicate
+// delivery after a consumer leader change): no second handler starts, and
+// the outcome acknowledges the newest delivery. It reports false when the
+// run is not running here.
+func (w *Worker) swapMsg(id string, m jetstream.Msg) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a := w.running[id]
+	if a == nil {
+		return false
+	}
+	a.msg = m
+	return true
+}
+
+// currentMsg is the newest delivery of a running run.
+func (w *Worker) currentMsg(id string, m jetstream.Msg) jetstream.Msg {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if a := w.running[id]; a != nil {
+		return a.msg
+	}
+	return m
 }

@@ -51,13 +51,12 @@ var Names = []string{Hello.Name(), Flaky.Name(), Report.Name()}
 // Register registers the demo handlers on w. demo.flaky retries fast
 // (backoff from 200 ms) so that its retries show within seconds.
 func Register(w *worker.Worker) error {
-	if err := worker.Register(w, Hello, hello, worker.Options{MarkInProgress: true}); err != nil {
+	if err := worker.Register(w, Hello, hello, worker.Options{}); err != nil {
 		return err
 	}
 	if err := worker.Register(w, Flaky, flaky, worker.Options{
-		MaxAttempts:    5,
-		Backoff:        jetflow.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second},
-		MarkInProgress: true,
+		MaxAttempts: 5,
+		Backoff:     jetflow.Backoff{Initial: 200 * time.Millisecond, Max: 2 * time.Second},
 	}); err != nil {
 		return err
 	}
