@@ -28,6 +28,21 @@ type exampleSpec struct {
 }
 
 var exampleSpecs = map[string]exampleSpec{
+	"retrier": {
+		args: []string{"--failures", "2"},
+		want: []string{
+			"payments.charge charge-order-1-a3: accepted, ch_order-1_3",
+			"payments.charged: order order-1 success after 3 attempts, charge ch_order-1_3",
+			"retrier charge-order-1: success, 3 attempts",
+		},
+	},
+	"webhook": {
+		want: []string{
+			"signed request: 200 OK",
+			"badly signed request: 401 Unauthorized",
+			"success after 1 attempt(s); 1 event(s) stored",
+		},
+	},
 	"selfdestruct": {
 		// The list "before" is printed a few milliseconds after the
 		// message is stored; 2 s leave a wide margin before it goes.
