@@ -37,6 +37,24 @@ func (p *Producer) cancel(ctx context.Context, id string, depth int) error {
 	if errors.Is(err, kv.ErrTerminal) {
 		return nil
 	}
+	if errors.Is(err, jetflow.ErrNotFound) {
+		// Published by another producer and not taken yet: record it as
+		// canceled (create-only: a worker creating it first wins the race,
+		// and then the record exists and the loop above applies).
+		q, ok, qerr := p.store.QueuedRun(ctx, id)
+		if qerr != nil || !ok {
+			return err
+		}
+		prev = jetflow.Pending
+		q.State, q.CompletedTime, q.Error = jetflow.Canceled, p.now().UTC(), jetflow.ErrCanceled.Error()
+		if _, cerr := p.store.Create(ctx, q); cerr != nil {
+			if errors.Is(cerr, kv.ErrExists) {
+				return p.cancel(ctx, id, depth+1)
+			}
+			return cerr
+		}
+		r, err = q, nil
+	}
 	if err != nil {
 		return err
 	}

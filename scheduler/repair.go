@@ -3,7 +3,9 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -36,11 +38,14 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 // RepairInterval; it is safe to run anywhere at any time.
 func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 	cut := s.now().Add(-s.cfg.RepairGrace)
-	var cands, notify []kv.Header
-	recent := s.now().Add(-time.Hour)
+	var cands, notify, running []kv.Header
+	recent := s.now().Add(-s.scfg.Retention)
 	err := s.store.Scan(ctx, func(h kv.Header) {
 		if h.State == jetflow.Pending && !h.Due.IsZero() && h.Due.Before(cut) {
 			cands = append(cands, h)
+		}
+		if h.State == jetflow.InProgress {
+			running = append(running, h)
 		}
 		if h.State.Terminal() && !h.Notify.IsZero() && h.Notify.Before(cut) && h.Notify.After(recent) {
 			notify = append(notify, h)
@@ -79,8 +84,8 @@ func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 		if r.HeldBy != "" {
 			parent, err := s.store.Get(ctx, r.HeldBy)
 			switch {
-			case err == nil && parent.State == jetflow.Success:
-			case err == nil && !parent.State.Terminal():
+			case err == nil && parent.State == jetflow.Success && slices.Contains(parent.Children, r.ID):
+			case err == nil && !parent.State.Terminal() && !heldByEndedAttempt(parent, r.ID):
 				continue // the parent's attempt is still running
 			case err == nil || errors.Is(err, jetflow.ErrNotFound):
 				r.State, r.Error, r.CompletedTime = jetflow.Canceled, "parent did not succeed", s.now().UTC()
@@ -102,5 +107,59 @@ func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 		s.stats.Repaired++
 		s.mu.Unlock()
 	}
+	n += s.repairRunning(ctx, running)
 	return n, nil
+}
+
+// heldByEndedAttempt reports whether child id was written by an attempt of
+// parent that is over (ids are <parent>-<attempt>-<n>).
+func heldByEndedAttempt(parent *jetflow.Run, id string) bool {
+	rest, ok := strings.CutPrefix(id, parent.ID+"-")
+	if !ok {
+		return false
+	}
+	a, _, _ := strings.Cut(rest, "-")
+	attempt, err := strconv.Atoi(a)
+	if err != nil {
+		return false
+	}
+	return attempt < parent.Attempts || attempt == parent.Attempts && parent.State == jetflow.Pending
+}
+
+// repairRunning settles inProgress runs whose worker stopped heartbeating
+// and whose message is gone (it was acknowledged by mistake, or lost): a
+// retryable run is dispatched again, an at-most-once run fails as lost.
+func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int {
+	n := 0
+	stale := s.now().Add(-s.cfg.StaleAfter)
+	for _, h := range running {
+		if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
+			continue
+		}
+		r, err := s.store.Get(ctx, h.ID)
+		if err != nil || r.State != jetflow.InProgress {
+			continue
+		}
+		last := r.Heartbeat
+		if r.StartedTime.After(last) {
+			last = r.StartedTime
+		}
+		if last.After(stale) {
+			continue
+		}
+		if r.Kind == jetflow.AtMostOnce {
+			r.State, r.CompletedTime = jetflow.Failed, s.now().UTC()
+			r.Error = jetflow.ErrWorkerLost.Error()
+			if _, err := s.store.Write(ctx, r, r.Revision); err == nil {
+				_ = s.p.Complete(ctx, r)
+				n++
+			}
+			continue
+		}
+		if err := s.p.Dispatch(ctx, r); err == nil {
+			s.log.Info("repaired run: worker lost and message gone", "run_id", r.ID, "function", r.Name)
+			n++
+		}
+	}
+	return n
 }

@@ -36,6 +36,10 @@ type Config struct {
 	// RepairGrace is how long a pending record may go without a message
 	// before the sweep publishes it. Default 10 s.
 	RepairGrace time.Duration
+	// StaleAfter is how old the heartbeat of an inProgress run whose
+	// message is gone must be before the repair sweep settles it. Default
+	// 2 minutes (workers heartbeat every AckWait/3, 10 s by default).
+	StaleAfter time.Duration
 	// DispatchParallel bounds concurrent publishes of due runs. Default 256.
 	DispatchParallel int
 	// Now is the clock. Default time.Now.
@@ -90,6 +94,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	}
 	if cfg.RepairGrace <= 0 {
 		cfg.RepairGrace = 10 * time.Second
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 2 * time.Minute
 	}
 	if cfg.DispatchParallel <= 0 {
 		cfg.DispatchParallel = 256
@@ -226,7 +233,8 @@ func (h *dueHeap) Pop() any {
 
 // lead is one leadership term: delayed dispatch, repair sweep and crons.
 func (s *Scheduler) lead(ctx context.Context) {
-	d := &dispatcher{s: s, known: map[string]uint64{}, sem: make(chan struct{}, s.cfg.DispatchParallel)}
+	d := &dispatcher{s: s, known: map[string]uint64{}, sem: make(chan struct{}, s.cfg.DispatchParallel),
+		wake: make(chan struct{}, 1)}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(1)
@@ -234,21 +242,46 @@ func (s *Scheduler) lead(ctx context.Context) {
 		defer wg.Done()
 		s.repairLoop(ctx)
 	}()
-	if err := d.loop(ctx); err != nil && ctx.Err() == nil {
-		s.log.Warn("delayed dispatch stopped", "error", err)
+	for ctx.Err() == nil {
+		// A failed watch or scan (the stream briefly unavailable) restarts
+		// the dispatcher; the term goes on.
+		if err := d.loop(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("delayed dispatch restarting", "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
 	}
 	d.wg.Wait()
 }
 
 type dispatcher struct {
 	s      *Scheduler
+	mu     sync.Mutex
 	h      dueHeap
 	known  map[string]uint64 // key -> revision, in heap or in flight
-	loaded int64             // unix second up to which entries are in memory
+	loaded int64             // unix second up to which entries are in memory (loop only)
 	sem    chan struct{}
 	wg     sync.WaitGroup
-	redo   chan *item
-	gone   chan string
+	wake   chan struct{}
+}
+
+func (d *dispatcher) poke() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// forget drops an entry that is done with, unless a newer revision of the
+// same key replaced it meanwhile.
+func (d *dispatcher) forget(key string, rev uint64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.known[key] == rev {
+		delete(d.known, key)
+	}
 }
 
 func (d *dispatcher) add(key string, rev uint64, data []byte) {
@@ -259,12 +292,14 @@ func (d *dispatcher) add(key string, rev uint64, data []byte) {
 	if sec > d.loaded {
 		return // read later, when its second comes within the horizon
 	}
-	if old, ok := d.known[key]; ok && old >= rev {
-		return
-	}
 	e, err := kv.DecodeDelayed(data)
 	if err != nil {
 		d.s.log.Warn("undecodable delayed entry", "key", key, "error", err)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old, ok := d.known[key]; ok && old >= rev {
 		return
 	}
 	d.known[key] = rev
@@ -273,8 +308,6 @@ func (d *dispatcher) add(key string, rev uint64, data []byte) {
 
 func (d *dispatcher) loop(ctx context.Context) error {
 	s := d.s
-	d.redo = make(chan *item, 1024)
-	d.gone = make(chan string, 4096)
 	w, err := s.store.Delayed().WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
@@ -292,15 +325,13 @@ func (d *dispatcher) loop(ctx context.Context) error {
 	defer tick.Stop()
 	for {
 		d.fire(ctx)
+		wait := time.Hour
+		d.mu.Lock()
 		if d.h.Len() > 0 {
-			wait := time.Until(d.h[0].due)
-			if wait < 0 {
-				wait = 0
-			}
-			timer.Reset(wait)
-		} else {
-			timer.Reset(time.Hour)
+			wait = max(time.Until(d.h[0].due), 0)
 		}
+		d.mu.Unlock()
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -311,12 +342,7 @@ func (d *dispatcher) loop(ctx context.Context) error {
 			if e != nil && e.Operation() == jetstream.KeyValuePut {
 				d.add(e.Key(), e.Revision(), e.Value())
 			}
-		case it := <-d.redo:
-			if _, ok := d.known[it.key]; ok {
-				heap.Push(&d.h, it)
-			}
-		case key := <-d.gone:
-			delete(d.known, key)
+		case <-d.wake:
 		case <-timer.C:
 		case <-tick.C:
 			next := s.now().Add(s.cfg.Horizon).Unix()
@@ -359,8 +385,14 @@ func (d *dispatcher) scan(ctx context.Context, sec string, upTo int64) error {
 // fire dispatches every entry that is due.
 func (d *dispatcher) fire(ctx context.Context) {
 	now := d.s.now()
-	for d.h.Len() > 0 && !d.h[0].due.After(now) {
+	for {
+		d.mu.Lock()
+		if d.h.Len() == 0 || d.h[0].due.After(now) {
+			d.mu.Unlock()
+			return
+		}
 		it := heap.Pop(&d.h).(*item)
+		d.mu.Unlock()
 		select {
 		case d.sem <- struct{}{}:
 		case <-ctx.Done():
@@ -368,12 +400,11 @@ func (d *dispatcher) fire(ctx context.Context) {
 		}
 		d.wg.Add(1)
 		go func() {
-			defer func() { <-d.sem; d.wg.Done() }()
-			if d.publish(ctx, it) {
-				select {
-				case d.gone <- it.key:
-				case <-ctx.Done():
-				}
+			done := d.publish(ctx, it)
+			<-d.sem
+			d.wg.Done()
+			if done {
+				d.forget(it.key, it.rev)
 			}
 		}()
 	}
@@ -411,12 +442,14 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	return true
 }
 
-func (d *dispatcher) retry(ctx context.Context, it *item) {
+func (d *dispatcher) retry(_ context.Context, it *item) {
 	it.due = d.s.now().Add(time.Second)
-	select {
-	case d.redo <- it:
-	case <-ctx.Done():
+	d.mu.Lock()
+	if d.known[it.key] == it.rev {
+		heap.Push(&d.h, it)
 	}
+	d.mu.Unlock()
+	d.poke()
 }
 
 func itoa(n int64) string {

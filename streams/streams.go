@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -137,18 +138,25 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if !validPrefix(c.Prefix) {
 		return fmt.Errorf("streams: invalid prefix %q: one token of letters, digits, '_' or '-'", c.Prefix)
 	}
-	shape := func(name string) (int, jetstream.StorageType) {
+	shape := func(name string) (int, jetstream.StorageType, error) {
 		if !keepShape {
-			return c.Replicas, c.Storage
+			return c.Replicas, c.Storage, nil
 		}
-		if st, err := js.Stream(ctx, name); err == nil {
-			cfg := st.CachedInfo().Config
-			return cfg.Replicas, cfg.Storage
+		st, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return c.Replicas, c.Storage, nil
 		}
-		return c.Replicas, c.Storage
+		if err != nil {
+			return 0, 0, fmt.Errorf("streams: %s: %w", name, err)
+		}
+		cfg := st.CachedInfo().Config
+		return cfg.Replicas, cfg.Storage, nil
 	}
-	fnReplicas, fnStorage := shape(c.FunctionStream())
-	_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	fnReplicas, fnStorage, err := shape(c.FunctionStream())
+	if err != nil {
+		return err
+	}
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:               c.FunctionStream(),
 		Subjects:           []string{c.prefix() + ".fn.>"},
 		Retention:          jetstream.WorkQueuePolicy,
@@ -161,6 +169,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if err != nil {
 		return fmt.Errorf("streams: function stream: %w", err)
 	}
+	atomic := map[string]bool{c.RunsBucket(): true, c.DelayedBucket(): true}
 	buckets := []jetstream.KeyValueConfig{
 		{Bucket: c.RunsBucket(), Description: "jetflow: run records", LimitMarkerTTL: time.Hour},
 		{Bucket: c.DelayedBucket(), Description: "jetflow: runs due later, keyed by due second"},
@@ -169,22 +178,43 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 		{Bucket: c.CronsBucket(), Description: "jetflow: cron jobs"},
 	}
 	for _, b := range buckets {
-		b.Replicas, b.Storage = shape(KVStream(b.Bucket))
+		st, err := js.Stream(ctx, KVStream(b.Bucket))
+		if err == nil {
+			// The bucket exists: leave its config alone (re-creating it
+			// through the KV API would switch atomic publish off for a
+			// moment and fail other processes' batches), except for what
+			// this Config asks to change.
+			cfg := st.CachedInfo().Config
+			changed := false
+			if atomic[b.Bucket] && !cfg.AllowAtomicPublish {
+				cfg.AllowAtomicPublish, changed = true, true
+			}
+			if !keepShape && cfg.Replicas != c.Replicas {
+				cfg.Replicas, changed = c.Replicas, true
+			}
+			if changed {
+				if _, err := js.UpdateStream(ctx, cfg); err != nil {
+					return fmt.Errorf("streams: bucket %s: %w", b.Bucket, err)
+				}
+			}
+			continue
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("streams: bucket %s: %w", b.Bucket, err)
+		}
+		b.Replicas, b.Storage = c.Replicas, c.Storage
 		if _, err := js.CreateOrUpdateKeyValue(ctx, b); err != nil {
 			return fmt.Errorf("streams: bucket %s: %w", b.Bucket, err)
 		}
-	}
-	// Atomic batches (all-or-none scheduling) write records and delayed entries.
-	for _, b := range []string{c.RunsBucket(), c.DelayedBucket()} {
-		s, err := js.Stream(ctx, KVStream(b))
-		if err != nil {
-			return fmt.Errorf("streams: bucket %s: %w", b, err)
-		}
-		cfg := s.CachedInfo().Config
-		if !cfg.AllowAtomicPublish {
+		if atomic[b.Bucket] {
+			st, err := js.Stream(ctx, KVStream(b.Bucket))
+			if err != nil {
+				return fmt.Errorf("streams: bucket %s: %w", b.Bucket, err)
+			}
+			cfg := st.CachedInfo().Config
 			cfg.AllowAtomicPublish = true
 			if _, err := js.UpdateStream(ctx, cfg); err != nil {
-				return fmt.Errorf("streams: bucket %s: allow atomic publish: %w", b, err)
+				return fmt.Errorf("streams: bucket %s: allow atomic publish: %w", b.Bucket, err)
 			}
 		}
 	}

@@ -36,6 +36,7 @@ type jobCore struct {
 	lastFlush    time.Time
 	result       json.RawMessage
 	started      time.Time
+	closed       bool // the outcome is being written: no more record writes
 }
 
 // ID is the run id.
@@ -75,6 +76,9 @@ func (j *jobCore) SetResult(v any) error {
 	if err != nil {
 		return fmt.Errorf("%w: result: %v", jetflow.ErrBadArgs, err)
 	}
+	if max := j.w.nc.MaxPayload(); max > 0 && int64(len(b)+len(j.env.Args))+8192 > max {
+		return fmt.Errorf("%w: result of %d bytes does not fit the server's max payload %d with the args", ErrResultTooLarge, len(b), max)
+	}
 	j.mu.Lock()
 	j.result = b
 	j.mu.Unlock()
@@ -105,7 +109,7 @@ func (j *jobCore) beat(ctx context.Context) error { return j.write(ctx, true) }
 func (j *jobCore) write(ctx context.Context, beat bool) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.rec == nil || !(j.progressDirt || beat && j.rec.State == jetflow.InProgress) {
+	if j.closed || j.rec == nil || !(j.progressDirt || beat && j.rec.State == jetflow.InProgress) {
 		return nil
 	}
 	r := *j.rec

@@ -122,10 +122,15 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		if err != nil {
 			// Canceled, or another worker claimed it: not ours to run.
 			w.log.Debug("claim lost", "function", e.name, "run_id", env.ID, "error", err)
-			if errors.Is(err, kv.ErrConflict) {
+			if !errors.Is(err, kv.ErrConflict) {
+				_ = m.NakWithDelay(time.Second)
+				return
+			}
+			// Ack only what is over: the message may be the one another
+			// worker is running now (acks go by stream sequence).
+			if cur, gerr := w.store.Get(ctx, env.ID); gerr == nil && (cur.State.Terminal() || env.Attempt < cur.Attempts ||
+				cur.State == jetflow.Pending && env.Attempt <= cur.Attempts) {
 				_ = m.Ack()
-			} else {
-				_ = m.Nak()
 			}
 			return
 		}
@@ -155,8 +160,13 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) boo
 		_ = m.NakWithDelay(time.Second)
 		return false
 	}
+	if !r.State.Terminal() && env.Attempt < r.Attempts {
+		// A message of an older attempt (a lost ack): that attempt is over.
+		_ = m.Ack()
+		return false
+	}
 	if r.State == jetflow.InProgress {
-		if w.swapMsg(env.ID, m) {
+		if w.swapMsg(env.ID, env.Attempt, m) {
 			return false // a duplicate delivery of a run running here
 		}
 		last := r.Heartbeat
@@ -321,6 +331,7 @@ func (w *Worker) succeed(ctx context.Context, j *jobCore, m jetstream.Msg) {
 		r.StartedTime = j.started
 	}
 	rev := j.rev
+	j.closed = true // no heartbeat or progress write may slip in before the outcome
 	j.mu.Unlock()
 	if _, err := w.writeOutcome(ctx, &r, rev); err != nil {
 		w.outcomeLost(ctx, j, m, err)
@@ -432,6 +443,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 		r.StartedTime = j.started
 	}
 	rev := j.rev
+	j.closed = true // no heartbeat or progress write may slip in before the outcome
 	j.mu.Unlock()
 	var ra *jetflow.RetryAfterError
 	retry := j.fn.kind == jetflow.Retryable && !jetflow.IsPermanent(herr) && j.env.Attempt < j.maxAttempts()

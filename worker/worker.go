@@ -254,7 +254,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.register(ctx, fns); err != nil {
 		w.log.Warn("function registry", "error", err)
 	}
-	return w.life.Start(ctx, func(ctx context.Context) {
+	// Heartbeats and cancel notices go on until Stop, even when ctx ends
+	// first: runs still in flight must not look lost.
+	return w.life.Start(context.WithoutCancel(ctx), func(ctx context.Context) {
 		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
 		hb := time.NewTicker(w.cfg.AckWait / 3)
@@ -334,6 +336,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 // Stopped is closed when the worker has stopped.
 func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
 
+// ErrResultTooLarge: SetResult's value would not fit in the run record.
+var ErrResultTooLarge = errors.New("worker: result too large")
+
 var (
 	errWorkerStopping = errors.New("worker: stopping")
 	errTakenOver      = errors.New("worker: run changed by another writer")
@@ -369,14 +374,19 @@ func (w *Worker) pruneCanceled() {
 // heartbeat tells JetStream that every running run is still in progress,
 // and flushes coalesced progress.
 func (w *Worker) heartbeat(ctx context.Context) {
+	type beat struct {
+		a   *active
+		msg jetstream.Msg
+	}
 	w.mu.Lock()
-	runs := make([]*active, 0, len(w.running))
+	runs := make([]beat, 0, len(w.running))
 	for _, a := range w.running {
-		runs = append(runs, a)
+		runs = append(runs, beat{a, a.msg})
 	}
 	w.mu.Unlock()
-	for _, a := range runs {
-		_ = a.msg.InProgress()
+	for _, b := range runs {
+		a := b.a
+		_ = b.msg.InProgress()
 		if err := a.job.beat(ctx); errors.Is(err, kv.ErrConflict) {
 			// Canceled, or taken over by another worker that thought this
 			// one lost: stop; its outcome would be discarded anyway.
@@ -395,11 +405,11 @@ func (w *Worker) isStopping() bool {
 // delivery after a consumer leader change): no second handler starts, and
 // the outcome acknowledges the newest delivery. It reports false when the
 // run is not running here.
-func (w *Worker) swapMsg(id string, m jetstream.Msg) bool {
+func (w *Worker) swapMsg(id string, attempt int, m jetstream.Msg) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	a := w.running[id]
-	if a == nil {
+	if a == nil || a.job.env.Attempt != attempt {
 		return false
 	}
 	a.msg = m
