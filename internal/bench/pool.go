@@ -1,0 +1,184 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/pool"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+type poolBenchArgs struct {
+	I int `json:"i"`
+}
+
+// The two functions of the pool figures: one run directly, one through the
+// pool; both are no-ops that count.
+var (
+	poolBenchDirect = jetflow.Define[poolBenchArgs]("bench.pool.direct")
+	poolBenchItem   = jetflow.Define[poolBenchArgs]("bench.pool.item")
+)
+
+// poolBenchParallelism is the pool's max parallelism in the figure.
+const poolBenchParallelism = 10
+
+// RunPool measures a work pool on a fresh embedded server (default
+// durability), in one process (producer, worker, pool dispatcher): N no-op
+// runs through the unlimited function path (producer.Batch, a worker with
+// concurrency 64), then N no-op items through a pool with max parallelism
+// 10 (EnqueueBatch, the same worker), each timed from the first enqueue to
+// the N-th handler's return. It prints both rates and their ratio. N is
+// 5,000 (500 when quick).
+//
+// The pool's rate is bounded by its parallelism over the latency of one
+// item's cycle: grant, run, completion, slot given back. A pool item costs
+// about 15 JetStream round trips where a plain run costs 4 (record, publish,
+// outcome, ack): the queue entry and its removal, the item record at start
+// and at the end, the attempt's run and its on-complete run, the dispatcher's
+// state write (shared by the items it starts at once).
+func RunPool(ctx context.Context, out io.Writer, quick bool) error {
+	n := 5_000
+	if quick {
+		n = 500
+	}
+	dir, err := os.MkdirTemp("", "jetflow-bench-pool-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	s, err := embedded.Start(embedded.Options{Dir: dir})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	line := func(format string, a ...any) { fmt.Fprintf(out, "pool "+format+"\n", a...) }
+
+	scfg := streams.Config{Prefix: "benchpool"}
+	wnc, wjs, err := poolBenchConnect(s.ClientURL(), "bench-pool-worker")
+	if err != nil {
+		return err
+	}
+	defer wnc.Close()
+	pnc, pjs, err := poolBenchConnect(s.ClientURL(), "bench-pool-producer")
+	if err != nil {
+		return err
+	}
+	defer pnc.Close()
+
+	var direct, items atomic.Int64
+	w, err := worker.New(ctx, wjs, worker.Config{Streams: scfg, Concurrency: 64})
+	if err != nil {
+		return err
+	}
+	opts := worker.Options{Concurrency: 64, MaxParallel: 10_000}
+	worker.Handle(w, poolBenchDirect, func(context.Context, *worker.Job[poolBenchArgs]) error { direct.Add(1); return nil }, opts)
+	worker.Handle(w, poolBenchItem, func(context.Context, *worker.Job[poolBenchArgs]) error { items.Add(1); return nil }, opts)
+	if err := pool.Register(w); err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	}()
+	p, err := producer.New(ctx, pjs, producer.Config{Streams: scfg})
+	if err != nil {
+		return err
+	}
+	pl, err := pool.New(ctx, p, pool.Config{Name: "bench", MaxParallelism: poolBenchParallelism})
+	if err != nil {
+		return err
+	}
+	if err := pl.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = pl.Stop(sctx)
+	}()
+	if err := poolBenchWait(ctx, time.Minute, func() bool { st := pl.Stats(); return st.Leader && st.Loaded }); err != nil {
+		return fmt.Errorf("pool dispatcher: %w", err)
+	}
+
+	// The unlimited function path.
+	start := time.Now()
+	for i := 0; i < n; i += producer.MaxBatch {
+		batch := make([]producer.Item, 0, producer.MaxBatch)
+		for j := i; j < min(n, i+producer.MaxBatch); j++ {
+			batch = append(batch, producer.Item{Call: poolBenchDirect.With(poolBenchArgs{I: j})})
+		}
+		if _, err := p.Batch(ctx, batch); err != nil {
+			return fmt.Errorf("direct runs: %w", err)
+		}
+	}
+	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return direct.Load() >= int64(n) }); err != nil {
+		return fmt.Errorf("direct runs: %d of %d ran: %w", direct.Load(), n, err)
+	}
+	dDirect := time.Since(start)
+
+	// The same through the pool.
+	start = time.Now()
+	for i := 0; i < n; i += pool.MaxBatch {
+		batch := make([]pool.Entry, 0, pool.MaxBatch)
+		for j := i; j < min(n, i+pool.MaxBatch); j++ {
+			batch = append(batch, pool.Entry{Call: poolBenchItem.With(poolBenchArgs{I: j})})
+		}
+		if _, err := pl.EnqueueBatch(ctx, batch); err != nil {
+			return fmt.Errorf("pool items: %w", err)
+		}
+	}
+	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return items.Load() >= int64(n) }); err != nil {
+		return fmt.Errorf("pool items: %d of %d ran: %w", items.Load(), n, err)
+	}
+	dPool := time.Since(start)
+
+	rDirect, rPool := rate(n, dDirect), rate(n, dPool)
+	line("unlimited function path     %d runs  in %s = %10s runs/s (Batch, worker concurrency 64)", n, fmtDur(dDirect), fmtRate(rDirect))
+	line("pool, max parallelism %2d    %d items in %s = %10s items/s (EnqueueBatch, same worker)", poolBenchParallelism, n, fmtDur(dPool), fmtRate(rPool))
+	line("pool / unlimited            %.3f   (a pool item: about 15 round trips, a plain run: 4; at most %d in flight, so the rate is %d / item cycle latency, %s here)",
+		rPool/max(rDirect, 1e-9), poolBenchParallelism, poolBenchParallelism, fmtDur(time.Duration(float64(dPool)*poolBenchParallelism/float64(n))))
+	return nil
+}
+
+func poolBenchConnect(url, name string) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.Name(name))
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, js, nil
+}
+
+func poolBenchWait(ctx context.Context, within time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}

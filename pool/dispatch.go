@@ -1,0 +1,808 @@
+package pool
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DispatcherStats counts what this Pool's dispatcher did.
+type DispatcherStats struct {
+	// Leader: this dispatcher holds the pool's lease now.
+	Leader bool
+	// Terms is how many times it took the lease.
+	Terms int64
+	// Loaded: the current term has read the whole queue.
+	Loaded bool
+	// Queued is the number of pending items it knows of (waiting for a slot
+	// or backing off).
+	Queued int
+	// Passes counts the passes that looked for items to start after the
+	// queue was loaded.
+	Passes int64
+	// Started counts the items it started.
+	Started int64
+	// Skipped counts queue entries of items canceled or changed meanwhile.
+	Skipped int64
+	// Repaired counts slots the periodic check fixed (a lost completion, a
+	// run never created, a slot never used).
+	Repaired int64
+}
+
+// Start runs the pool's dispatcher in the background and returns at once.
+// Any number of processes may start one; one holds the lease and works, the
+// others stand by. It can run in the scheduler's process or anywhere.
+func (pl *Pool) Start(ctx context.Context) error { return pl.life.Start(ctx, pl.run) }
+
+// Stop stops the dispatcher and gives up the lease so a standby takes over.
+// Items are not affected: pending ones wait, running ones run.
+func (pl *Pool) Stop(ctx context.Context) error { return pl.life.Stop(ctx) }
+
+// Stopped is closed when the dispatcher has stopped.
+func (pl *Pool) Stopped() <-chan struct{} { return pl.life.Stopped() }
+
+// Stats returns this dispatcher's counters.
+func (pl *Pool) Stats() DispatcherStats {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.stats
+}
+
+func (pl *Pool) stat(f func(s *DispatcherStats)) {
+	pl.mu.Lock()
+	f(&pl.stats)
+	pl.mu.Unlock()
+}
+
+type term struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (pl *Pool) run(ctx context.Context) {
+	every := pl.cfg.LeaseTTL / 5
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var cur *term
+	end := func() {
+		if cur != nil {
+			cur.cancel()
+			<-cur.done
+			cur = nil
+		}
+		pl.stat(func(s *DispatcherStats) { s.Leader, s.Loaded, s.Queued = false, false, 0 })
+	}
+	defer func() {
+		end()
+		rctx, c := context.WithTimeout(context.Background(), 2*time.Second)
+		pl.lease.release(rctx)
+		c()
+	}()
+	var renewed time.Time // last successful acquire or renewal
+	for {
+		actx, c := context.WithTimeout(ctx, every)
+		err := pl.lease.acquire(actx)
+		c()
+		if err == nil {
+			renewed = pl.now()
+		} else if cur != nil && !errors.Is(err, errNotLeader) && pl.now().Sub(renewed) < pl.cfg.LeaseTTL/2 {
+			// A slow or failed renewal, not a lost lease: the lease is ours
+			// for a while yet, keep working and try again.
+			pl.log.Debug("pool lease renewal", "pool", pl.name, "error", err)
+			err = nil
+		}
+		if cur != nil {
+			select {
+			case <-cur.done: // the term ended by itself (watch closed)
+				end()
+			default:
+			}
+		}
+		switch {
+		case err == nil && cur == nil:
+			tctx, tcancel := context.WithCancel(ctx)
+			cur = &term{cancel: tcancel, done: make(chan struct{})}
+			pl.stat(func(s *DispatcherStats) { s.Leader = true; s.Terms++ })
+			go func(done chan struct{}) {
+				defer close(done)
+				d := newDispatcher(pl)
+				if err := d.loop(tctx); err != nil && tctx.Err() == nil {
+					pl.log.Warn("pool dispatcher stopped", "pool", pl.name, "error", err)
+				}
+				d.wg.Wait()
+			}(cur.done)
+		case err != nil && cur != nil:
+			pl.log.Warn("pool dispatcher lost the lease", "pool", pl.name, "error", err)
+			end()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// entry is a queue entry in the dispatcher's memory.
+type entry struct {
+	id   string
+	seq  uint64
+	q    queued
+	rank int64 // q.Ready - priority x Aging: smaller starts first
+	at   int64 // when it may be tried (Unix ns)
+	size int   // bytes of q.Item kept in memory
+}
+
+// rankHeap orders ready entries by rank, then by queue sequence.
+type rankHeap []*entry
+
+func (h rankHeap) Len() int { return len(h) }
+func (h rankHeap) Less(i, j int) bool {
+	if h[i].rank != h[j].rank {
+		return h[i].rank < h[j].rank
+	}
+	return h[i].seq < h[j].seq
+}
+func (h rankHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *rankHeap) Push(x any)   { *h = append(*h, x.(*entry)) }
+func (h *rankHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// timeHeap orders entries not ready yet by when they may be tried.
+type timeHeap []*entry
+
+func (h timeHeap) Len() int           { return len(h) }
+func (h timeHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h timeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timeHeap) Push(x any)        { *h = append(*h, x.(*entry)) }
+func (h *timeHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// The dispatcher keeps a new item's queue entry in memory, to start it
+// without reading it again, if the entry is at most maxKeptEntry bytes and
+// the entries kept total at most maxKeptBytes; others are read again when
+// they start. Every pending item costs its metadata (about 100 bytes).
+const (
+	maxKeptEntry = 16 << 10
+	maxKeptBytes = 64 << 20
+)
+
+// dispatcher is one leadership term: it keeps the pool's queue in memory
+// (read from the queue entries, then followed by a KV watch), and starts the
+// items of smallest rank while the pool has free slots and the rate limit
+// allows. Memory is a cache: the queue entries, item records and pool state
+// in KV are the truth, and a new term reads them again.
+type dispatcher struct {
+	pl      *Pool
+	index   map[string]*entry // id -> its live entry
+	ready   rankHeap
+	later   timeHeap
+	blocked bool // no slot or token at the last pass: wait for a wake, the poll or the timer
+	// releases are the slots to give back at the next pass: item id ->
+	// attempt, for attempts seen ending (a finished item, a retry queued).
+	releases map[string]int
+	kept     int // bytes of queue entries kept in memory
+	// st and rev are the pool state as this dispatcher last wrote or read
+	// it: passes caused by the watches start from it (a compare-and-swap
+	// that fails reads it again); wakes, polls and timers read it afresh.
+	st   *poolState
+	rev  uint64
+	redo chan *entry
+	sem  chan struct{}
+	wg   sync.WaitGroup
+}
+
+func newDispatcher(pl *Pool) *dispatcher {
+	return &dispatcher{pl: pl, index: map[string]*entry{}, releases: map[string]int{},
+		redo: make(chan *entry, 1024), sem: make(chan struct{}, 256)}
+}
+
+func (d *dispatcher) live(e *entry) bool { return d.index[e.id] == e }
+
+func (d *dispatcher) add(e *entry) {
+	old := d.index[e.id]
+	if old != nil && old.seq >= e.seq {
+		return
+	}
+	if old != nil {
+		d.drop(old)
+	}
+	if e.q.Item != nil && (e.size > maxKeptEntry || d.kept+e.size > maxKeptBytes) {
+		e.q.Item, e.size = nil, 0 // read again when it starts
+	}
+	if e.q.Item == nil {
+		e.size = 0
+	}
+	d.kept += e.size
+	d.index[e.id] = e
+	d.schedule(e)
+}
+
+// drop forgets e's kept item.
+func (d *dispatcher) drop(e *entry) {
+	d.kept -= e.size
+	e.size = 0
+}
+
+func (d *dispatcher) schedule(e *entry) {
+	if e.at <= d.pl.now().UnixNano() {
+		heap.Push(&d.ready, e)
+	} else {
+		heap.Push(&d.later, e)
+	}
+}
+
+func (d *dispatcher) take(e jetstream.KeyValueEntry) {
+	pfx := queueKey(d.pl.name, "")
+	id, ok := strings.CutPrefix(e.Key(), pfx)
+	if !ok {
+		return
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		if old := d.index[id]; old != nil && old.seq <= e.Revision() {
+			d.drop(old)
+			delete(d.index, id)
+		}
+		return
+	}
+	var q queued
+	if err := json.Unmarshal(e.Value(), &q); err != nil || q.Attempt < 1 {
+		d.pl.log.Warn("undecodable pool queue entry", "pool", d.pl.name, "key", e.Key())
+		return
+	}
+	if q.Attempt > 1 {
+		// A retry queued: the attempt before it has ended.
+		d.releases[id] = q.Attempt - 1
+	}
+	d.add(&entry{id: id, seq: e.Revision(), q: q, rank: q.Ready - int64(q.Priority)*int64(d.pl.cfg.Aging), at: q.Ready, size: len(e.Value())})
+}
+
+// ended notes an item record written: a finished item's slot is given back.
+func (d *dispatcher) ended(e jetstream.KeyValueEntry) bool {
+	if e.Operation() != jetstream.KeyValuePut {
+		return false
+	}
+	var it struct {
+		State    jetflow.State `json:"state"`
+		Attempts int           `json:"attempts"`
+	}
+	if err := json.Unmarshal(e.Value(), &it); err != nil || !it.State.Terminal() || it.Attempts < 1 {
+		return false
+	}
+	id, _ := strings.CutPrefix(e.Key(), itemKey(d.pl.name, ""))
+	d.releases[id] = it.Attempts
+	return true
+}
+
+func (d *dispatcher) loop(ctx context.Context) error {
+	pl := d.pl
+	// Item records, from now on: items that end give their slot back.
+	iw, err := pl.st.kv.Watch(ctx, itemKey(pl.name, "*"), jetstream.UpdatesOnly())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = iw.Stop() }()
+	w, err := pl.st.kv.Watch(ctx, queueKey(pl.name, "*"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	wake := make(chan struct{}, 1)
+	sub, err := pl.st.nc.Subscribe(wakeSubject(pl.scfg, pl.name), func(*nats.Msg) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	poll := time.NewTicker(pl.cfg.PollInterval)
+	defer poll.Stop()
+	rec := time.NewTicker(pl.cfg.ReconcileInterval)
+	defer rec.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	loaded, reconciled := false, false
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("pool: queue watch closed")
+			}
+			for n := 0; ; n++ {
+				if e == nil {
+					loaded = true
+				} else {
+					d.take(e)
+				}
+				if n == 4096 {
+					break
+				}
+				more := false
+				select {
+				case e, ok = <-w.Updates():
+					if !ok {
+						return errors.New("pool: queue watch closed")
+					}
+					more = true
+				default:
+				}
+				if !more {
+					break
+				}
+			}
+			if d.blocked {
+				d.publishStats(loaded)
+				continue
+			}
+		case e, ok := <-iw.Updates():
+			if !ok {
+				return errors.New("pool: item watch closed")
+			}
+			ended := e != nil && d.ended(e)
+			for n := 0; n < 4096; n++ {
+				more := false
+				select {
+				case e, ok = <-iw.Updates():
+					if !ok {
+						return errors.New("pool: item watch closed")
+					}
+					more = true
+					ended = e != nil && d.ended(e) || ended
+				default:
+				}
+				if !more {
+					break
+				}
+			}
+			if !ended {
+				continue
+			}
+			d.blocked = false
+		case e := <-d.redo:
+			if d.index[e.id] == nil {
+				d.index[e.id] = e
+				d.schedule(e)
+			}
+		case <-wake:
+			d.blocked, d.st = false, nil
+		case <-poll.C:
+			d.blocked, d.st = false, nil
+		case <-timer.C:
+			d.blocked, d.st = false, nil
+		case <-rec.C:
+			if loaded {
+				d.reconcile(ctx, false)
+			}
+			d.st = nil
+		}
+		d.publishStats(loaded)
+		if !loaded {
+			continue
+		}
+		if !reconciled {
+			// A new term: slots of attempts that ended while no dispatcher
+			// watched are given back now.
+			d.reconcile(ctx, true)
+			reconciled, d.st = true, nil
+		}
+		next := d.pass(ctx)
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+		d.publishStats(loaded)
+	}
+}
+
+func (d *dispatcher) publishStats(loaded bool) {
+	n := len(d.index)
+	d.pl.stat(func(s *DispatcherStats) { s.Loaded, s.Queued = loaded, n })
+}
+
+// pass starts what can start now and returns how long to wait before the
+// next pass if nothing wakes the dispatcher earlier.
+func (d *dispatcher) pass(ctx context.Context) time.Duration {
+	pl := d.pl
+	pl.stat(func(s *DispatcherStats) { s.Passes++ })
+	for round := 0; ; round++ {
+		now := pl.now().UnixNano()
+		for d.later.Len() > 0 && d.later[0].at <= now {
+			e := heap.Pop(&d.later).(*entry)
+			if d.live(e) {
+				heap.Push(&d.ready, e)
+			}
+		}
+		for d.ready.Len() > 0 && !d.live(d.ready[0]) {
+			heap.Pop(&d.ready)
+		}
+		if d.ready.Len() == 0 && len(d.releases) == 0 {
+			return d.untilLater(now, time.Hour)
+		}
+		if round > 32 {
+			return pl.cfg.PollInterval
+		}
+		st, rev, err := d.state(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				pl.log.Warn("pool state", "pool", pl.name, "error", err)
+			}
+			return pl.cfg.PollInterval
+		}
+		released := d.applyReleases(st)
+		free := st.Max - len(st.Running)
+		allow, rateNext := st.allowance(now)
+		k := min(free, allow, pl.cfg.MaxStartsPerPass, d.ready.Len())
+		if k <= 0 {
+			if released > 0 {
+				if err := d.putState(ctx, st, rev); err == nil {
+					clear(d.releases)
+				} else if !errors.Is(err, errConflict) {
+					return pl.cfg.PollInterval
+				}
+				continue
+			}
+			clear(d.releases) // nothing of them was running
+			if d.ready.Len() == 0 {
+				return d.untilLater(now, time.Hour)
+			}
+			d.blocked = true
+			if free > 0 && rateNext > 0 {
+				return d.untilLater(now, time.Duration(rateNext-now))
+			}
+			return d.untilLater(now, time.Hour)
+		}
+		var picked, held []*entry
+		for len(picked) < k && d.ready.Len() > 0 {
+			e := heap.Pop(&d.ready).(*entry)
+			if !d.live(e) {
+				continue
+			}
+			if _, running := st.Running[e.id]; running {
+				// The previous attempt still holds its slot (its release is
+				// on the way): wait for it.
+				held = append(held, e)
+				continue
+			}
+			picked = append(picked, e)
+		}
+		if len(picked) == 0 {
+			for _, e := range held {
+				heap.Push(&d.ready, e)
+			}
+			if released > 0 {
+				if err := d.putState(ctx, st, rev); err == nil {
+					clear(d.releases)
+				} else if !errors.Is(err, errConflict) {
+					return pl.cfg.PollInterval
+				}
+				continue
+			}
+			clear(d.releases)
+			d.blocked = true
+			return d.untilLater(now, time.Hour)
+		}
+		t := st.grantTime(now)
+		for _, e := range picked {
+			st.Running[e.id] = slot{Attempt: e.q.Attempt, Granted: t}
+		}
+		st.recordStarts(t, len(picked))
+		err = d.putState(ctx, st, rev)
+		for _, e := range held {
+			heap.Push(&d.ready, e)
+		}
+		if err == nil {
+			clear(d.releases)
+		}
+		if err != nil {
+			for _, e := range picked {
+				heap.Push(&d.ready, e)
+			}
+			if errors.Is(err, errConflict) {
+				continue
+			}
+			if ctx.Err() == nil {
+				pl.log.Warn("pool state", "pool", pl.name, "error", err)
+			}
+			return pl.cfg.PollInterval
+		}
+		for _, e := range picked {
+			d.drop(e)
+			delete(d.index, e.id)
+			d.sem <- struct{}{}
+			d.wg.Add(1)
+			go func() {
+				defer func() { <-d.sem; d.wg.Done() }()
+				// A grant under way finishes even if the term ends.
+				gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				d.grant(gctx, e, t)
+			}()
+		}
+	}
+}
+
+// state returns a copy of the pool state to change, and its revision.
+func (d *dispatcher) state(ctx context.Context) (*poolState, uint64, error) {
+	if d.st == nil {
+		st, rev, ok, err := d.pl.st.getState(ctx, d.pl.name)
+		if err != nil {
+			return nil, 0, err
+		}
+		if !ok {
+			return nil, 0, fmt.Errorf("pool %s: %w", d.pl.name, ErrNoPool)
+		}
+		d.st, d.rev = st, rev
+	}
+	c := *d.st
+	c.Running = maps.Clone(d.st.Running)
+	if c.Running == nil {
+		c.Running = map[string]slot{}
+	}
+	c.Starts = slices.Clone(d.st.Starts)
+	return &c, d.rev, nil
+}
+
+// putState writes st if the state is still at rev, and keeps it as the
+// current state; on a conflict the next pass reads the state again.
+func (d *dispatcher) putState(ctx context.Context, st *poolState, rev uint64) error {
+	nrev, err := d.pl.st.putState(ctx, d.pl.name, st, rev)
+	if err != nil {
+		d.st = nil
+		return err
+	}
+	d.st, d.rev = st, nrev
+	return nil
+}
+
+// applyReleases removes from st the slots of attempts seen ending, and
+// returns how many it removed.
+func (d *dispatcher) applyReleases(st *poolState) int {
+	n := 0
+	for id, a := range d.releases {
+		if s, ok := st.Running[id]; ok && s.Attempt == a {
+			delete(st.Running, id)
+			n++
+		}
+	}
+	return n
+}
+
+func (d *dispatcher) untilLater(now int64, max time.Duration) time.Duration {
+	for d.later.Len() > 0 && !d.live(d.later[0]) {
+		heap.Pop(&d.later)
+	}
+	if d.later.Len() > 0 {
+		if w := time.Duration(d.later[0].at - now); w < max {
+			max = w
+		}
+	}
+	if max < time.Millisecond {
+		max = time.Millisecond
+	}
+	return max
+}
+
+// grant starts the item of entry e, which holds a slot (and a token)
+// granted at t: it moves the item to InProgress by compare-and-swap, removes
+// the queue entry, and creates the attempt's run. An item canceled or
+// changed meanwhile gives the slot and the token back.
+func (d *dispatcher) grant(ctx context.Context, e *entry, t int64) {
+	pl := d.pl
+	giveBack := func() {
+		_, err := pl.st.updateState(ctx, pl.name, func(st *poolState) bool {
+			s, ok := st.Running[e.id]
+			if !ok || s.Attempt != e.q.Attempt || s.Granted != t {
+				return false
+			}
+			delete(st.Running, e.id)
+			st.returnStart(t)
+			return true
+		})
+		if err != nil && ctx.Err() == nil {
+			pl.log.Warn("give slot back; the periodic check will", "pool", pl.name, "item", e.id, "error", err)
+		}
+		pl.wake()
+	}
+	// retry tries the entry again later. After a failed read nothing was
+	// written: the slot is given back. After a failed write the write may
+	// have happened: the slot stays, and the periodic check gives it back
+	// (the item did not start) or starts the run (it did).
+	retry := func(free bool) {
+		if free {
+			giveBack()
+		}
+		e.at = pl.now().Add(time.Second).UnixNano()
+		select {
+		case d.redo <- e:
+		default:
+		}
+	}
+	stale := func(it *Item) {
+		if it != nil && it.State.Terminal() {
+			if err := pl.ensureCallback(ctx, it); err != nil {
+				pl.log.Warn("on-complete of canceled item", "pool", pl.name, "item", it.ID, "error", err)
+			}
+		}
+		_ = pl.st.deleteMsg(ctx, e.seq)
+		pl.stat(func(s *DispatcherStats) { s.Skipped++ })
+		giveBack()
+	}
+	grantT := time.Unix(0, t).UTC()
+	var it *Item
+	if e.q.Attempt == 1 {
+		// A new item: its record is created now, from the queue entry (kept
+		// in memory when small). Creating it is the compare-and-swap that
+		// decides against a concurrent Cancel.
+		it = e.q.Item
+		if it == nil {
+			q, seq, err := pl.st.getQueued(ctx, pl.name, e.id)
+			if errors.Is(err, jetflow.ErrNotFound) || err == nil && (seq != e.seq || q.Item == nil) {
+				giveBack() // canceled, or replaced by a newer entry
+				pl.stat(func(s *DispatcherStats) { s.Skipped++ })
+				return
+			}
+			if err != nil {
+				retry(true)
+				return
+			}
+			it = q.Item
+		}
+		e.q.Item = nil
+		it = copyItem(it)
+		it.State, it.Attempts, it.RunID, it.Started = jetflow.InProgress, 1, RunID(pl.name, it.ID, 1), grantT
+		err := pl.st.writeItem(ctx, it, 0)
+		if errors.Is(err, ErrAlreadyExists) {
+			cur, gerr := pl.st.getItem(ctx, pl.name, e.id)
+			if gerr != nil && !errors.Is(gerr, jetflow.ErrNotFound) {
+				retry(true)
+				return
+			}
+			stale(cur) // canceled before it started, or a duplicate entry
+			return
+		}
+		if err != nil {
+			retry(false)
+			return
+		}
+	} else {
+		for i := 0; ; i++ {
+			cur, err := pl.st.getItem(ctx, pl.name, e.id)
+			if errors.Is(err, jetflow.ErrNotFound) {
+				stale(nil)
+				return
+			}
+			if err != nil || i == 16 {
+				retry(true)
+				return
+			}
+			if cur.State != jetflow.Pending || cur.Attempts != e.q.Attempt-1 {
+				stale(cur)
+				return
+			}
+			cur.State, cur.Attempts, cur.Started, cur.NotBefore = jetflow.InProgress, e.q.Attempt, grantT, time.Time{}
+			cur.RunID = RunID(pl.name, cur.ID, cur.Attempts)
+			err = pl.st.writeItem(ctx, cur, cur.Revision)
+			if errors.Is(err, errConflict) {
+				continue
+			}
+			if err != nil {
+				retry(false)
+				return
+			}
+			it = cur
+			break
+		}
+	}
+	pl.stat(func(s *DispatcherStats) { s.Started++ })
+	if err := pl.startRun(ctx, it); err != nil && ctx.Err() == nil {
+		pl.log.Warn("create run; the periodic check will", "pool", pl.name, "item", it.ID, "error", err)
+	}
+	// Last, off the item's critical path: a leftover entry is dropped as
+	// stale by whoever finds it.
+	if err := pl.st.deleteMsg(ctx, e.seq); err != nil {
+		pl.log.Debug("remove queue entry", "pool", pl.name, "item", it.ID, "error", err)
+	}
+}
+
+func copyItem(it *Item) *Item {
+	c := *it
+	return &c
+}
+
+// reconcile checks the running slots. A slot whose attempt has ended (the
+// item finished, or moved on to a later attempt) is given back; a retry's
+// queue entry that a crash left unwritten is written first. A slot whose
+// item has not started that attempt (a crash between granting the slot and
+// starting the item) is given back after ReconcileGrace; a running item
+// without its run gets its run; a run that ended without its completion
+// settling the item (the done function not served, or lost) is settled here,
+// ReconcileGrace after it ended. At the start of a term (start set) only the
+// slots of ended attempts are looked at, whatever their age.
+func (d *dispatcher) reconcile(ctx context.Context, start bool) {
+	pl := d.pl
+	st, _, ok, err := pl.st.getState(ctx, pl.name)
+	if err != nil || !ok {
+		return
+	}
+	now := pl.now()
+	grace := pl.cfg.ReconcileGrace
+	repaired := func() { pl.stat(func(s *DispatcherStats) { s.Repaired++ }) }
+	for id, s := range st.Running {
+		if ctx.Err() != nil {
+			return
+		}
+		old := now.Sub(time.Unix(0, s.Granted)) >= grace
+		if !start && !old {
+			continue
+		}
+		it, err := pl.st.getItem(ctx, pl.name, id)
+		if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
+			continue
+		}
+		switch {
+		case err == nil && it.Attempts >= s.Attempt && !(it.State == jetflow.InProgress && it.Attempts == s.Attempt):
+			// That attempt has ended.
+			if it.State == jetflow.Pending && it.Attempts == s.Attempt {
+				if _, _, qerr := pl.st.getQueued(ctx, pl.name, id); errors.Is(qerr, jetflow.ErrNotFound) {
+					if pl.requeue(ctx, it) != nil {
+						continue
+					}
+				} else if qerr != nil {
+					continue
+				}
+			}
+			if pl.release(ctx, pl.name, id, s.Attempt) == nil {
+				repaired()
+			}
+			if it.State.Terminal() {
+				_ = pl.ensureCallback(ctx, it)
+			}
+		case start || !old:
+		case err != nil || it.Attempts < s.Attempt:
+			// The attempt never started.
+			if pl.release(ctx, pl.name, id, s.Attempt) == nil {
+				repaired()
+			}
+		default:
+			run, err := pl.p.Get(ctx, it.RunID)
+			switch {
+			case errors.Is(err, jetflow.ErrNotFound):
+				if pl.startRun(ctx, it) == nil {
+					repaired()
+				}
+			case err != nil:
+			case run.State.Terminal() && now.Sub(run.CompletedTime) >= grace:
+				if pl.settle(ctx, pl.name, id, s.Attempt, run) == nil {
+					repaired()
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package pool_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/pool"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EmailArgs are the arguments of emails.send.
+type EmailArgs struct {
+	To string `json:"to"`
+}
+
+var (
+	SendEmail = jetflow.Define[EmailArgs]("emails.send")
+	EmailSent = jetflow.Define[jetflow.Completion]("emails.sent")
+)
+
+// A pool of at most two emails at a time across the cluster, at most 100
+// per minute; the high-priority email goes first, and each email's outcome
+// reaches an on-complete function once.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "jetflow-pool-example-")
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Options{Dir: dir})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Stop()
+	nc, _ := srv.Connect()
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+
+	// Workers serve the functions and the pool's done function.
+	w, _ := worker.New(ctx, js, worker.Config{})
+	worker.Handle(w, SendEmail, func(ctx context.Context, j *worker.Job[EmailArgs]) error {
+		return j.SetResult("sent to " + j.Args.To)
+	})
+	done := make(chan jetflow.Completion, 3)
+	worker.Handle(w, EmailSent, func(ctx context.Context, j *worker.Job[jetflow.Completion]) error {
+		done <- j.Args
+		return nil
+	})
+	if err := pool.Register(w); err != nil {
+		panic(err)
+	}
+	_ = w.Start(ctx)
+	defer w.Stop(ctx)
+
+	// The pool, and its dispatcher (any number may run; one is active).
+	p, _ := producer.New(ctx, js, producer.Config{})
+	pl, err := pool.New(ctx, p, pool.Config{
+		Name: "emails", MaxParallelism: 2,
+		RateLimit: pool.RateLimit{N: 100, Per: time.Minute},
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = pl.Start(ctx)
+	defer pl.Stop(ctx)
+
+	for _, to := range []string{"ann", "bob", "cy"} {
+		prio := pool.Normal
+		if to == "cy" {
+			prio = pool.High
+		}
+		_, err := pl.Enqueue(ctx, SendEmail.With(EmailArgs{To: to}),
+			pool.WithID("welcome-"+to), pool.WithPriority(prio),
+			pool.WithOnComplete(jetflow.Call{Name: EmailSent.Name(), Args: map[string]string{"campaign": "welcome"}}))
+		if err != nil {
+			panic(err)
+		}
+	}
+	got := map[string]jetflow.Completion{}
+	for range 3 {
+		c := <-done
+		got[c.Run.ID] = c
+	}
+	for _, id := range []string{"welcome-ann", "welcome-bob", "welcome-cy"} {
+		c := got[id]
+		fmt.Printf("%s: %s, result %s, context %s\n", id, c.Run.State, c.Run.Result, c.Context)
+	}
+	it, _ := pl.Status(ctx, "welcome-cy")
+	fmt.Println("status of welcome-cy:", it.State, "after", it.Attempts, "attempt; run", it.RunID)
+	// Output:
+	// welcome-ann: success, result "sent to ann", context {"campaign":"welcome"}
+	// welcome-bob: success, result "sent to bob", context {"campaign":"welcome"}
+	// welcome-cy: success, result "sent to cy", context {"campaign":"welcome"}
+	// status of welcome-cy: success after 1 attempt; run emails-welcome-cy-1
+}

@@ -1,0 +1,820 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// Limits.
+const (
+	// DefaultMaxParallelism is a new pool's max parallelism (Convex's default).
+	DefaultMaxParallelism = 10
+	// MaxParallelismLimit is the largest max parallelism a pool takes: every
+	// start and end rewrites the set of running items in one record.
+	MaxParallelismLimit = 1000
+	// MaxRate is the largest N of a RateLimit: the window keeps the last N
+	// start times.
+	MaxRate = 10000
+	// MaxBatch is the most items EnqueueBatch takes in one call.
+	MaxBatch = producer.MaxBatch
+)
+
+// Errors. Each is matched with errors.Is.
+var (
+	// ErrInvalidConfig: a pool name, max parallelism, rate limit or priority
+	// out of range.
+	ErrInvalidConfig = errors.New("pool: invalid configuration")
+	// ErrNoPool: the pool has no state in the bucket (New was never called
+	// for it).
+	ErrNoPool = errors.New("pool: no such pool")
+	// ErrAlreadyExists: an item with the requested id exists in this pool;
+	// the call returns its id and enqueued nothing. It matches
+	// producer.ErrAlreadyExists too.
+	ErrAlreadyExists = fmt.Errorf("pool: item already exists: %w", producer.ErrAlreadyExists)
+	// ErrTooManyItems: more than MaxBatch items in one EnqueueBatch.
+	ErrTooManyItems = errors.New("pool: too many items in one call")
+	// ErrBatchFailed: the batch was refused by the server; none of it was
+	// written.
+	ErrBatchFailed = errors.New("pool: batch not written")
+)
+
+// Priority orders pending items when the pool is saturated: the dispatcher
+// starts the item with the smallest rank, ready time - priority x Aging.
+// Any value from MinPriority to MaxPriority is valid.
+type Priority int
+
+// Named priorities.
+const (
+	Low    Priority = -1
+	Normal Priority = 0
+	High   Priority = 1
+
+	MinPriority Priority = -10
+	MaxPriority Priority = 10
+)
+
+func (p Priority) String() string {
+	switch p {
+	case Low:
+		return "low"
+	case Normal:
+		return "normal"
+	case High:
+		return "high"
+	}
+	return strconv.Itoa(int(p))
+}
+
+// RateLimit allows at most N starts in any window of length Per, across
+// every process. Items over the limit wait; they are never dropped or
+// failed. The zero value means no limit.
+type RateLimit struct {
+	N   int           `json:"n,omitempty"`
+	Per time.Duration `json:"per,omitempty"`
+}
+
+// IsZero reports whether r is no limit.
+func (r RateLimit) IsZero() bool { return r.N == 0 && r.Per == 0 }
+
+func (r RateLimit) validate() error {
+	if r.IsZero() {
+		return nil
+	}
+	if r.N < 1 || r.N > MaxRate || r.Per < time.Millisecond {
+		return fmt.Errorf("%w: rate limit %d per %s: N must be 1-%d and Per at least 1ms", ErrInvalidConfig, r.N, r.Per, MaxRate)
+	}
+	return nil
+}
+
+// Retry is a pool's retry policy. The pool retries, not the worker: each
+// attempt is a run of its own with one attempt, so that a retry waits for a
+// slot and a rate-limit token like any start, and a backing-off item holds
+// no slot (as in Convex's workpool).
+type Retry struct {
+	// MaxAttempts, first attempt included. Default 5 for retryable
+	// functions and 1 (no retry) for at-most-once ones, as Convex retries
+	// actions only when asked. Set it to retry at-most-once functions: each
+	// attempt is still run at most once.
+	MaxAttempts int `json:"maxAttempts,omitempty"`
+	// Backoff between attempts: exponential with full jitter (see
+	// jetflow.Backoff); default initial 250 ms, base 2, max 1 h.
+	Backoff jetflow.Backoff `json:"backoff,omitzero"`
+}
+
+func (r Retry) withDefaults() Retry {
+	if r.Backoff.Initial <= 0 {
+		r.Backoff.Initial = 250 * time.Millisecond
+	}
+	r.Backoff = r.Backoff.WithDefaults()
+	return r
+}
+
+// Config configures a Pool. Every zero field takes the default named.
+type Config struct {
+	// Name of the pool: 1-64 ASCII letters, digits or '_'. Required.
+	Name string
+	// MaxParallelism is the most items of the pool running at once across
+	// the cluster. It is stored with the pool: zero keeps the stored value
+	// (DefaultMaxParallelism for a new pool), a positive value replaces it.
+	// SetMaxParallelism changes it at run time; 0 pauses the pool.
+	MaxParallelism int
+	// RateLimit limits starts per period across the cluster. Stored like
+	// MaxParallelism: the zero value keeps the stored limit (none for a new
+	// pool); SetRateLimit changes or removes it.
+	RateLimit RateLimit
+	// Retry is the retry policy of items enqueued through this Pool value
+	// (stored on each item). See Retry for defaults.
+	Retry Retry
+	// Aging is how long a pending item waits to rise one priority level.
+	// Default 1 minute. See Priority.
+	Aging time.Duration
+
+	// Logger for warnings. Default: discard.
+	Logger *slog.Logger
+	// ID names this dispatcher in the lease. Default: generated.
+	ID string
+	// LeaseTTL is how long a dead dispatcher keeps the lease. Default 5 s;
+	// the dispatcher renews every LeaseTTL/5 and standbys try as often.
+	LeaseTTL time.Duration
+	// PollInterval is how often the dispatcher looks for free slots without
+	// being told. Default 1 s.
+	PollInterval time.Duration
+	// ReconcileInterval is the period of the check of running items (a lost
+	// completion, a crash between granting a slot and starting the run).
+	// Default 5 s.
+	ReconcileInterval time.Duration
+	// ReconcileGrace is how long a slot may look inconsistent before the
+	// check repairs it. Default 10 s.
+	ReconcileGrace time.Duration
+	// MaxStartsPerPass bounds the items one dispatcher pass starts. Default 64.
+	MaxStartsPerPass int
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Aging <= 0 {
+		c.Aging = time.Minute
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.ID == "" {
+		c.ID = nuid.Next()
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 5 * time.Second
+	}
+	if c.LeaseTTL < time.Second {
+		c.LeaseTTL = time.Second
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = time.Second
+	}
+	if c.ReconcileInterval <= 0 {
+		c.ReconcileInterval = 5 * time.Second
+	}
+	if c.ReconcileGrace <= 0 {
+		c.ReconcileGrace = 10 * time.Second
+	}
+	if c.MaxStartsPerPass <= 0 {
+		c.MaxStartsPerPass = 64
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	c.Retry = c.Retry.withDefaults()
+	return c
+}
+
+// ValidateName checks a pool name: 1-64 ASCII letters, digits or '_'.
+func ValidateName(name string) error {
+	if name == "" || len(name) > 64 {
+		return fmt.Errorf("%w: pool name %q must be 1-64 bytes", ErrInvalidConfig, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return fmt.Errorf("%w: pool name %q: letters, digits and '_' only", ErrInvalidConfig, name)
+		}
+	}
+	return nil
+}
+
+// Pool is a named work pool: a client (Enqueue, Status, Cancel, ...) and,
+// after Start, a candidate dispatcher. It is safe for concurrent use. It does
+// not own the producer or the connection behind it.
+type Pool struct {
+	core
+	cfg   Config
+	name  string
+	life  lifecycle.L
+	lease *lease
+
+	mu    sync.Mutex
+	stats DispatcherStats
+}
+
+// New opens pool cfg.Name on the producer's connection and prefix, creating
+// the pools bucket and the pool's state when they do not exist, and storing
+// cfg's non-zero MaxParallelism and RateLimit. Errors: ErrInvalidConfig.
+func New(ctx context.Context, p *producer.Producer, cfg Config) (*Pool, error) {
+	if err := ValidateName(cfg.Name); err != nil {
+		return nil, err
+	}
+	if cfg.MaxParallelism < 0 || cfg.MaxParallelism > MaxParallelismLimit {
+		return nil, fmt.Errorf("%w: max parallelism %d: 0-%d", ErrInvalidConfig, cfg.MaxParallelism, MaxParallelismLimit)
+	}
+	if err := cfg.RateLimit.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Retry.MaxAttempts < 0 {
+		return nil, fmt.Errorf("%w: max attempts %d", ErrInvalidConfig, cfg.Retry.MaxAttempts)
+	}
+	cfg = cfg.withDefaults()
+	scfg := p.Store().Config()
+	js := p.Store().JetStream()
+	st, err := openStore(ctx, js, scfg)
+	if err != nil {
+		return nil, err
+	}
+	pl := &Pool{core: core{p: p, scfg: scfg, st: st, log: cfg.Logger, now: cfg.Now}, cfg: cfg, name: cfg.Name}
+	pl.lease = &lease{js: js, kv: st.kv, bucket: st.bucket, key: leaseKey(cfg.Name), holder: cfg.ID, ttl: cfg.LeaseTTL, now: cfg.Now}
+	if err := pl.ensureState(ctx); err != nil {
+		return nil, err
+	}
+	return pl, nil
+}
+
+func (pl *Pool) ensureState(ctx context.Context) error {
+	for {
+		st, rev, ok, err := pl.st.getState(ctx, pl.name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			st = &poolState{Max: DefaultMaxParallelism, Running: map[string]slot{}}
+		}
+		changed := !ok
+		if m := pl.cfg.MaxParallelism; m > 0 && st.Max != m {
+			st.Max, changed = m, true
+		}
+		if r := pl.cfg.RateLimit; !r.IsZero() && st.Rate != r {
+			st.Rate, changed = r, true
+			st.recordStarts(0, 0)
+		}
+		if !changed {
+			return nil
+		}
+		if _, err := pl.st.putState(ctx, pl.name, st, rev); errors.Is(err, errConflict) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		pl.wake()
+		return nil
+	}
+}
+
+// Name is the pool's name.
+func (pl *Pool) Name() string { return pl.name }
+
+// Option tunes one enqueued item.
+type Option func(*options)
+
+type options struct {
+	id          string
+	priority    Priority
+	onComplete  *jetflow.Call
+	maxAttempts int
+	timeout     time.Duration
+}
+
+// WithID gives the item its id, an idempotency key within the pool.
+// Enqueuing an id that exists returns that id and ErrAlreadyExists, never a
+// second item. Default: a generated id.
+func WithID(id string) Option { return func(o *options) { o.id = id } }
+
+// WithPriority sets the item's priority (default Normal).
+func WithPriority(p Priority) Option { return func(o *options) { o.priority = p } }
+
+// WithOnComplete runs c exactly once when the item ends: succeeded (after
+// its retries), failed for good, or canceled. c's function receives a
+// jetflow.Completion whose Run describes the item (ID is the item id,
+// Attempts the attempts made, State/Result/Error the outcome, Pool and
+// Priority set) and whose Context is c's args.
+func WithOnComplete(c jetflow.Call) Option { return func(o *options) { o.onComplete = &c } }
+
+// WithMaxAttempts overrides the pool's Retry.MaxAttempts for this item.
+func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
+
+// WithTimeout sets the timeout of each attempt (default: the function's).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// Item is the status of one pool item.
+type Item struct {
+	ID       string          `json:"id"`
+	Pool     string          `json:"pool"`
+	Function string          `json:"fn"`
+	Kind     jetflow.Kind    `json:"kind,omitempty"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	Priority Priority        `json:"priority,omitempty"`
+	// State is Pending (waiting for a slot, or backing off before a retry),
+	// InProgress (holding a slot: started, running), or the outcome:
+	// Success, Failed, Canceled.
+	State       jetflow.State   `json:"state"`
+	Attempts    int             `json:"attempts"`
+	MaxAttempts int             `json:"maxAttempts"`
+	Backoff     jetflow.Backoff `json:"backoff,omitzero"`
+	Timeout     time.Duration   `json:"timeout,omitempty"`
+	// RunID is the run of the current (or last) attempt: Watch it for
+	// progress. Attempt n of item id in pool p is run p-id-n.
+	RunID     string    `json:"runId,omitempty"`
+	Enqueued  time.Time `json:"enqueued"`
+	NotBefore time.Time `json:"notBefore,omitzero"`
+	// Started is when the current (or last) attempt was granted its slot
+	// (and its rate-limit token).
+	Started    time.Time         `json:"started,omitzero"`
+	Completed  time.Time         `json:"completed,omitzero"`
+	Error      string            `json:"error,omitempty"`
+	Result     json.RawMessage   `json:"result,omitempty"`
+	OnComplete *jetflow.Callback `json:"onComplete,omitempty"`
+	// Trace carries the enqueuer's W3C trace context to the attempt runs.
+	Trace map[string]string `json:"trace,omitempty"`
+	// Revision is the record's KV revision.
+	Revision uint64 `json:"-"`
+}
+
+// Running reports whether the item holds a slot.
+func (it *Item) Running() bool { return it.State == jetflow.InProgress }
+
+// Finished reports whether the item has its outcome.
+func (it *Item) Finished() bool { return it.State.Terminal() }
+
+// RunID is the run id of attempt n of item id in pool pool.
+func RunID(pool, id string, n int) string {
+	return jetflow.DerivedID(pool + "-" + id + "-" + strconv.Itoa(n))
+}
+
+// CallbackID is the run id of the on-complete callback of item id.
+func CallbackID(pool, id string) string { return jetflow.DerivedID(pool + "-" + id + "-complete") }
+
+// Entry is one item of EnqueueBatch.
+type Entry struct {
+	Call    jetflow.Call
+	Options []Option
+}
+
+func (pl *Pool) prepare(ctx context.Context, c jetflow.Call, opts []Option) (*Item, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	args, err := c.Encode()
+	if err != nil {
+		return nil, err
+	}
+	if o.priority < MinPriority || o.priority > MaxPriority {
+		return nil, fmt.Errorf("%w: priority %d outside %d..%d", ErrInvalidConfig, o.priority, MinPriority, MaxPriority)
+	}
+	id := o.id
+	if id == "" {
+		id = nuid.Next()
+	} else if err := jetflow.ValidateRunID(id); err != nil {
+		return nil, err
+	}
+	kind := c.Kind
+	if kind == "" {
+		kind = jetflow.Retryable
+	}
+	max := pl.cfg.Retry.MaxAttempts
+	if o.maxAttempts > 0 {
+		max = o.maxAttempts
+	}
+	if max <= 0 {
+		max = 5
+		if kind == jetflow.AtMostOnce {
+			max = 1
+		}
+	}
+	it := &Item{
+		ID: id, Pool: pl.name, Function: c.Name, Kind: kind, Args: args, Priority: o.priority,
+		State: jetflow.Pending, MaxAttempts: max, Backoff: pl.cfg.Retry.Backoff, Timeout: o.timeout,
+		Enqueued: pl.now().UTC(), Trace: telemetry.Inject(ctx),
+	}
+	if o.onComplete != nil {
+		cargs, err := o.onComplete.Encode()
+		if err != nil {
+			return nil, fmt.Errorf("on-complete: %w", err)
+		}
+		it.OnComplete = &jetflow.Callback{Function: o.onComplete.Name, Args: cargs}
+	}
+	return it, nil
+}
+
+// Enqueue adds an item to the pool and returns its id once it is durable.
+// It starts when the pool has a free slot and its rate limit allows, in
+// priority order. Errors: jetflow.ErrInvalidName, jetflow.ErrBadArgs,
+// jetflow.ErrInvalidRunID, ErrInvalidConfig (priority),
+// producer.ErrArgsTooLarge, ErrAlreadyExists (with the id).
+func (pl *Pool) Enqueue(ctx context.Context, c jetflow.Call, opts ...Option) (string, error) {
+	it, err := pl.prepare(ctx, c, opts)
+	if err != nil {
+		return "", err
+	}
+	if err := pl.checkSize(len(it.Args)); err != nil {
+		return "", err
+	}
+	// One write: the queue entry holds the new item. It is refused if the
+	// item waits already; an item that has started has a record instead.
+	seq, err := pl.st.putQueued(ctx, pl.name, it.ID, queued{Priority: it.Priority, Ready: it.Enqueued.UnixNano(), Attempt: 1, Item: it})
+	if errors.Is(err, ErrAlreadyExists) {
+		return it.ID, err
+	}
+	if err != nil {
+		return "", err
+	}
+	if cur, err := pl.st.getItem(ctx, pl.name, it.ID); err == nil {
+		if cur.Enqueued.Equal(it.Enqueued) && cur.Function == it.Function {
+			return it.ID, nil // ours, started already
+		}
+		_ = pl.st.deleteMsg(ctx, seq)
+		return it.ID, fmt.Errorf("item %s: %w", it.ID, ErrAlreadyExists)
+	} else if !errors.Is(err, jetflow.ErrNotFound) {
+		// The entry is durable: if the item existed, the dispatcher drops it.
+		pl.log.Warn("enqueue: check for an existing item", "pool", pl.name, "item", it.ID, "error", err)
+	}
+	return it.ID, nil
+}
+
+func (pl *Pool) checkSize(n int) error {
+	if max := pl.st.nc.MaxPayload(); max > 0 && int64(2*n)+8192 > max {
+		return fmt.Errorf("%w: %d bytes of args, server max payload %d", producer.ErrArgsTooLarge, n, max)
+	}
+	return nil
+}
+
+// EnqueueBatch adds up to MaxBatch items at once, all or none (one atomic
+// JetStream batch), and returns their ids in order. An item whose WithID
+// exists fails the whole call with ErrAlreadyExists (naming the id) and
+// nothing is written. Errors also: ErrTooManyItems, ErrBatchFailed,
+// producer.ErrArgsTooLarge, and those of Enqueue.
+func (pl *Pool) EnqueueBatch(ctx context.Context, entries []Entry) ([]string, error) {
+	if len(entries) == 0 {
+		return nil, nil
+	}
+	if len(entries) > MaxBatch {
+		return nil, fmt.Errorf("%w: %d > %d", ErrTooManyItems, len(entries), MaxBatch)
+	}
+	items := make([]*Item, len(entries))
+	seen := make(map[string]bool, len(entries))
+	total := 0
+	for i, e := range entries {
+		it, err := pl.prepare(ctx, e.Call, e.Options)
+		if err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		if seen[it.ID] {
+			return nil, fmt.Errorf("item %d: %s twice in one batch: %w", i, it.ID, ErrAlreadyExists)
+		}
+		if err := pl.checkSize(len(it.Args)); err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		seen[it.ID] = true
+		total += len(it.Args)
+		items[i] = it
+	}
+	if total > producer.MaxBatchArgs {
+		return nil, fmt.Errorf("%w: %d bytes of args in one call, limit %d", producer.ErrArgsTooLarge, total, producer.MaxBatchArgs)
+	}
+	// Items that started already have a record (items still waiting are
+	// caught by the batch's compare-and-swap on their queue entries).
+	if err := pl.checkNew(ctx, items); err != nil {
+		return nil, err
+	}
+	msgs := make([]*nats.Msg, len(items))
+	for i, it := range items {
+		m, err := pl.st.queueMsg(pl.name, it.ID, queued{Priority: it.Priority, Ready: it.Enqueued.UnixNano(), Attempt: 1, Item: it})
+		if err != nil {
+			return nil, err
+		}
+		msgs[i] = m
+	}
+	if _, err := pl.st.batch(ctx, msgs); err != nil {
+		if kv.IsWrongSequence(err) {
+			for _, it := range items {
+				if _, _, gerr := pl.st.getQueued(ctx, pl.name, it.ID); gerr == nil {
+					return nil, fmt.Errorf("item %s: %w", it.ID, ErrAlreadyExists)
+				}
+			}
+		}
+		return nil, fmt.Errorf("%w: %w", ErrBatchFailed, err)
+	}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		ids[i] = it.ID
+	}
+	return ids, nil
+}
+
+// checkNew returns ErrAlreadyExists if one of items has a record.
+func (pl *Pool) checkNew(ctx context.Context, items []*Item) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		sem   = make(chan struct{}, 32)
+	)
+	for _, it := range items {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_, err := pl.st.getItem(ctx, pl.name, it.ID)
+			switch {
+			case err == nil:
+				err = fmt.Errorf("item %s: %w", it.ID, ErrAlreadyExists)
+			case errors.Is(err, jetflow.ErrNotFound):
+				return
+			}
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return first
+}
+
+// Status returns the item's record: a pending item's as enqueued, a started
+// one's as last written. Errors: jetflow.ErrNotFound (never enqueued, or
+// finished longer ago than the retention period), jetflow.ErrInvalidRunID.
+func (pl *Pool) Status(ctx context.Context, id string) (*Item, error) {
+	it, err := pl.st.getItem(ctx, pl.name, id)
+	if !errors.Is(err, jetflow.ErrNotFound) {
+		return it, err
+	}
+	q, _, qerr := pl.st.getQueued(ctx, pl.name, id)
+	if qerr == nil && q.Item != nil {
+		return q.Item, nil
+	}
+	if qerr == nil {
+		// A retry's entry whose record was just removed: gone.
+		return nil, err
+	}
+	if errors.Is(qerr, jetflow.ErrNotFound) {
+		// Started between the two reads.
+		return pl.st.getItem(ctx, pl.name, id)
+	}
+	return nil, qerr
+}
+
+// Cancel cancels item id. A pending item never starts; a running one has its
+// run canceled (its handler's context ends with cause jetflow.ErrCanceled)
+// and gives its slot back. The item's on-complete callback runs with
+// Canceled. Canceling a finished item is a no-op. Errors:
+// jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
+func (pl *Pool) Cancel(ctx context.Context, id string) error {
+	var prev jetflow.State
+	var it *Item
+	for {
+		var err error
+		it, err = pl.st.getItem(ctx, pl.name, id)
+		if errors.Is(err, jetflow.ErrNotFound) {
+			// Never started: the item is in its queue entry. Writing its
+			// record as canceled keeps the dispatcher from starting it.
+			q, seq, qerr := pl.st.getQueued(ctx, pl.name, id)
+			if qerr != nil {
+				if errors.Is(qerr, jetflow.ErrNotFound) {
+					if _, gerr := pl.st.getItem(ctx, pl.name, id); gerr == nil {
+						continue // started meanwhile
+					}
+				}
+				return qerr
+			}
+			if q.Item == nil {
+				continue
+			}
+			c := *q.Item
+			c.State, c.Completed, c.Error = jetflow.Canceled, pl.now().UTC(), jetflow.ErrCanceled.Error()
+			if err := pl.st.writeItem(ctx, &c, 0); errors.Is(err, ErrAlreadyExists) {
+				continue // started meanwhile
+			} else if err != nil {
+				return err
+			}
+			if err := pl.st.deleteMsg(ctx, seq); err != nil {
+				pl.log.Debug("remove queue entry of canceled item; the dispatcher will", "pool", pl.name, "item", id, "error", err)
+			}
+			return pl.ensureCallback(ctx, &c)
+		}
+		if err != nil {
+			return err
+		}
+		if it.State.Terminal() {
+			return nil
+		}
+		prev = it.State
+		it.State = jetflow.Canceled
+		it.Completed = pl.now().UTC()
+		it.Error = jetflow.ErrCanceled.Error()
+		err = pl.st.writeItem(ctx, it, it.Revision)
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	if prev == jetflow.InProgress && it.RunID != "" {
+		if err := pl.cancelRun(ctx, it); err != nil {
+			return err
+		}
+		return pl.ensureCallback(ctx, it)
+	}
+	// A retry waiting for its backoff: drop its queue entry (the dispatcher
+	// would drop it too when it comes up).
+	if _, seq, err := pl.st.getQueued(ctx, pl.name, id); err == nil {
+		_ = pl.st.deleteMsg(ctx, seq)
+	}
+	return pl.ensureCallback(ctx, it)
+}
+
+// cancelRun cancels the run of a running item that was just canceled. If
+// the dispatcher has not created the run yet, Cancel writes it first, as
+// canceled, so that it never starts. The dispatcher gives the slot back when
+// it sees the item canceled.
+func (pl *Pool) cancelRun(ctx context.Context, it *Item) error {
+	err := pl.p.Cancel(ctx, it.RunID)
+	if !errors.Is(err, jetflow.ErrNotFound) {
+		// The run's on-complete (the pool's done function) gives the
+		// slot back and runs the item's callback.
+		return err
+	}
+	now := pl.now().UTC()
+	tomb := &jetflow.Run{
+		ID: it.RunID, Name: it.Function, Kind: it.Kind, Args: it.Args, State: jetflow.Canceled,
+		ScheduledTime: now, CreationTime: now, CompletedTime: now, Error: jetflow.ErrCanceled.Error(),
+		Pool: pl.name, Priority: int(it.Priority), MaxAttempts: 1,
+	}
+	if _, err := pl.p.Store().Create(ctx, tomb); err != nil {
+		if errors.Is(err, kv.ErrExists) {
+			// Created meanwhile: cancel it.
+			return pl.p.Cancel(ctx, it.RunID)
+		}
+		return err
+	}
+	return nil
+}
+
+// CancelAll cancels every item of the pool that is pending or running when
+// it is called, and returns how many it canceled: the pending ones first, so
+// that the slots the running ones give back start none of them. An item
+// that starts meanwhile (a slot freed by an item ending) is canceled as a
+// running one. Items enqueued while it runs may escape it.
+func (pl *Pool) CancelAll(ctx context.Context) (int, error) {
+	var pending []string
+	keys, err := pl.st.kv.ListKeysFiltered(ctx, queueKey(pl.name, "*"))
+	if err != nil {
+		return 0, fmt.Errorf("pool: list queue of %s: %w", pl.name, err)
+	}
+	pfx := len(queueKey(pl.name, ""))
+	for k := range keys.Keys() {
+		pending = append(pending, k[pfx:])
+	}
+	st, _, ok, err := pl.st.getState(ctx, pl.name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := pl.cancelEach(ctx, pending)
+	if err != nil || !ok {
+		return n, err
+	}
+	running := make([]string, 0, len(st.Running))
+	for id := range st.Running {
+		if !slices.Contains(pending, id) {
+			running = append(running, id)
+		}
+	}
+	m, err := pl.cancelEach(ctx, running)
+	return n + m, err
+}
+
+// cancelEach cancels the items ids (32 at a time) and returns how many it
+// canceled.
+func (pl *Pool) cancelEach(ctx context.Context, ids []string) (int, error) {
+	var (
+		mu    sync.Mutex
+		n     int
+		first error
+		wg    sync.WaitGroup
+		sem   = make(chan struct{}, 32)
+	)
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			it, err := pl.st.getItem(ctx, pl.name, id)
+			if err == nil && it.State.Terminal() {
+				return
+			}
+			if err == nil || errors.Is(err, jetflow.ErrNotFound) {
+				err = pl.Cancel(ctx, id)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				n++
+			case errors.Is(err, jetflow.ErrNotFound):
+			case first == nil:
+				first = err
+			}
+		}()
+	}
+	wg.Wait()
+	return n, first
+}
+
+// SetMaxParallelism changes the pool's max parallelism at run time, for
+// every dispatcher: 0 pauses the pool (running items finish, none start).
+// Lowering it does not stop running items; new ones start when the running
+// count is below the new limit. Errors: ErrInvalidConfig.
+func (pl *Pool) SetMaxParallelism(ctx context.Context, n int) error {
+	if n < 0 || n > MaxParallelismLimit {
+		return fmt.Errorf("%w: max parallelism %d: 0-%d", ErrInvalidConfig, n, MaxParallelismLimit)
+	}
+	_, err := pl.st.updateState(ctx, pl.name, func(st *poolState) bool {
+		if st.Max == n {
+			return false
+		}
+		st.Max = n
+		return true
+	})
+	pl.wake()
+	return err
+}
+
+// SetRateLimit changes the pool's rate limit at run time; the zero value
+// removes it. The window keeps the starts already recorded.
+func (pl *Pool) SetRateLimit(ctx context.Context, r RateLimit) error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	_, err := pl.st.updateState(ctx, pl.name, func(st *poolState) bool {
+		if st.Rate == r {
+			return false
+		}
+		st.Rate = r
+		st.recordStarts(0, 0)
+		return true
+	})
+	pl.wake()
+	return err
+}
+
+// Info is the pool's stored state.
+type Info struct {
+	Name           string
+	MaxParallelism int
+	RateLimit      RateLimit
+	// Running are the ids of the items holding a slot. The dispatcher gives
+	// the slots of ended items back: while none runs, they stay listed.
+	Running []string
+}
+
+// Info reads the pool's state. Errors: ErrNoPool.
+func (pl *Pool) Info(ctx context.Context) (Info, error) {
+	st, _, ok, err := pl.st.getState(ctx, pl.name)
+	if err != nil {
+		return Info{}, err
+	}
+	if !ok {
+		return Info{}, fmt.Errorf("pool %s: %w", pl.name, ErrNoPool)
+	}
+	inf := Info{Name: pl.name, MaxParallelism: st.Max, RateLimit: st.Rate}
+	for id := range st.Running {
+		inf.Running = append(inf.Running, id)
+	}
+	return inf, nil
+}
+
+func (pl *Pool) wake() { pl.core.wake(pl.name) }

@@ -1,0 +1,412 @@
+package pool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Key layout of the pools bucket (<prefix>_pools), for pool <name>:
+//
+//	<name>.state     max parallelism, rate limit, the running slots and the
+//	                 recent start times: every start and every release is a
+//	                 compare-and-swap on this one key
+//	<name>.lease     the dispatcher lease (Nats-TTL, renewed by CAS)
+//	<name>.q.<id>    the queue entry of a pending item: priority, ready time,
+//	                 the attempt it waits to start and, for a new item, the
+//	                 item itself; removed when the item starts or is canceled
+//	<name>.i.<id>    the item record, written when the item first starts (or
+//	                 is canceled before); terminal ones expire after the
+//	                 retention period, by a Nats-TTL on the terminal write
+const (
+	hdrExpectSubjSeq = "Nats-Expected-Last-Subject-Sequence"
+	hdrTTL           = "Nats-TTL"
+)
+
+// BucketName is the pools bucket for a prefix.
+func BucketName(scfg streams.Config) string { return scfg.WithDefaults().Prefix + "_pools" }
+
+func itemKey(pool, id string) string  { return pool + ".i." + id }
+func queueKey(pool, id string) string { return pool + ".q." + id }
+func stateKey(pool string) string     { return pool + ".state" }
+func leaseKey(pool string) string     { return pool + ".lease" }
+
+// wakeSubject carries "look again" notices to the pool's dispatcher (core
+// NATS, best effort: the dispatcher also polls).
+func wakeSubject(scfg streams.Config, pool string) string {
+	return scfg.WithDefaults().Prefix + ".pool." + pool + ".wake"
+}
+
+// queued is the value of a queue entry.
+type queued struct {
+	Priority Priority `json:"p,omitempty"`
+	// Ready is when the item may start (Unix ns): its enqueue time, or the
+	// end of a retry's backoff. Aging counts from it.
+	Ready int64 `json:"r"`
+	// Attempt is the attempt the entry waits to start (1 for a new item).
+	Attempt int `json:"a"`
+	// Item is the new item (attempt 1), which has no record yet. A retry's
+	// entry has none: its record exists.
+	Item *Item `json:"item,omitempty"`
+}
+
+// slot is one running item in the pool state.
+type slot struct {
+	Attempt int   `json:"a"`
+	Granted int64 `json:"t"` // Unix ns
+}
+
+// poolState is the value of <name>.state.
+type poolState struct {
+	Max     int             `json:"max"`
+	Rate    RateLimit       `json:"rate,omitzero"`
+	Running map[string]slot `json:"running,omitempty"`
+	// Starts are the grant times (Unix ns, ascending) of the most recent
+	// starts, at most Rate.N of them: the sliding window of the rate limit.
+	Starts []int64 `json:"starts,omitempty"`
+}
+
+// allowance is how many items may start at now under the rate limit, and
+// when the next may start if none can.
+func (st *poolState) allowance(now int64) (n int, next int64) {
+	if st.Rate.N <= 0 || st.Rate.Per <= 0 {
+		return int(^uint(0) >> 1), 0
+	}
+	cut := now - int64(st.Rate.Per)
+	recent := 0
+	for i := len(st.Starts) - 1; i >= 0 && st.Starts[i] >= cut; i-- {
+		recent++
+	}
+	n = st.Rate.N - recent
+	if n > 0 {
+		return n, 0
+	}
+	// The N-th most recent start must leave the window [t-Per, t].
+	return 0, st.Starts[len(st.Starts)-st.Rate.N] + int64(st.Rate.Per) + 1
+}
+
+// grantTime is the timestamp of a start at now: never before the last
+// recorded start, so that Starts stays ascending whatever the clocks do.
+func (st *poolState) grantTime(now int64) int64 {
+	if k := len(st.Starts); k > 0 && st.Starts[k-1] > now {
+		return st.Starts[k-1]
+	}
+	return now
+}
+
+func (st *poolState) recordStarts(t int64, n int) {
+	if st.Rate.N <= 0 {
+		st.Starts = nil
+		return
+	}
+	for range n {
+		st.Starts = append(st.Starts, t)
+	}
+	if over := len(st.Starts) - st.Rate.N; over > 0 {
+		st.Starts = append([]int64(nil), st.Starts[over:]...)
+	}
+}
+
+// returnStart gives back one start recorded at t (a grant that did not
+// start anything).
+func (st *poolState) returnStart(t int64) {
+	for i := len(st.Starts) - 1; i >= 0; i-- {
+		if st.Starts[i] == t {
+			st.Starts = append(st.Starts[:i], st.Starts[i+1:]...)
+			return
+		}
+	}
+}
+
+// store reads and writes the pools bucket.
+type store struct {
+	js     jetstream.JetStream
+	nc     *nats.Conn
+	kv     jetstream.KeyValue
+	stream jetstream.Stream
+	bucket string
+	ttl    string
+}
+
+// openStore opens the pools bucket, creating it when it does not exist. The
+// bucket's stream is created here rather than through the KV API, because
+// the KV API denies message deletes, and queue entries are removed by
+// sequence (no delete marker left behind); it also allows per-message TTLs
+// and atomic batches. An existing bucket is not updated, so that concurrent
+// starts never flip its settings.
+func openStore(ctx context.Context, js jetstream.JetStream, scfg streams.Config) (*store, error) {
+	scfg = scfg.WithDefaults()
+	bucket := BucketName(scfg)
+	name := streams.KVStream(bucket)
+	st, err := js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		st, err = js.CreateStream(ctx, jetstream.StreamConfig{
+			Name:                   name,
+			Description:            "jetflow: work pools (state, queues, items, leases)",
+			Subjects:               []string{streams.KVSubject(bucket, ">")},
+			MaxMsgsPerSubject:      1,
+			MaxBytes:               -1,
+			MaxMsgSize:             -1,
+			MaxMsgs:                -1,
+			MaxConsumers:           -1,
+			Storage:                scfg.Storage,
+			Replicas:               scfg.Replicas,
+			AllowRollup:            true,
+			AllowDirect:            true,
+			Discard:                jetstream.DiscardNew,
+			Duplicates:             2 * time.Minute,
+			AllowMsgTTL:            true,
+			SubjectDeleteMarkerTTL: time.Minute,
+			AllowAtomicPublish:     true,
+		})
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			st, err = js.Stream(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pool: bucket %s: %w", bucket, err)
+	}
+	if cfg := st.CachedInfo().Config; cfg.DenyDelete || !cfg.AllowAtomicPublish || !cfg.AllowMsgTTL {
+		return nil, fmt.Errorf("pool: bucket %s was created with other settings (deny delete %v, atomic publish %v, message TTL %v): "+
+			"let the pool package create it", bucket, cfg.DenyDelete, cfg.AllowAtomicPublish, cfg.AllowMsgTTL)
+	}
+	b, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return nil, fmt.Errorf("pool: bucket %s: %w", bucket, err)
+	}
+	return &store{js: js, nc: js.Conn(), kv: b, stream: st, bucket: bucket, ttl: scfg.Retention.String()}, nil
+}
+
+func (s *store) subject(key string) string { return streams.KVSubject(s.bucket, key) }
+
+// itemMsg is the write of item it, conditional on the key's last revision
+// being expect (0: the key must not exist). Terminal items carry the
+// retention TTL.
+func (s *store) itemMsg(it *Item, expect uint64) (*nats.Msg, error) {
+	data, err := json.Marshal(it)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
+	}
+	h := nats.Header{hdrExpectSubjSeq: []string{strconv.FormatUint(expect, 10)}}
+	if it.State.Terminal() {
+		h[hdrTTL] = []string{s.ttl}
+	}
+	return &nats.Msg{Subject: s.subject(itemKey(it.Pool, it.ID)), Header: h, Data: data}, nil
+}
+
+// queueMsg is the write of a queue entry; a new item's entry (q.Item set)
+// is written only if the key has none.
+func (s *store) queueMsg(pool, id string, q queued) (*nats.Msg, error) {
+	data, err := json.Marshal(q)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
+	}
+	h := nats.Header{}
+	if q.Item != nil {
+		h[hdrExpectSubjSeq] = []string{"0"}
+	}
+	return &nats.Msg{Subject: s.subject(queueKey(pool, id)), Header: h, Data: data}, nil
+}
+
+// putQueued writes a queue entry and returns its sequence.
+func (s *store) putQueued(ctx context.Context, pool, id string, q queued) (uint64, error) {
+	m, err := s.queueMsg(pool, id, q)
+	if err != nil {
+		return 0, err
+	}
+	ack, err := s.js.PublishMsg(ctx, m)
+	if err != nil {
+		if kv.IsWrongSequence(err) {
+			return 0, fmt.Errorf("item %s: %w", id, ErrAlreadyExists)
+		}
+		return 0, fmt.Errorf("pool: queue item %s: %w", id, err)
+	}
+	return ack.Sequence, nil
+}
+
+// getQueued reads the queue entry of item id. Errors: jetflow.ErrNotFound.
+func (s *store) getQueued(ctx context.Context, pool, id string) (queued, uint64, error) {
+	var q queued
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return q, 0, err
+	}
+	e, err := s.kv.Get(ctx, queueKey(pool, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return q, 0, fmt.Errorf("pool %s item %s: %w", pool, id, jetflow.ErrNotFound)
+	}
+	if err != nil {
+		return q, 0, fmt.Errorf("pool: get queue entry %s: %w", id, err)
+	}
+	if err := json.Unmarshal(e.Value(), &q); err != nil {
+		return q, 0, fmt.Errorf("pool: decode queue entry %s: %w", id, err)
+	}
+	return q, e.Revision(), nil
+}
+
+// writeItem stores it if its record is still at revision expect. Errors:
+// ErrAlreadyExists (expect 0), errConflict.
+func (s *store) writeItem(ctx context.Context, it *Item, expect uint64) error {
+	m, err := s.itemMsg(it, expect)
+	if err != nil {
+		return err
+	}
+	ack, err := s.js.PublishMsg(ctx, m)
+	if err != nil {
+		return s.writeErr(it.ID, expect, err)
+	}
+	it.Revision = ack.Sequence
+	return nil
+}
+
+var errConflict = fmt.Errorf("pool: item changed meanwhile: %w", kv.ErrConflict)
+
+func (s *store) writeErr(id string, expect uint64, err error) error {
+	if kv.IsWrongSequence(err) {
+		if expect == 0 {
+			return fmt.Errorf("item %s: %w", id, ErrAlreadyExists)
+		}
+		return errConflict
+	}
+	return fmt.Errorf("pool: write item %s: %w", id, err)
+}
+
+// getItem reads an item record. Errors: jetflow.ErrNotFound.
+func (s *store) getItem(ctx context.Context, pool, id string) (*Item, error) {
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return nil, err
+	}
+	e, err := s.kv.Get(ctx, itemKey(pool, id))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, fmt.Errorf("pool %s item %s: %w", pool, id, jetflow.ErrNotFound)
+		}
+		return nil, fmt.Errorf("pool: get item %s: %w", id, err)
+	}
+	it := new(Item)
+	if err := json.Unmarshal(e.Value(), it); err != nil {
+		return nil, fmt.Errorf("pool: decode item %s: %w", id, err)
+	}
+	it.Revision = e.Revision()
+	return it, nil
+}
+
+// getState reads the pool state; ok is false when the pool has none.
+func (s *store) getState(ctx context.Context, pool string) (*poolState, uint64, bool, error) {
+	e, err := s.kv.Get(ctx, stateKey(pool))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("pool: read state of %s: %w", pool, err)
+	}
+	st := new(poolState)
+	if err := json.Unmarshal(e.Value(), st); err != nil {
+		return nil, 0, false, fmt.Errorf("pool: decode state of %s: %w", pool, err)
+	}
+	if st.Running == nil {
+		st.Running = map[string]slot{}
+	}
+	return st, e.Revision(), true, nil
+}
+
+// putState writes the pool state if it is still at revision rev (0: absent).
+// It returns errConflict when someone wrote first.
+func (s *store) putState(ctx context.Context, pool string, st *poolState, rev uint64) (uint64, error) {
+	data, err := json.Marshal(st)
+	if err != nil {
+		return 0, err
+	}
+	m := &nats.Msg{Subject: s.subject(stateKey(pool)), Data: data,
+		Header: nats.Header{hdrExpectSubjSeq: []string{strconv.FormatUint(rev, 10)}}}
+	ack, err := s.js.PublishMsg(ctx, m)
+	if err != nil {
+		if kv.IsWrongSequence(err) {
+			return 0, errConflict
+		}
+		return 0, fmt.Errorf("pool: write state of %s: %w", pool, err)
+	}
+	return ack.Sequence, nil
+}
+
+// updateState applies change to the pool state by compare-and-swap until it
+// succeeds. change returns false to leave the state as it is. It returns
+// ErrNotFound when the pool has no state.
+func (s *store) updateState(ctx context.Context, pool string, change func(st *poolState) bool) (*poolState, error) {
+	for {
+		st, rev, ok, err := s.getState(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("pool %s: %w", pool, ErrNoPool)
+		}
+		if !change(st) {
+			return st, nil
+		}
+		_, err = s.putState(ctx, pool, st, rev)
+		if errors.Is(err, errConflict) {
+			continue
+		}
+		return st, err
+	}
+}
+
+// deleteMsg removes a message (a queue entry) by its sequence, leaving no
+// delete marker. One already gone is not an error.
+func (s *store) deleteMsg(ctx context.Context, seq uint64) error {
+	if err := s.stream.DeleteMsg(ctx, seq); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("pool: remove queue entry %d: %w", seq, err)
+	}
+	return nil
+}
+
+// batch publishes msgs as one JetStream atomic batch (ADR-50): all are
+// stored or none. It returns the stream sequence of the last message.
+func (s *store) batch(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+	}
+	id := nuid.Next()
+	for i, m := range msgs {
+		m.Header.Set("Nats-Batch-Id", id)
+		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
+		if i == len(msgs)-1 {
+			m.Header.Set("Nats-Batch-Commit", "1")
+			break
+		}
+		if err := s.nc.PublishMsg(m); err != nil {
+			return 0, err
+		}
+	}
+	resp, err := s.nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
+	if err != nil {
+		return 0, err
+	}
+	var ack struct {
+		Seq   uint64              `json:"seq"`
+		Count int                 `json:"count"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &ack); err != nil {
+		return 0, fmt.Errorf("pool: batch ack: %w", err)
+	}
+	if ack.Error != nil {
+		return 0, ack.Error
+	}
+	if ack.Count != len(msgs) {
+		return 0, fmt.Errorf("pool: batch stored %d of %d messages", ack.Count, len(msgs))
+	}
+	return ack.Seq, nil
+}
