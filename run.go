@@ -59,6 +59,9 @@ type Run struct {
 	// Timeout overrides the function's timeout for this run.
 	Timeout time.Duration `json:"timeout,omitempty"`
 	Error   string        `json:"error,omitempty"`
+	// Permanent: the failure asked for no more retries (jetflow.Permanent,
+	// a timeout, a panic, bad input).
+	Permanent bool `json:"permanent,omitempty"`
 	// Parent is the run that scheduled this one, if any.
 	Parent string `json:"parent,omitempty"`
 	// HeldBy names a retryable parent whose success commits this run.

@@ -28,6 +28,12 @@ type exampleSpec struct {
 }
 
 var exampleSpecs = map[string]exampleSpec{
+	"dailydigest":     {want: []string{"send-daily-digest: daily 09:00 (UTC); next fires:"}},
+	"intervalcleanup": {want: []string{"cleanup-expired-sessions: every 1s, fired"}},
+	"weekdayny":       {want: []string{"register again: errors.Is ErrCronExists: true"}},
+	"pool": {want: []string{
+		"summary: 100 succeeded, 0 failed, 0 canceled",
+	}},
 	"retrier": {
 		args: []string{"--failures", "2"},
 		want: []string{

@@ -257,11 +257,15 @@ func DecodeDelayed(data []byte) (Delayed, error) {
 	return d, nil
 }
 
-// RemoveDelayed removes a delayed entry by its revision (no delete marker is
-// left behind). An entry already gone is not an error.
-func (s *Store) RemoveDelayed(ctx context.Context, rev uint64) error {
-	if err := s.dstream.DeleteMsg(ctx, rev); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
-		return fmt.Errorf("kv: remove delayed entry %d: %w", rev, err)
+// RemoveDelayed removes the delayed entry key up to revision rev (a newer
+// entry under the same key stays). An entry already gone is not an error.
+func (s *Store) RemoveDelayed(ctx context.Context, key string, rev uint64) error {
+	// KV streams deny message deletes; a subject purge below rev+1 removes
+	// the entry without a marker and keeps a newer entry of the same key.
+	err := s.dstream.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(s.cfg.DelayedBucket(), key)),
+		jetstream.WithPurgeSequence(rev+1))
+	if err != nil {
+		return fmt.Errorf("kv: remove delayed entry %s: %w", key, err)
 	}
 	return nil
 }

@@ -60,7 +60,7 @@ func (p *Producer) cancel(ctx context.Context, id string, depth int) error {
 	}
 	if prev == jetflow.Pending {
 		if ok, rev, _ := p.findDelayed(ctx, r); ok {
-			_ = p.store.RemoveDelayed(ctx, rev)
+			_ = p.store.RemoveDelayed(ctx, kv.DelayedKey(r.ScheduledTime, r.ID), rev)
 		}
 		_ = p.store.Unqueue(ctx, r.Name, r.ID)
 	}

@@ -311,19 +311,16 @@ func newCrons(js jetstream.JetStream, p *producer.Producer, cfg CronConfig) (*Cr
 	return c, nil
 }
 
-// crons attached to schedulers (Scheduler.Crons, Scheduler.ConfigureCrons).
-var schedulerCrons sync.Map // *Scheduler -> *Crons
-
 // Crons returns the scheduler's cron manager. The scheduler's leader runs
 // its evaluator. Unless ConfigureCrons was called, it uses the scheduler's
 // streams, logger and clock with default settings and no code-defined crons.
 func (s *Scheduler) Crons() *Crons {
-	if c, ok := schedulerCrons.Load(s); ok {
-		return c.(*Crons)
+	s.cronsMu.Lock()
+	defer s.cronsMu.Unlock()
+	if s.crons == nil {
+		s.crons, _ = newCrons(s.js, s.p, CronConfig{Streams: s.cfg.Streams, Logger: s.log, Now: s.now})
 	}
-	c, _ := newCrons(s.js, s.p, CronConfig{Streams: s.cfg.Streams, Logger: s.log, Now: s.now})
-	actual, _ := schedulerCrons.LoadOrStore(s, c)
-	return actual.(*Crons)
+	return s.crons
 }
 
 // ConfigureCrons sets the scheduler's cron configuration, code-defined
@@ -343,7 +340,9 @@ func (s *Scheduler) ConfigureCrons(cfg CronConfig) (*Crons, error) {
 	if err != nil {
 		return nil, err
 	}
-	schedulerCrons.Store(s, c)
+	s.cronsMu.Lock()
+	s.crons = c
+	s.cronsMu.Unlock()
 	return c, nil
 }
 

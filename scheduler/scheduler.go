@@ -44,6 +44,12 @@ type Config struct {
 	DispatchParallel int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Crons are the code-defined crons (Convex's crons.ts): registered when
+	// this scheduler leads; ones no longer listed are removed. Nil leaves
+	// code-defined crons as they are.
+	Crons []CronDef
+	// Cron tunes the cron evaluator (page size, minimum interval, grace).
+	Cron CronConfig
 }
 
 // Scheduler publishes delayed runs when due, repairs runs whose message was
@@ -63,6 +69,9 @@ type Scheduler struct {
 	mu     sync.Mutex
 	leader bool
 	stats  Stats
+
+	cronsMu sync.Mutex
+	crons   *Crons
 }
 
 // Stats counts what this scheduler did.
@@ -115,6 +124,15 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	}
 	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: p.Store(), p: p, log: cfg.Logger, now: cfg.Now}
 	s.lease = &Lease{js: js, kv: leases, bucket: scfg.LeasesBucket(), key: "scheduler", holder: cfg.ID, ttl: cfg.LeaseTTL, now: cfg.Now}
+	if cfg.Crons != nil || cfg.Cron.PageSize != 0 || cfg.Cron.MinInterval != 0 {
+		cc := cfg.Cron
+		if cfg.Crons != nil {
+			cc.Crons = cfg.Crons
+		}
+		if _, err := s.ConfigureCrons(cc); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -241,6 +259,11 @@ func (s *Scheduler) lead(ctx context.Context) {
 	go func() {
 		defer wg.Done()
 		s.repairLoop(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.cronLoop(ctx)
 	}()
 	for ctx.Err() == nil {
 		// A failed watch or scan (the stream briefly unavailable) restarts
@@ -420,20 +443,20 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
 		// The record expired or never existed: the run cannot be started.
-		_ = s.store.RemoveDelayed(ctx, it.rev)
+		_ = s.store.RemoveDelayed(ctx, it.key, it.rev)
 		return true
 	case err != nil:
 		d.retry(ctx, it)
 		return false
 	case r.State != jetflow.Pending || r.Revision != it.d.Rev || r.HeldBy != "":
-		_ = s.store.RemoveDelayed(ctx, it.rev)
+		_ = s.store.RemoveDelayed(ctx, it.key, it.rev)
 		return true
 	}
 	if _, err := s.js.PublishMsg(ctx, s.scfg.Message(it.d.Envelope)); err != nil {
 		d.retry(ctx, it)
 		return false
 	}
-	if err := s.store.RemoveDelayed(ctx, it.rev); err != nil {
+	if err := s.store.RemoveDelayed(ctx, it.key, it.rev); err != nil {
 		s.log.Debug("remove delayed entry", "run_id", it.d.ID, "error", err)
 	}
 	s.mu.Lock()

@@ -449,6 +449,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	retry := j.fn.kind == jetflow.Retryable && !jetflow.IsPermanent(herr) && j.env.Attempt < j.maxAttempts()
 	if !retry {
 		r.State = jetflow.Failed
+		r.Permanent = jetflow.IsPermanent(herr)
 		r.CompletedTime = w.now().UTC()
 		if _, err := w.writeOutcome(ctx, &r, rev); err != nil {
 			w.outcomeLost(ctx, j, m, err)
