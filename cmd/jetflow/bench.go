@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/internal/bench"
+)
+
+func init() {
+	register("bench", "measure jetflow beside raw JetStream (embedded server, both durability modes)", runBench)
+}
+
+func runBench(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	n := fs.Int("n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
+	alwaysN := fs.Int("always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
+	mode := fs.String("mode", "both", "durability mode: interval, always or both")
+	late := fs.Int("lateness-runs", 0, "delayed runs of the lateness figure (default 2000, 100 with -quick)")
+	size := fs.Int("args-size", 0, "bytes of JSON args per run and per raw message (default 100)")
+	dir := fs.String("dir", "", "data directory (default a temporary directory, removed afterwards)")
+	quick := fs.Bool("quick", false, "small figures for a smoke run")
+	noClaim := fs.Bool("skip-noclaim", false, "skip the end-to-end figure with worker.Options.NoClaim")
+	pool := fs.Bool("pool", false, "also measure work pools (before the core figures)")
+	cron := fs.Bool("cron", false, "also measure the cron evaluator (before the core figures)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: jetflow bench [-n N] [-mode interval|always|both] [-lateness-runs N] [-quick] [-pool] [-cron]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	o := bench.Options{N: *n, AlwaysN: *alwaysN, LatenessRuns: *late, ArgsSize: *size, Dir: *dir, Quick: *quick, SkipNoClaim: *noClaim}
+	switch *mode {
+	case "both":
+	case "interval":
+		o.Modes = []embedded.Sync{embedded.SyncInterval}
+	case "always":
+		o.Modes = []embedded.Sync{embedded.SyncAlways}
+	default:
+		return fmt.Errorf("bench: -mode %q: want interval, always or both", *mode)
+	}
+	if *pool {
+		if err := bench.RunPool(ctx, os.Stdout, *quick); err != nil {
+			return fmt.Errorf("bench pool: %w", err)
+		}
+	}
+	if *cron {
+		if err := bench.RunCron(ctx, os.Stdout, *quick); err != nil {
+			return fmt.Errorf("bench cron: %w", err)
+		}
+	}
+	// The core figures come last, so that SUMMARY is the last line.
+	return bench.Run(ctx, o, os.Stdout)
+}

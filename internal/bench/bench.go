@@ -1,0 +1,396 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Options configure Run. Every zero field takes the default named.
+type Options struct {
+	// N is the number of runs (and raw messages) of the throughput figures
+	// in SyncInterval mode. Default 100,000 (2,000 with Quick).
+	N int
+	// AlwaysN is N in SyncAlways mode, which is 10-30x slower. Default N/20,
+	// at least 500 (or N when N is smaller).
+	AlwaysN int
+	// Modes are the durability modes measured, each on a fresh server.
+	// Default SyncInterval and SyncAlways.
+	Modes []embedded.Sync
+	// LatenessRuns is the number of delayed runs of the lateness figure.
+	// Default 2,000 (100 with Quick).
+	LatenessRuns int
+	// AlwaysLatenessRuns is LatenessRuns in SyncAlways mode, where every
+	// write waits for a disk flush. Default LatenessRuns/20, at least 100
+	// (or LatenessRuns when it is smaller).
+	AlwaysLatenessRuns int
+	// LatenessSpread is how far apart the first and last delayed run are
+	// due. Default 3 s (1 s with Quick).
+	LatenessSpread time.Duration
+	// ArgsSize is the size of each run's JSON arguments and of each raw
+	// message, in bytes. Default 100.
+	ArgsSize int
+	// Dir holds the servers' data, one subdirectory per mode, removed
+	// afterwards. Default a new temporary directory.
+	Dir string
+	// Quick shrinks the defaults for tests and smoke runs, and skips the
+	// NoClaim comparison.
+	Quick bool
+	// SkipNoClaim skips the second end-to-end figure, measured with
+	// worker.Options.NoClaim (no claim write before the handler).
+	SkipNoClaim bool
+	// Timeout bounds each measured phase. Default 10 minutes.
+	Timeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.N <= 0 {
+		o.N = 100_000
+		if o.Quick {
+			o.N = 2_000
+		}
+	}
+	if o.AlwaysN <= 0 {
+		o.AlwaysN = max(o.N/20, min(o.N, 500))
+	}
+	if len(o.Modes) == 0 {
+		o.Modes = []embedded.Sync{embedded.SyncInterval, embedded.SyncAlways}
+	}
+	if o.LatenessRuns <= 0 {
+		o.LatenessRuns = 2_000
+		if o.Quick {
+			o.LatenessRuns = 100
+		}
+	}
+	if o.AlwaysLatenessRuns <= 0 {
+		o.AlwaysLatenessRuns = max(o.LatenessRuns/20, min(o.LatenessRuns, 100))
+	}
+	if o.LatenessSpread <= 0 {
+		o.LatenessSpread = 3 * time.Second
+		if o.Quick {
+			o.LatenessSpread = time.Second
+		}
+	}
+	if o.ArgsSize <= 0 {
+		o.ArgsSize = 100
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 10 * time.Minute
+	}
+	return o
+}
+
+// ErrBench: a measured phase did not complete (lost messages, a failed run,
+// a timeout). The error says which.
+var ErrBench = errors.New("bench: phase failed")
+
+// Result holds the figures of one mode.
+type Result struct {
+	Mode embedded.Sync
+	N    int
+
+	RawPublish        float64 // messages/s
+	RawPublishConsume float64 // messages/s, N / (publish + consume time)
+
+	EnqueueBatch float64 // runs/s through Batch(1000)
+	EnqueueConc  float64 // runs/s through Enqueue from 64 goroutines
+	EndToEnd     float64 // runs/s, first enqueue to last terminal record
+	Cost         Cost    // messages per run, measured in the e2e phase
+
+	// CPU time of the whole process (server included) per message or run.
+	RawPublishCPU, RawPublishConsumeCPU time.Duration
+	EnqueueBatchCPU, EnqueueConcCPU     time.Duration
+	EndToEndCPU                         time.Duration
+
+	// The same end to end with worker.Options.NoClaim; zero when skipped.
+	EndToEndNoClaim    float64
+	EndToEndNoClaimCPU time.Duration
+	CostNoClaim        Cost
+
+	Lateness    Percentiles // jetflow: handler start - scheduled time
+	Dispatch    Percentiles // jetflow: run's message published - scheduled time
+	RawLatency  Percentiles // raw: consume time - publish time
+	LatenessN   int
+	LatenessBad int // lateness runs that did not succeed
+}
+
+// EnqueueRatio is the Batch enqueue rate over the raw publish rate.
+func (r Result) EnqueueRatio() float64 { return ratio(r.EnqueueBatch, r.RawPublish) }
+
+// EndToEndRatio is the headline: jetflow e2e over raw publish-then-consume.
+func (r Result) EndToEndRatio() float64 { return ratio(r.EndToEnd, r.RawPublishConsume) }
+
+// EndToEndCPURatio is raw CPU per message (publish+consume) over jetflow
+// CPU per run: the e2e ratio the CPU would allow if the process had the
+// machine to itself. It is steadier than the wall-clock ratio on a busy
+// machine.
+func (r Result) EndToEndCPURatio() float64 {
+	return ratio(float64(r.RawPublishConsumeCPU), float64(r.EndToEndCPU))
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+// Run measures every mode of o and prints each figure on its own line to
+// out, then a final line starting with "SUMMARY".
+func Run(ctx context.Context, o Options, out io.Writer) error {
+	_, err := Measure(ctx, o, out)
+	return err
+}
+
+// Measure is Run that also returns the figures, in mode order.
+func Measure(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
+	o = o.withDefaults()
+	dir := o.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "jetflow-bench-")
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	fmt.Fprintf(out, "jetflow bench: %s %s/%s, %d CPUs, nats-server %s, nats.go %s, file storage, server embedded in process\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), server.VERSION, nats.Version)
+	fmt.Fprintf(out, "runs/messages: %d (interval), %d (always); args %d bytes; lateness runs %d (interval), %d (always) over %s\n",
+		o.N, o.AlwaysN, o.ArgsSize, o.LatenessRuns, o.AlwaysLatenessRuns, o.LatenessSpread)
+	var results []Result
+	for _, mode := range o.Modes {
+		n, late := o.N, o.LatenessRuns
+		if mode == embedded.SyncAlways {
+			n, late = o.AlwaysN, o.AlwaysLatenessRuns
+		}
+		mdir, err := os.MkdirTemp(dir, mode.String()+"-")
+		if err != nil {
+			return results, fmt.Errorf("bench: %w", err)
+		}
+		r, err := runMode(ctx, o, mode, n, late, mdir, out)
+		os.RemoveAll(mdir)
+		if err != nil {
+			return results, fmt.Errorf("mode=%s: %w", mode, err)
+		}
+		results = append(results, r)
+	}
+	fmt.Fprintln(out, Summary(results))
+	return results, nil
+}
+
+// Summary is the final line: every ratio and the lateness p99 of each mode.
+func Summary(results []Result) string {
+	parts := make([]string, 0, len(results))
+	for _, r := range results {
+		noClaim := ""
+		if r.EndToEndNoClaim > 0 {
+			noClaim = fmt.Sprintf(" e2e-noclaim %.2f", ratio(r.EndToEndNoClaim, r.RawPublishConsume))
+		}
+		parts = append(parts, fmt.Sprintf("%s: enqueue %.2f e2e %.2f e2e-cpu %.2f%s lateness-p99 %s raw-latency-p99 %s",
+			r.Mode, r.EnqueueRatio(), r.EndToEndRatio(), r.EndToEndCPURatio(), noClaim, fmtDur(r.Lateness.P99), fmtDur(r.RawLatency.P99)))
+	}
+	return "SUMMARY " + strings.Join(parts, " | ")
+}
+
+func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int, dir string, out io.Writer) (Result, error) {
+	res := Result{Mode: mode, N: n}
+	s, err := embedded.Start(embedded.Options{Dir: dir, Sync: mode})
+	if err != nil {
+		return res, err
+	}
+	defer s.Stop()
+	tag := fmt.Sprintf("mode=%-9s", mode.String())
+	line := func(format string, a ...any) { fmt.Fprintf(out, tag+" "+format+"\n", a...) }
+	phase := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, o.Timeout) }
+	// Each phase starts on an empty server: the streams of the one before
+	// are deleted. Quick runs keep them (the server is thrown away after the
+	// mode anyway): deleting streams while the 10 ms sync timer of their
+	// store may fire trips a data race inside nats-server under -race.
+	clean := func() error {
+		if o.Quick {
+			return nil
+		}
+		return dropStreams(s.ClientURL())
+	}
+
+	// Raw JetStream: publish N, then consume + ack N.
+	pctx, cancel := phase()
+	raw, err := RawPublishConsume(pctx, s.ClientURL(), n, o.ArgsSize)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("raw publish+consume: %w", err)
+	}
+	res.RawPublish = rate(n, raw.Publish)
+	res.RawPublishConsume = rate(n, raw.Publish+raw.Consume)
+	res.RawPublishCPU = per(raw.PublishCPU, n)
+	res.RawPublishConsumeCPU = per(raw.PublishCPU+raw.ConsumeCPU, n)
+	line("raw publish               %10s msgs/s   cpu %s/msg   (%d msgs of %d B, async, 4096 acks pending)",
+		fmtRate(res.RawPublish), fmtDur(res.RawPublishCPU), n, o.ArgsSize)
+	line("raw consume+ack           %10s msgs/s   cpu %s/msg", fmtRate(rate(n, raw.Consume)), fmtDur(per(raw.ConsumeCPU, n)))
+	line("raw publish+consume       %10s msgs/s   cpu %s/msg   (N / (publish + consume time))",
+		fmtRate(res.RawPublishConsume), fmtDur(res.RawPublishConsumeCPU))
+
+	// jetflow enqueue, Batch of 1000, one caller.
+	if err := clean(); err != nil {
+		return res, err
+	}
+	pctx, cancel = phase()
+	d, err := EnqueueBatch(pctx, s.ClientURL(), "benchenq", n, o.ArgsSize)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("enqueue batch: %w", err)
+	}
+	res.EnqueueBatch, res.EnqueueBatchCPU = rate(n, d.Wall), per(d.CPU, n)
+	line("enqueue Batch(1000)       %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
+		fmtRate(res.EnqueueBatch), fmtRate(res.RawPublish), res.EnqueueRatio(), fmtDur(res.EnqueueBatchCPU), fmtDur(res.RawPublishCPU))
+
+	// jetflow enqueue, Enqueue from 64 goroutines.
+	if err := clean(); err != nil {
+		return res, err
+	}
+	pctx, cancel = phase()
+	d, err = EnqueueConcurrent(pctx, s.ClientURL(), "benchenqc", n, o.ArgsSize, 64)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("enqueue concurrent: %w", err)
+	}
+	res.EnqueueConc, res.EnqueueConcCPU = rate(n, d.Wall), per(d.CPU, n)
+	line("enqueue x64 goroutines    %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
+		fmtRate(res.EnqueueConc), fmtRate(res.RawPublish), ratio(res.EnqueueConc, res.RawPublish), fmtDur(res.EnqueueConcCPU), fmtDur(res.RawPublishCPU))
+
+	// jetflow end to end.
+	if err := clean(); err != nil {
+		return res, err
+	}
+	pctx, cancel = phase()
+	e2e, err := EndToEnd(pctx, s.ClientURL(), "benche2e", n, o.ArgsSize)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("end to end: %w", err)
+	}
+	res.EndToEnd = rate(n, e2e.Elapsed)
+	res.EndToEndCPU = per(e2e.CPU, n)
+	res.Cost = e2e.Cost
+	line("e2e no-op runs/s          %10s          raw publish+consume %s/s   ratio %.2f",
+		fmtRate(res.EndToEnd), fmtRate(res.RawPublishConsume), res.EndToEndRatio())
+	line("e2e cpu                   %10s/run      raw publish+consume %s/msg   cpu ratio %.2f (the ratio if CPU were the only limit)",
+		fmtDur(res.EndToEndCPU), fmtDur(res.RawPublishConsumeCPU), res.EndToEndCPURatio())
+	line("e2e handler done          %10s runs/s   (first enqueue to last handler return)", fmtRate(rate(n, e2e.Handled)))
+	line("cost: %s", res.Cost)
+
+	if !o.Quick && !o.SkipNoClaim {
+		if err := clean(); err != nil {
+			return res, err
+		}
+		pctx, cancel = phase()
+		nc, err := EndToEndNoClaim(pctx, s.ClientURL(), "benchnoclaim", n, o.ArgsSize)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("end to end, NoClaim: %w", err)
+		}
+		res.EndToEndNoClaim, res.EndToEndNoClaimCPU, res.CostNoClaim = rate(n, nc.Elapsed), per(nc.CPU, n), nc.Cost
+		line("e2e NoClaim runs/s        %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, cpu ratio %.2f",
+			fmtRate(res.EndToEndNoClaim), fmtRate(res.RawPublishConsume), ratio(res.EndToEndNoClaim, res.RawPublishConsume),
+			fmtDur(res.EndToEndNoClaimCPU), ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndNoClaimCPU)))
+		line("cost NoClaim: %s", res.CostNoClaim)
+	}
+
+	// Lateness of delayed runs, beside raw publish->consume latency.
+	// Enqueueing must finish before the first run is due: allow twice the
+	// time the Batch figure says it takes, and at least 1 s.
+	lead := time.Duration(2*float64(lateRuns)/max(res.EnqueueBatch, 1)*float64(time.Second)) + time.Second
+	if err := clean(); err != nil {
+		return res, err
+	}
+	pctx, cancel = phase()
+	late, err := Lateness(pctx, s.ClientURL(), "benchlate", lateRuns, o.ArgsSize, lead, o.LatenessSpread)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("lateness: %w", err)
+	}
+	res.Lateness, res.Dispatch, res.LatenessN, res.LatenessBad = late.Lateness, late.Dispatch, late.N, late.NotSuccess
+	if err := clean(); err != nil {
+		return res, err
+	}
+	pctx, cancel = phase()
+	res.RawLatency, err = RawLatency(pctx, s.ClientURL(), lateRuns, o.ArgsSize, o.LatenessSpread)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("raw latency: %w", err)
+	}
+	line("lateness (RunAt, %d runs over %s) p50 %s p99 %s max %s   raw publish->consume latency p50 %s p99 %s max %s",
+		late.N, o.LatenessSpread, fmtDur(res.Lateness.P50), fmtDur(res.Lateness.P99), fmtDur(res.Lateness.Max),
+		fmtDur(res.RawLatency.P50), fmtDur(res.RawLatency.P99), fmtDur(res.RawLatency.Max))
+	line("lateness split: scheduler publish p50 %s p99 %s (message seen on the function subject minus scheduled time); the rest is delivery to the handler",
+		fmtDur(res.Dispatch.P50), fmtDur(res.Dispatch.P99))
+	if late.NotSuccess > 0 {
+		line("lateness: %d of %d runs not recorded success", late.NotSuccess, late.N)
+	}
+	return res, nil
+}
+
+// connect opens a connection (one per role, as separate processes would).
+func connect(url, name string, opts ...jetstream.JetStreamOpt) (*nats.Conn, jetstream.JetStream, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("bench: connect: %w", err)
+	}
+	js, err := jetstream.New(nc, opts...)
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("bench: %w", err)
+	}
+	return nc, js, nil
+}
+
+// dropStreams deletes every stream of the server, so that one phase's data
+// does not weigh on the next.
+func dropStreams(url string) error {
+	nc, js, err := connect(url, "bench-cleanup")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	var all []string
+	for n := range names.Name() {
+		all = append(all, n)
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("bench: list streams: %w", err)
+	}
+	for _, n := range all {
+		if err := js.DeleteStream(ctx, n); err != nil {
+			return fmt.Errorf("bench: delete stream %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// per is d divided over n operations.
+func per(d time.Duration, n int) time.Duration {
+	if n <= 0 {
+		return 0
+	}
+	return d / time.Duration(n)
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}

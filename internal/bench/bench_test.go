@@ -1,0 +1,131 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/embedded"
+)
+
+// TestQuick runs the whole benchmark small, in both durability modes, and
+// checks that it completes (every phase verifies that nothing was lost) and
+// prints every figure and the SUMMARY line. It asserts no timings.
+func TestQuick(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	res, err := Measure(ctx, Options{
+		Quick: true, N: 2000, AlwaysN: 100, LatenessRuns: 20, LatenessSpread: 300 * time.Millisecond,
+		Dir: t.TempDir(),
+	}, &out)
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 2 || res[0].Mode != embedded.SyncInterval || res[1].Mode != embedded.SyncAlways {
+		t.Fatalf("results for modes %v, want interval and always", res)
+	}
+	for _, r := range res {
+		figures := map[string]float64{
+			"raw publish": r.RawPublish, "raw publish+consume": r.RawPublishConsume,
+			"enqueue batch": r.EnqueueBatch, "enqueue concurrent": r.EnqueueConc, "e2e": r.EndToEnd,
+			"enqueue ratio": r.EnqueueRatio(), "e2e ratio": r.EndToEndRatio(),
+			"e2e cpu": float64(r.EndToEndCPU), "raw cpu": float64(r.RawPublishConsumeCPU),
+			"lateness p50": float64(r.Lateness.P50), "lateness max": float64(r.Lateness.Max),
+			"raw latency p50": float64(r.RawLatency.P50),
+		}
+		for name, v := range figures {
+			if v <= 0 {
+				t.Errorf("mode=%s: %s = %v, want > 0", r.Mode, name, v)
+			}
+		}
+		if r.Lateness.N != 20 || r.RawLatency.N != 20 || r.LatenessBad != 0 {
+			t.Errorf("mode=%s: lateness over %d runs (%d not success), raw latency over %d, want 20, 0, 20",
+				r.Mode, r.Lateness.N, r.LatenessBad, r.RawLatency.N)
+		}
+		if r.Cost.JobPublishes < 1 || r.Cost.Acks < 1 || r.Cost.RecordWrites < 1 {
+			t.Errorf("mode=%s: cost %+v: every run needs a publish, an ack and a terminal record", r.Mode, r.Cost)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	last := lines[len(lines)-1]
+	if !strings.HasPrefix(last, "SUMMARY interval: enqueue ") || !strings.Contains(last, "| always: enqueue ") {
+		t.Errorf("last line %q is not the SUMMARY of both modes", last)
+	}
+	for _, want := range []string{"mode=interval  e2e no-op runs/s", "mode=always    e2e no-op runs/s", "raw publish+consume", "lateness (RunAt", "writes per run"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}
+
+// benchServer starts an embedded server (SyncInterval, file storage) for one
+// benchmark call.
+func benchServer(b *testing.B) string {
+	b.Helper()
+	s, err := embedded.Start(embedded.Options{Dir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Stop)
+	return s.ClientURL()
+}
+
+// BenchmarkRawPublishConsume: b.N messages async-published to a work-queue
+// stream, then consumed and acked.
+func BenchmarkRawPublishConsume(b *testing.B) {
+	url := benchServer(b)
+	b.ResetTimer()
+	t, err := RawPublishConsume(context.Background(), url, b.N, 100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate(b.N, t.Publish+t.Consume), "msgs/s")
+	b.ReportMetric(float64(per(t.PublishCPU+t.ConsumeCPU, b.N).Nanoseconds()), "cpu-ns/msg")
+}
+
+// BenchmarkEnqueue: b.N runs through producer.Batch, 1000 per call.
+func BenchmarkEnqueue(b *testing.B) {
+	url := benchServer(b)
+	b.ResetTimer()
+	d, err := EnqueueBatch(context.Background(), url, "benchenq", b.N, 100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate(b.N, d.Wall), "runs/s")
+	b.ReportMetric(float64(per(d.CPU, b.N).Nanoseconds()), "cpu-ns/run")
+}
+
+// BenchmarkEndToEnd: b.N no-op runs enqueued with Batch while a worker runs
+// them, until every record is success. ns/op includes starting the worker;
+// runs/s is from the first enqueue to the last record. For profiles:
+//
+//	go test -run '^$' -bench EndToEnd -benchtime 100000x -cpuprofile cpu.out ./internal/bench
+func BenchmarkEndToEnd(b *testing.B) {
+	url := benchServer(b)
+	b.ResetTimer()
+	e, err := EndToEnd(context.Background(), url, "benche2e", b.N, 100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate(b.N, e.Elapsed), "runs/s")
+	b.ReportMetric(e.Cost.Wire, "wire-msgs/run")
+	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
+}
+
+// BenchmarkEndToEndNoClaim is BenchmarkEndToEnd with worker.Options.NoClaim.
+func BenchmarkEndToEndNoClaim(b *testing.B) {
+	url := benchServer(b)
+	b.ResetTimer()
+	e, err := EndToEndNoClaim(context.Background(), url, "benche2e", b.N, 100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate(b.N, e.Elapsed), "runs/s")
+	b.ReportMetric(e.Cost.Wire, "wire-msgs/run")
+	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
+}

@@ -1,0 +1,32 @@
+// Package bench measures jetflow against raw JetStream on the same machine,
+// in the same run, so that every figure is printed beside the raw figure it
+// should be judged by (DESIGN.md, "Cost model").
+//
+// For each durability mode (embedded.SyncInterval, embedded.SyncAlways) Run
+// starts a fresh embedded server on file storage in a temporary directory
+// and measures:
+//
+//   - raw JetStream: async publish of N messages to a work-queue stream
+//     (bounded window of 4096 pending acks), then Consume + Ack of all N;
+//   - jetflow enqueue: N runs through producer.Batch (1000 per call) and
+//     through Enqueue from 64 goroutines, beside the raw publish rate;
+//   - jetflow end to end: N no-op runs enqueued with Batch while a worker
+//     runs them, timed from the first enqueue to the last terminal record,
+//     beside raw publish-then-consume (the headline ratio);
+//   - scheduling lateness: runs scheduled with RunAt over the next seconds,
+//     a scheduler running, lateness = handler start - scheduled time; beside
+//     raw JetStream publish-to-consume latency at the same pace.
+//
+// Beside each rate it prints the process's CPU time per message or run
+// (server included): on a machine shared with other work the CPU ratio is
+// steadier than the wall-clock ratio, and it is what the pipelined design is
+// budgeted by. The e2e phase also counts, from the streams and connections,
+// how many writes and messages on the wire a run costs.
+//
+// Everything runs in one process (producer, worker, scheduler and server),
+// as in ../shared/reference/run-lifecycle-cost.md. The command is
+// `jetflow bench`; the Go benchmarks in this package serve profiling:
+//
+//	go test -run '^$' -bench EndToEnd -benchtime 100000x -cpuprofile cpu.out ./internal/bench
+//	go tool pprof -top -cum cpu.out
+package bench

@@ -1,0 +1,497 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// noopArgs are the arguments of the benchmark function; P pads the JSON
+// encoding to the requested size.
+type noopArgs struct {
+	P string `json:"p"`
+}
+
+// noop is the function every phase runs.
+var noop = jetflow.Define[noopArgs]("bench.noop")
+
+// call returns a call of noop whose JSON args are size bytes ({"p":"..."}
+// is 8 bytes plus the padding).
+func call(size int) jetflow.Call {
+	return noop.With(noopArgs{P: strings.Repeat("x", max(size-8, 0))})
+}
+
+// handlerOptions are the worker options of every phase: enough concurrency
+// that the worker is never the bottleneck of a no-op.
+var handlerOptions = worker.Options{Concurrency: 256, MaxParallel: 10_000}
+
+// batchSize is the number of runs per Batch call (producer.MaxBatch).
+const batchSize = producer.MaxBatch
+
+// role is one connection with a producer on it.
+type role struct {
+	nc *nats.Conn
+	js jetstream.JetStream
+	p  *producer.Producer
+}
+
+func newRole(ctx context.Context, url, name, prefix string) (*role, error) {
+	nc, js, err := connect(url, name)
+	if err != nil {
+		return nil, err
+	}
+	p, err := producer.New(ctx, js, producer.Config{Streams: streams.Config{Prefix: prefix}})
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("bench: producer: %w", err)
+	}
+	return &role{nc: nc, js: js, p: p}, nil
+}
+
+func (r *role) close() { r.nc.Close() }
+
+// enqueueBatches schedules n runs through Batch, batchSize at a time, each
+// due at at(i) (nil: now).
+func enqueueBatches(ctx context.Context, p *producer.Producer, n int, c jetflow.Call, at func(i int) time.Time) error {
+	items := make([]producer.Item, batchSize)
+	for i := range items {
+		items[i].Call = c
+	}
+	for done := 0; done < n; {
+		k := min(batchSize, n-done)
+		if at != nil {
+			for i := range k {
+				items[i].At = at(done + i)
+			}
+		}
+		if _, err := p.Batch(ctx, items[:k]); err != nil {
+			return fmt.Errorf("bench: batch at run %d: %w", done, err)
+		}
+		done += k
+	}
+	return nil
+}
+
+// streamInfo returns the state of a stream.
+func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (jetstream.StreamState, error) {
+	st, err := js.Stream(ctx, name)
+	if err != nil {
+		return jetstream.StreamState{}, fmt.Errorf("bench: stream %s: %w", name, err)
+	}
+	return st.CachedInfo().State, nil
+}
+
+// checkQueued verifies that n runs wait in the function stream of prefix.
+func checkQueued(ctx context.Context, js jetstream.JetStream, prefix string, n int) error {
+	s, err := streamInfo(ctx, js, streams.Config{Prefix: prefix}.FunctionStream())
+	if err != nil {
+		return err
+	}
+	if s.Msgs != uint64(n) {
+		return fmt.Errorf("%w: %d runs enqueued, %d messages in the function stream", ErrBench, n, s.Msgs)
+	}
+	return nil
+}
+
+// Timing is the wall-clock time and the process's CPU time of a phase.
+type Timing struct {
+	Wall, CPU time.Duration
+}
+
+// EnqueueBatch provisions prefix's streams, then times n runs scheduled
+// through producer.Batch, 1000 per call, from one goroutine, with no worker
+// running. It checks that all n were queued and deletes the streams.
+func EnqueueBatch(ctx context.Context, url, prefix string, n, size int) (Timing, error) {
+	r, err := newRole(ctx, url, "bench-producer", prefix)
+	if err != nil {
+		return Timing{}, err
+	}
+	defer r.close()
+	c := call(size)
+	start, cpu := time.Now(), cpuTime()
+	if err := enqueueBatches(ctx, r.p, n, c, nil); err != nil {
+		return Timing{}, err
+	}
+	t := Timing{Wall: time.Since(start), CPU: cpuTime() - cpu}
+	return t, checkQueued(ctx, r.js, prefix, n)
+}
+
+// EnqueueConcurrent is EnqueueBatch with one Enqueue per run from g
+// goroutines.
+func EnqueueConcurrent(ctx context.Context, url, prefix string, n, size, g int) (Timing, error) {
+	r, err := newRole(ctx, url, "bench-producer", prefix)
+	if err != nil {
+		return Timing{}, err
+	}
+	defer r.close()
+	c := call(size)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, g)
+	start, cpu := time.Now(), cpuTime()
+	for range g {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if _, err := r.p.Enqueue(ctx, c); err != nil {
+					errs <- fmt.Errorf("bench: enqueue: %w", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t := Timing{Wall: time.Since(start), CPU: cpuTime() - cpu}
+	close(errs)
+	if err := <-errs; err != nil {
+		return Timing{}, err
+	}
+	return t, checkQueued(ctx, r.js, prefix, n)
+}
+
+// E2E is the outcome of an end-to-end phase.
+type E2E struct {
+	// Elapsed is from the first enqueue to the last terminal record stored.
+	Elapsed time.Duration
+	// Handled is from the first enqueue to the last handler return.
+	Handled time.Duration
+	// CPU is the process's CPU time from the first enqueue to the last
+	// handler return.
+	CPU time.Duration
+	// Cost is what a run put on the wire.
+	Cost Cost
+}
+
+// flow is a producer and a worker on their own connections, and an observer
+// (status scans, stream info) on a third, so that the producer's and the
+// worker's connections count only their own messages.
+type flow struct {
+	prod, work, obs *role
+	w               *worker.Worker
+	prefix          string
+}
+
+func startFlow(ctx context.Context, url, prefix string, opts worker.Options, h func(ctx context.Context, j *worker.Job[noopArgs]) error) (*flow, error) {
+	prod, err := newRole(ctx, url, "bench-producer", prefix)
+	if err != nil {
+		return nil, err
+	}
+	wnc, wjs, err := connect(url, "bench-worker")
+	if err != nil {
+		prod.close()
+		return nil, err
+	}
+	work := &role{nc: wnc, js: wjs}
+	obs, err := newRole(ctx, url, "bench-observer", prefix)
+	if err != nil {
+		prod.close()
+		work.close()
+		return nil, err
+	}
+	f := &flow{prod: prod, work: work, obs: obs, prefix: prefix}
+	w, err := worker.New(ctx, wjs, worker.Config{Streams: streams.Config{Prefix: prefix}})
+	if err != nil {
+		f.close()
+		return nil, fmt.Errorf("bench: worker: %w", err)
+	}
+	if err := worker.Register(w, noop, h, opts); err != nil {
+		f.close()
+		return nil, fmt.Errorf("bench: worker: %w", err)
+	}
+	if err := w.Start(ctx); err != nil {
+		f.close()
+		return nil, fmt.Errorf("bench: worker: %w", err)
+	}
+	f.w = w
+	return f, nil
+}
+
+// wire is the number of messages the producer and worker connections have
+// sent and received so far.
+func (f *flow) wire() uint64 {
+	var t uint64
+	for _, nc := range []*nats.Conn{f.prod.nc, f.work.nc} {
+		s := nc.Stats()
+		t += s.InMsgs + s.OutMsgs
+	}
+	return t
+}
+
+func (f *flow) close() {
+	if f.w != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = f.w.Stop(ctx)
+		cancel()
+	}
+	f.obs.close()
+	f.work.close()
+	f.prod.close()
+}
+
+// countStates counts the latest records of prefix's runs bucket by state,
+// reading headers only through one ordered consumer. (kv.Store.Scan pages
+// with FetchNoWait, which recreates its ordered consumer per page; on a large
+// bucket that costs the server far more than the scan itself, and the
+// benchmark must not weigh on what it measures.)
+func countStates(ctx context.Context, js jetstream.JetStream, prefix string) (map[jetflow.State]int, error) {
+	bucket := streams.Config{Prefix: prefix}.WithDefaults().RunsBucket()
+	st, err := js.Stream(ctx, streams.KVStream(bucket))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	n := map[jetflow.State]int{}
+	if st.CachedInfo().State.Msgs == 0 {
+		return n, nil
+	}
+	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{streams.KVSubject(bucket, ">")},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	it, err := c.Messages(jetstream.PullMaxMessages(1000))
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return n, fmt.Errorf("bench: scan runs: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return n, fmt.Errorf("bench: scan runs: %w", err)
+		}
+		if m.Headers().Get("KV-Operation") == "" && m.Headers().Get("Nats-Marker-Reason") == "" {
+			n[jetflow.State(m.Headers().Get(kv.HeaderState))]++
+		}
+		if md.NumPending == 0 {
+			return n, nil
+		}
+	}
+}
+
+// waitSuccess waits until n records of prefix's runs bucket are success. It
+// polls the cheap stream info until the bucket has been quiet for 50 ms and
+// only then scans the records, so that waiting costs the measured system
+// next to nothing. It returns how many records are not success when ctx
+// ends.
+func waitSuccess(ctx context.Context, o *role, prefix string, n int) (int, error) {
+	name := streams.KVStream(streams.Config{Prefix: prefix}.WithDefaults().RunsBucket())
+	var last uint64
+	changed := time.Now()
+	c := map[jetflow.State]int{}
+	for {
+		st, err := streamInfo(ctx, o.js, name)
+		if err == nil && st.LastSeq != last {
+			last, changed = st.LastSeq, time.Now()
+		}
+		if time.Since(changed) >= 50*time.Millisecond {
+			if c, err = countStates(ctx, o.js, prefix); err == nil && c[jetflow.Success] == n {
+				return 0, nil
+			}
+			changed = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return n - c[jetflow.Success], fmt.Errorf("%w: %d of %d runs recorded success (%v): %w", ErrBench, c[jetflow.Success], n, c, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// EndToEnd starts a worker running a no-op handler (concurrency 256, 10,000
+// in flight), then enqueues n runs through Batch and waits until all n
+// records are success. The figure is from the first enqueue to the last
+// record written (the runs stream's last message time); the streams tell
+// how many messages a run cost.
+func EndToEnd(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
+	return endToEnd(ctx, url, prefix, n, size, handlerOptions)
+}
+
+// EndToEndNoClaim is EndToEnd with worker.Options.NoClaim: no inProgress
+// claim write before the handler (one write less per run).
+func EndToEndNoClaim(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
+	o := handlerOptions
+	o.NoClaim = true
+	return endToEnd(ctx, url, prefix, n, size, o)
+}
+
+func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.Options) (E2E, error) {
+	var res E2E
+	var handled atomic.Int64
+	var handledAt atomic.Int64
+	var cpuAt time.Duration
+	done := make(chan struct{})
+	f, err := startFlow(ctx, url, prefix, opts, func(context.Context, *worker.Job[noopArgs]) error {
+		if handled.Add(1) == int64(n) {
+			handledAt.Store(time.Now().UnixNano())
+			cpuAt = cpuTime()
+			close(done)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	defer f.close()
+	c := call(size)
+	before := f.wire()
+	start, cpu := time.Now(), cpuTime()
+	if err := enqueueBatches(ctx, f.prod.p, n, c, nil); err != nil {
+		return res, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return res, fmt.Errorf("%w: %d of %d runs handled: %w", ErrBench, handled.Load(), n, ctx.Err())
+	}
+	res.Handled = time.Unix(0, handledAt.Load()).Sub(start)
+	res.CPU = cpuAt - cpu
+	if _, err := waitSuccess(ctx, f.obs, prefix, n); err != nil {
+		return res, err
+	}
+	wire := f.wire() - before
+	scfg := streams.Config{Prefix: prefix}.WithDefaults()
+	runs, err := streamInfo(ctx, f.obs.js, streams.KVStream(scfg.RunsBucket()))
+	if err != nil {
+		return res, err
+	}
+	fn, err := streamInfo(ctx, f.obs.js, scfg.FunctionStream())
+	if err != nil {
+		return res, err
+	}
+	res.Elapsed = runs.LastTime.Sub(start)
+	if res.Elapsed < res.Handled {
+		res.Elapsed = res.Handled
+	}
+	res.Cost = Cost{
+		RecordWrites: float64(runs.LastSeq) / float64(n),
+		JobPublishes: float64(fn.LastSeq) / float64(n),
+		Acks:         float64(handled.Load()) / float64(n),
+		Wire:         float64(wire) / float64(n),
+	}
+	return res, nil
+}
+
+// LateResult is the outcome of a lateness phase.
+type LateResult struct {
+	N        int
+	Lateness Percentiles
+	// Dispatch is the part of the lateness before the run's message is
+	// published (the scheduler's), seen by a plain subscriber on the
+	// function subjects: publish seen minus scheduled time.
+	Dispatch   Percentiles
+	NotSuccess int
+}
+
+// Lateness starts a scheduler (waiting until it leads) and a worker, then
+// schedules n runs with Batch, due evenly from lead to lead+spread from
+// now, and returns the distribution of handler start minus scheduled time.
+func Lateness(ctx context.Context, url, prefix string, n, size int, lead, spread time.Duration) (LateResult, error) {
+	res := LateResult{N: n}
+	var mu sync.Mutex
+	lat := make([]time.Duration, 0, n)
+	done := make(chan struct{})
+	f, err := startFlow(ctx, url, prefix, handlerOptions, func(_ context.Context, j *worker.Job[noopArgs]) error {
+		d := time.Since(j.ScheduledTime())
+		mu.Lock()
+		lat = append(lat, d)
+		if len(lat) == n {
+			close(done)
+		}
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	defer f.close()
+	snc, sjs, err := connect(url, "bench-scheduler")
+	if err != nil {
+		return res, err
+	}
+	defer snc.Close()
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: streams.Config{Prefix: prefix}})
+	if err != nil {
+		return res, fmt.Errorf("bench: scheduler: %w", err)
+	}
+	if err := s.Start(ctx); err != nil {
+		return res, fmt.Errorf("bench: scheduler: %w", err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.Stop(ctx)
+		cancel()
+	}()
+	var dmu sync.Mutex
+	disp := make([]time.Duration, 0, n)
+	sub, err := f.obs.nc.Subscribe(streams.Config{Prefix: prefix}.FunctionSubject(noop.Name(), "*"), func(m *nats.Msg) {
+		now := time.Now()
+		sched, err := time.Parse(time.RFC3339Nano, m.Header.Get(streams.HeaderScheduled))
+		if err != nil {
+			return
+		}
+		dmu.Lock()
+		disp = append(disp, now.Sub(sched))
+		dmu.Unlock()
+	})
+	if err != nil {
+		return res, fmt.Errorf("bench: %w", err)
+	}
+	defer sub.Unsubscribe()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return res, fmt.Errorf("bench: %w", err)
+	}
+	for !s.IsLeader() {
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("%w: scheduler never became leader: %w", ErrBench, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	base := time.Now().Add(lead)
+	at := func(i int) time.Time {
+		return base.Add(time.Duration(float64(spread) * float64(i) / float64(max(n-1, 1))))
+	}
+	if err := enqueueBatches(ctx, f.prod.p, n, call(size), at); err != nil {
+		return res, err
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		mu.Lock()
+		got := len(lat)
+		mu.Unlock()
+		return res, fmt.Errorf("%w: %d of %d delayed runs started: %w", ErrBench, got, n, ctx.Err())
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	res.NotSuccess, err = waitSuccess(wctx, f.obs, prefix, n)
+	cancel()
+	if err != nil {
+		return res, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	res.Lateness = percentiles(lat)
+	dmu.Lock()
+	defer dmu.Unlock()
+	res.Dispatch = percentiles(disp)
+	return res, nil
+}
