@@ -118,7 +118,7 @@ func Decode(data []byte, rev uint64) (*jetflow.Run, error) {
 // revision being expect (0: the key must not exist). Terminal records carry
 // a Nats-TTL of the retention period, so JetStream itself removes them.
 func (s *Store) RecordMsg(r *jetflow.Run, expect uint64) (*nats.Msg, error) {
-	data, err := json.Marshal(r)
+	data, err := EncodeRun(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
 	}
@@ -331,51 +331,63 @@ func (s *Store) Scan(ctx context.Context, visit func(Header)) error {
 	if err != nil {
 		return err
 	}
-	info := st.CachedInfo()
-	if info.State.Msgs == 0 {
+	if st.CachedInfo().State.Msgs == 0 {
 		return nil
 	}
+	// One consumer for the whole scan (re-creating it per page would make
+	// the server recount every subject each time), removed at the end.
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{s.runsPfx + ">"},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly:    true,
+		FilterSubjects:    []string{s.runsPfx + ">"},
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		HeadersOnly:       true,
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return err
 	}
+	it, err := c.Messages(jetstream.PullMaxMessages(1000))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
 	for {
-		batch, err := c.FetchNoWait(500)
+		type next struct {
+			m   jetstream.Msg
+			err error
+		}
+		ch := make(chan next, 1)
+		go func() { m, err := it.Next(); ch <- next{m, err} }()
+		var n next
+		select {
+		case n = <-ch:
+		case <-ctx.Done():
+			it.Stop()
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			// Nothing more arrives: the records were removed meanwhile.
+			it.Stop()
+			return nil
+		}
+		if n.err != nil {
+			return n.err
+		}
+		m := n.m
+		md, err := m.Metadata()
 		if err != nil {
 			return err
 		}
-		n := 0
-		var pending uint64
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			pending = md.NumPending
-			if op := m.Headers().Get("KV-Operation"); op != "" {
-				continue
-			}
-			if m.Headers().Get("Nats-Marker-Reason") != "" {
-				continue
-			}
+		h := m.Headers()
+		if h.Get("KV-Operation") == "" && h.Get("Nats-Marker-Reason") == "" {
 			visit(Header{
 				ID:       m.Subject()[len(s.runsPfx):],
-				State:    jetflow.State(m.Headers().Get(HeaderState)),
-				Function: m.Headers().Get(HeaderFunction),
-				Due:      parseMillis(m.Headers().Get(HeaderDue)),
-				Notify:   parseMillis(m.Headers().Get(HeaderNotify)),
+				State:    jetflow.State(h.Get(HeaderState)),
+				Function: h.Get(HeaderFunction),
+				Due:      parseMillis(h.Get(HeaderDue)),
+				Notify:   parseMillis(h.Get(HeaderNotify)),
 				Revision: md.Sequence.Stream,
 			})
 		}
-		if err := batch.Error(); err != nil {
-			return err
-		}
-		if pending == 0 && n > 0 || n == 0 {
+		if md.NumPending == 0 {
 			return nil
 		}
 	}
