@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -343,10 +344,10 @@ func (p *Producer) dispatchAsync(r *jetflow.Run) (jetstream.PubAckFuture, error)
 func atomicBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) (uint64, error) {
 	id := nuid.Next()
 	for i, m := range msgs {
-		m.Header.Set("Nats-Batch-Id", id)
-		m.Header.Set("Nats-Batch-Sequence", fmt.Sprint(i+1))
+		m.Header["Nats-Batch-Id"] = []string{id}
+		m.Header["Nats-Batch-Sequence"] = []string{strconv.Itoa(i + 1)}
 		if i == len(msgs)-1 {
-			m.Header.Set("Nats-Batch-Commit", "1")
+			m.Header["Nats-Batch-Commit"] = []string{"1"}
 			break
 		}
 		if err := nc.PublishMsg(m); err != nil {

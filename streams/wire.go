@@ -40,34 +40,35 @@ func (e Envelope) MsgID() string {
 
 // Message builds the message that starts this run.
 func (c Config) Message(e Envelope) *nats.Msg {
+	// Canonical keys assigned directly: Header.Set would canonicalise each.
 	h := make(nats.Header, 8)
-	h.Set(HeaderMsgID, e.MsgID())
+	h[HeaderMsgID] = []string{e.MsgID()}
 	if e.Rev != 0 {
-		h.Set(HeaderRev, strconv.FormatUint(e.Rev, 10))
+		h[HeaderRev] = []string{strconv.FormatUint(e.Rev, 10)}
 	}
 	if e.Attempt > 1 {
-		h.Set(HeaderAttempt, strconv.Itoa(e.Attempt))
+		h[HeaderAttempt] = []string{strconv.Itoa(e.Attempt)}
 	}
 	if e.MaxAttempts > 0 {
-		h.Set(HeaderMaxAttempts, strconv.Itoa(e.MaxAttempts))
+		h[HeaderMaxAttempts] = []string{strconv.Itoa(e.MaxAttempts)}
 	}
 	if e.Timeout > 0 {
-		h.Set(HeaderTimeout, e.Timeout.String())
+		h[HeaderTimeout] = []string{e.Timeout.String()}
 	}
 	if e.Parent != "" {
-		h.Set(HeaderParent, e.Parent)
+		h[HeaderParent] = []string{e.Parent}
 	}
 	if !e.Scheduled.IsZero() {
-		h.Set(HeaderScheduled, e.Scheduled.UTC().Format(time.RFC3339Nano))
+		h[HeaderScheduled] = []string{string(e.Scheduled.UTC().AppendFormat(make([]byte, 0, 36), time.RFC3339Nano))}
 	}
 	if !e.Created.IsZero() {
-		h.Set(HeaderCreated, e.Created.UTC().Format(time.RFC3339Nano))
+		h[HeaderCreated] = []string{string(e.Created.UTC().AppendFormat(make([]byte, 0, 36), time.RFC3339Nano))}
 	}
 	for k, v := range e.Trace {
 		h.Set(k, v)
 	}
 	if e.Reload {
-		h.Set(HeaderReload, "1")
+		h[HeaderReload] = []string{"1"}
 	}
 	return &nats.Msg{Subject: c.FunctionSubject(e.Function, e.ID), Header: h, Data: e.Args}
 }
