@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/dashboard"
 	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/internal/demo"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -37,7 +38,7 @@ const devOnceLimit = 2 * time.Minute
 const devID = "jetflow-dev"
 
 func runDev(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "dev", "[--data DIR] [--port N] [--sync interval|always] [--once | --for D]")
+	fs := newFlagSet(ctx, "dev", "[--data DIR] [--port N] [--sync interval|always] [--once | --for D] [--http ADDR]")
 	data := fs.String("data", filepath.Join(".jetflow", "data"), "JetStream data directory")
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 4222, "client port; 0 picks a free one (a taken 4222 does too)")
@@ -47,6 +48,7 @@ func runDev(ctx context.Context, args []string) error {
 	once := fs.Bool("once", false, "exit once the demo runs have ended")
 	forD := fs.Duration("for", 0, "exit after this long (with --once: at most this long)")
 	noDemo := fs.Bool("no-demo", false, "do not schedule the demo runs at start")
+	httpAddr := fs.String("http", "", "also serve the web dashboard on this address, e.g. 127.0.0.1:8080")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -161,6 +163,13 @@ func runDev(ctx context.Context, args []string) error {
 	}()
 
 	printDevBanner(out, url, dir, syncMode, *syncEvery, *prefix, tr.existing())
+	if *httpAddr != "" {
+		stopHTTP, err := startDashboard(withOutput(ctx, out, stderr(ctx)), *httpAddr, p, dashboard.Config{Crons: s.Crons()})
+		if err != nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		defer stopHTTP()
+	}
 
 	var seeded []demo.Scheduled
 	if !*noDemo {

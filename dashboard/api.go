@@ -1,0 +1,330 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// states in the order the dashboard shows them.
+var states = []jetflow.State{jetflow.Pending, jetflow.InProgress, jetflow.Success, jetflow.Failed, jetflow.Canceled}
+
+// listPage is the body of GET /api/runs.
+type listPage struct {
+	Runs []*jetflow.Run `json:"runs"`
+	// Next is the cursor of the next page (pass it as after=), "" on the last.
+	Next string `json:"next,omitempty"`
+}
+
+// counts are the runs in each state (of one function, or of all).
+type counts struct {
+	Pending    int `json:"pending"`
+	InProgress int `json:"inProgress"`
+	Success    int `json:"success"`
+	Failed     int `json:"failed"`
+	Canceled   int `json:"canceled"`
+	Total      int `json:"total"`
+}
+
+func (c *counts) add(s jetflow.State) {
+	switch s {
+	case jetflow.Pending:
+		c.Pending++
+	case jetflow.InProgress:
+		c.InProgress++
+	case jetflow.Success:
+		c.Success++
+	case jetflow.Failed:
+		c.Failed++
+	case jetflow.Canceled:
+		c.Canceled++
+	default:
+		return
+	}
+	c.Total++
+}
+
+func (c counts) of(s jetflow.State) int {
+	switch s {
+	case jetflow.Pending:
+		return c.Pending
+	case jetflow.InProgress:
+		return c.InProgress
+	case jetflow.Success:
+		return c.Success
+	case jetflow.Failed:
+		return c.Failed
+	case jetflow.Canceled:
+		return c.Canceled
+	}
+	return c.Total
+}
+
+// cancelResult is the body of POST /api/runs/<id>/cancel.
+type cancelResult struct {
+	// Canceled is false when the run had ended already (nothing to cancel).
+	Canceled bool         `json:"canceled"`
+	Run      *jetflow.Run `json:"run"`
+}
+
+// parseState accepts a state case-insensitively ("inprogress", "in_progress").
+func parseState(s string) (jetflow.State, error) {
+	if s == "" {
+		return "", nil
+	}
+	norm := strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(s))
+	for _, st := range states {
+		if strings.ToLower(string(st)) == norm {
+			return st, nil
+		}
+	}
+	return "", badRequestf(fmt.Sprintf("unknown state %q (pending, inProgress, success, failed, canceled)", s))
+}
+
+// parseFilter reads state, function, limit and after.
+func parseFilter(q url.Values, defLimit int) (producer.Filter, error) {
+	var f producer.Filter
+	var err error
+	if f.State, err = parseState(q.Get("state")); err != nil {
+		return f, err
+	}
+	if f.Function = strings.TrimSpace(q.Get("function")); f.Function != "" {
+		if err := jetflow.ValidateName(f.Function); err != nil {
+			return f, badRequestf("function: " + err.Error())
+		}
+	}
+	f.Limit = defLimit
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return f, badRequestf(fmt.Sprintf("limit %q: must be 1 to 1000", v))
+		}
+		f.Limit = n
+	}
+	if f.After = q.Get("after"); f.After != "" {
+		if err := jetflow.ValidateRunID(f.After); err != nil {
+			return f, badRequestf("after: " + err.Error())
+		}
+	}
+	return f, nil
+}
+
+// list reads one page of runs.
+func (h *handler) list(ctx context.Context, f producer.Filter) (listPage, error) {
+	page, err := h.p.List(ctx, f)
+	if err != nil {
+		return listPage{}, err
+	}
+	runs := page.Runs
+	if runs == nil {
+		runs = []*jetflow.Run{}
+	}
+	return listPage{Runs: runs, Next: page.Next}, nil
+}
+
+// get reads run id; an invalid id is a bad request, an unknown one
+// jetflow.ErrNotFound.
+func (h *handler) get(ctx context.Context, id string) (*jetflow.Run, error) {
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return nil, badRequestf(fmt.Sprintf("run %q: not a valid run id (letters, digits, '_' or '-')", id))
+	}
+	r, err := h.p.Get(ctx, id)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return nil, fmt.Errorf("run %s: %w", id, jetflow.ErrNotFound)
+	}
+	return r, err
+}
+
+// cancel cancels run id unless it has ended, and returns its record after.
+func (h *handler) cancel(ctx context.Context, id string) (cancelResult, error) {
+	before, err := h.get(ctx, id)
+	if err != nil {
+		return cancelResult{}, err
+	}
+	if before.State.Terminal() {
+		return cancelResult{Run: before}, nil
+	}
+	if err := h.p.Cancel(ctx, id); err != nil {
+		if errors.Is(err, jetflow.ErrNotFound) {
+			return cancelResult{}, fmt.Errorf("run %s: %w", id, jetflow.ErrNotFound)
+		}
+		return cancelResult{}, err
+	}
+	after, err := h.get(ctx, id)
+	if err != nil {
+		return cancelResult{}, err
+	}
+	return cancelResult{Canceled: after.State == jetflow.Canceled, Run: after}, nil
+}
+
+// counts scans the record headers of the runs bucket. Its cost is
+// proportional to the records kept.
+func (h *handler) counts(ctx context.Context, function string) (counts, error) {
+	var c counts
+	err := h.p.Store().Scan(ctx, func(hd kv.Header) {
+		if function == "" || hd.Function == function {
+			c.add(hd.State)
+		}
+	})
+	return c, err
+}
+
+// functions reads the functions registry: key <worker id>.<function>, value
+// worker.FunctionInfo with a TTL the worker renews, so entries of workers
+// that are gone have expired. Sorted by function, then worker.
+func (h *handler) functions(ctx context.Context) ([]worker.FunctionInfo, error) {
+	st := h.p.Store()
+	bucket, err := st.JetStream().KeyValue(ctx, st.Config().FunctionsBucket())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return []worker.FunctionInfo{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("functions bucket: %w", err)
+	}
+	kw, err := bucket.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("functions bucket: %w", err)
+	}
+	defer func() { _ = kw.Stop() }()
+	out := []worker.FunctionInfo{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-kw.Updates():
+			if !ok || e == nil {
+				sort.Slice(out, func(i, j int) bool {
+					if out[i].Name != out[j].Name {
+						return out[i].Name < out[j].Name
+					}
+					return out[i].Worker < out[j].Worker
+				})
+				return out, nil
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var fi worker.FunctionInfo
+			if err := json.Unmarshal(e.Value(), &fi); err != nil {
+				continue
+			}
+			wid, fn, _ := strings.Cut(e.Key(), ".")
+			if fi.Name == "" {
+				fi.Name = fn
+			}
+			if fi.Worker == "" {
+				fi.Worker = wid
+			}
+			out = append(out, fi)
+		}
+	}
+}
+
+// errNoCrons answers the crons endpoints of a dashboard without Config.Crons.
+var errNoCrons = fmt.Errorf("crons are not configured on this dashboard (Config.Crons): %w", jetflow.ErrNotFound)
+
+func (h *handler) crons(ctx context.Context) ([]*scheduler.CronInfo, error) {
+	if h.cfg.Crons == nil {
+		return nil, errNoCrons
+	}
+	list, err := h.cfg.Crons.List(ctx)
+	if list == nil {
+		list = []*scheduler.CronInfo{}
+	}
+	return list, err
+}
+
+func (h *handler) apiList(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFilter(r.URL.Query(), 100)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	page, err := h.list(ctx, f)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (h *handler) apiGet(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	run, err := h.get(ctx, r.PathValue("id"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, run)
+}
+
+func (h *handler) apiCancel(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	id := r.PathValue("id")
+	res, err := h.cancel(ctx, id)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	// A plain HTML form (the page without its script) goes back to the run.
+	if strings.Contains(r.Header.Get("Accept"), "text/html") {
+		http.Redirect(w, r, h.path("/runs/"+url.PathEscape(id)), http.StatusSeeOther)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (h *handler) apiCounts(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFilter(url.Values{"function": r.URL.Query()["function"]}, 1)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	c, err := h.counts(ctx, f.Function)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
+}
+
+func (h *handler) apiFunctions(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	fns, err := h.functions(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"functions": fns})
+}
+
+func (h *handler) apiCrons(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	list, err := h.crons(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"crons": list})
+}

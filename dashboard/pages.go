@@ -1,0 +1,401 @@
+package dashboard
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/worker"
+)
+
+// pages are the parsed page templates of one handler (links carry its
+// base path).
+type pages struct {
+	index, run, functions, crons, errorPage *template.Template
+}
+
+func (h *handler) parsePages() (*pages, error) {
+	funcs := template.FuncMap{
+		"fmtTime":  fmtTime,
+		"isoTime":  isoTime,
+		"attempts": attempts,
+		"short":    short,
+		"path":     h.path,
+		"runPath":  func(id string) string { return h.path("/runs/" + url.PathEscape(id)) },
+		"apiRun":   func(id string) string { return h.path("/api/runs/" + url.PathEscape(id)) },
+		"fnPath":   func(fn string) string { return h.path("/?" + url.Values{"function": {fn}}.Encode()) },
+		"dur":      func(d time.Duration) string { return d.String() },
+	}
+	parse := func(name string) (*template.Template, error) {
+		return template.New(name).Funcs(funcs).ParseFS(assetsFS, "assets/templates/layout.html", "assets/templates/"+name)
+	}
+	var ps pages
+	var err error
+	for name, dst := range map[string]**template.Template{
+		"index.html": &ps.index, "run.html": &ps.run, "functions.html": &ps.functions,
+		"crons.html": &ps.crons, "error.html": &ps.errorPage,
+	} {
+		if *dst, err = parse(name); err != nil {
+			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)
+		}
+	}
+	return &ps, nil
+}
+
+// common is what the layout needs on every page.
+type common struct {
+	Base     string
+	Page     string // runs, run, functions, crons or error: the nav entry
+	Title    string
+	HasCrons bool
+}
+
+func (h *handler) common(page, title string) common {
+	return common{Base: h.cfg.BasePath, Page: page, Title: title, HasCrons: h.cfg.Crons != nil}
+}
+
+// render executes a page into a buffer first, so that a template error
+// becomes a clean 500 rather than half a page.
+func (h *handler) render(w http.ResponseWriter, r *http.Request, t *template.Template, status int, data any) {
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout", data); err != nil {
+		h.log.ErrorContext(r.Context(), "dashboard: render", "page", t.Name(), "error", err)
+		http.Error(w, "dashboard: rendering the page failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type errorData struct {
+	common
+	Status  int
+	Message string
+}
+
+func (h *handler) errorPage(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if status >= 500 && r.Context().Err() == nil {
+		h.log.WarnContext(r.Context(), "dashboard page failed", "path", r.URL.Path, "error", msg)
+	}
+	h.render(w, r, h.pages.errorPage, status, errorData{
+		common: h.common("error", http.StatusText(status)), Status: status, Message: msg,
+	})
+}
+
+func (h *handler) pageError(w http.ResponseWriter, r *http.Request, err error) {
+	h.errorPage(w, r, statusOf(err), err.Error())
+}
+
+// stateTab is one state count above the runs table; it links to the runs
+// in that state.
+type stateTab struct {
+	Key    string // the counts field: a state, or "total"
+	Label  string
+	State  jetflow.State
+	Count  int
+	Active bool
+	Href   string
+}
+
+var stateLabels = map[jetflow.State]string{
+	jetflow.Pending: "Pending", jetflow.InProgress: "In progress", jetflow.Success: "Success",
+	jetflow.Failed: "Failed", jetflow.Canceled: "Canceled",
+}
+
+type indexData struct {
+	common
+	Filter       producer.Filter
+	Runs         []*jetflow.Run
+	Next         string
+	Tabs         []stateTab
+	StateOptions []jetflow.State
+	Limits       []int
+	Functions    []string // known function names, for the filter's suggestions
+	NextHref     string
+	FirstHref    string
+	Filtered     bool
+}
+
+// query is the index page's query string for a filter ("" values left out).
+func query(f producer.Filter, defLimit int) string {
+	v := url.Values{}
+	if f.State != "" {
+		v.Set("state", string(f.State))
+	}
+	if f.Function != "" {
+		v.Set("function", f.Function)
+	}
+	if f.Limit != 0 && f.Limit != defLimit {
+		v.Set("limit", strconv.Itoa(f.Limit))
+	}
+	if f.After != "" {
+		v.Set("after", f.After)
+	}
+	if len(v) == 0 {
+		return "./"
+	}
+	return "?" + v.Encode()
+}
+
+const pageLimit = 50
+
+func (h *handler) index(w http.ResponseWriter, r *http.Request) {
+	f, err := parseFilter(r.URL.Query(), pageLimit)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	// The page and the counts each scan the runs bucket's headers (run
+	// side by side they were no faster: both load the same server).
+	page, err := h.list(ctx, f)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	c, err := h.counts(ctx, f.Function)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	var names []string
+	if fns, err := h.functions(ctx); err == nil {
+		seen := map[string]bool{}
+		for _, fi := range fns {
+			if !seen[fi.Name] {
+				seen[fi.Name] = true
+				names = append(names, fi.Name)
+			}
+		}
+	}
+	d := indexData{
+		common: h.common("runs", "Runs"), Filter: f, Runs: page.Runs, Next: page.Next,
+		StateOptions: states, Limits: []int{20, 50, 100, 200, 500}, Functions: names,
+		Filtered: f.State != "" || f.Function != "",
+	}
+	if f.Function != "" {
+		d.Title = "Runs of " + f.Function
+	}
+	tab := func(key, label string, st jetflow.State) stateTab {
+		tf := producer.Filter{State: st, Function: f.Function, Limit: f.Limit}
+		return stateTab{Key: key, Label: label, State: st, Count: c.of(st), Active: f.State == st, Href: query(tf, pageLimit)}
+	}
+	d.Tabs = append(d.Tabs, tab("total", "All", ""))
+	for _, st := range states {
+		d.Tabs = append(d.Tabs, tab(string(st), stateLabels[st], st))
+	}
+	if page.Next != "" {
+		nf := f
+		nf.After = page.Next
+		d.NextHref = query(nf, pageLimit)
+	}
+	if f.After != "" {
+		ff := f
+		ff.After = ""
+		d.FirstHref = query(ff, pageLimit)
+	}
+	h.render(w, r, h.pages.index, http.StatusOK, d)
+}
+
+// childRow is one child run on a run's page.
+type childRow struct {
+	ID    string
+	State jetflow.State
+}
+
+// maxChildStates bounds the child records read to show their states.
+const maxChildStates = 50
+
+type runData struct {
+	common
+	Run            *jetflow.Run
+	Args           string
+	Result         string
+	OnCompleteArgs string
+	Progress       float64 // 0-100
+	ProgressText   string
+	Children       []childRow
+	Trace          []string
+}
+
+func (h *handler) runPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	run, err := h.get(ctx, r.PathValue("id"))
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	d := runData{
+		common: h.common("run", "Run "+run.ID), Run: run,
+		Args: prettyJSON(run.Args), Result: prettyJSON(run.Result),
+	}
+	d.Progress, d.ProgressText = progress(run.Progress)
+	if run.OnComplete != nil {
+		d.OnCompleteArgs = prettyJSON(run.OnComplete.Args)
+	}
+	for i, id := range run.Children {
+		c := childRow{ID: id}
+		if i < maxChildStates {
+			if cr, err := h.p.Get(ctx, id); err == nil {
+				c.State = cr.State
+			} else if errors.Is(err, jetflow.ErrNotFound) {
+				c.State = "expired"
+			}
+		}
+		d.Children = append(d.Children, c)
+	}
+	for k, v := range run.Trace {
+		d.Trace = append(d.Trace, k+": "+v)
+	}
+	sort.Strings(d.Trace)
+	h.render(w, r, h.pages.run, http.StatusOK, d)
+}
+
+type functionsData struct {
+	common
+	Functions []worker.FunctionInfo
+}
+
+func (h *handler) functionsPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	fns, err := h.functions(ctx)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	h.render(w, r, h.pages.functions, http.StatusOK, functionsData{common: h.common("functions", "Functions"), Functions: fns})
+}
+
+type cronsData struct {
+	common
+	Crons []*scheduler.CronInfo
+}
+
+func (h *handler) cronsPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	list, err := h.crons(ctx)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	h.render(w, r, h.pages.crons, http.StatusOK, cronsData{common: h.common("crons", "Crons"), Crons: list})
+}
+
+// fmtTime shows a UTC instant to the second, "" for the zero time.
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05")
+}
+
+func isoTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// attempts reads "2 / 5", or "2" when the run has no maximum of its own.
+func attempts(r *jetflow.Run) string {
+	if r.MaxAttempts > 0 {
+		return fmt.Sprintf("%d / %d", r.Attempts, r.MaxAttempts)
+	}
+	return strconv.Itoa(r.Attempts)
+}
+
+// short cuts s to n runes on one line.
+func short(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if rs := []rune(s); len(rs) > n {
+		return string(rs[:n-1]) + "…"
+	}
+	return s
+}
+
+// prettyJSON indents a JSON document; anything else is shown as is.
+// Go's encoder writes <, > and & as \u003c, \u003e and \u0026; they are
+// shown as the characters (the template escapes them for HTML).
+func prettyJSON(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, raw, "", "  "); err != nil {
+		return string(raw)
+	}
+	return unescapeHTMLChars(b.Bytes())
+}
+
+func unescapeHTMLChars(in []byte) string {
+	var out strings.Builder
+	out.Grow(len(in))
+	for i := 0; i < len(in); i++ {
+		c := in[i]
+		if c != '\\' || i+1 >= len(in) {
+			out.WriteByte(c)
+			continue
+		}
+		if in[i+1] == 'u' && i+6 <= len(in) {
+			switch string(in[i+2 : i+6]) {
+			case "003c", "003C":
+				out.WriteByte('<')
+				i += 5
+				continue
+			case "003e", "003E":
+				out.WriteByte('>')
+				i += 5
+				continue
+			case "0026":
+				out.WriteByte('&')
+				i += 5
+				continue
+			}
+		}
+		// Any other escape (an escaped backslash too) is kept whole.
+		out.WriteByte(c)
+		out.WriteByte(in[i+1])
+		i++
+	}
+	return out.String()
+}
+
+// progress is the bar's value (0-100) and its caption.
+func progress(p *jetflow.Progress) (float64, string) {
+	if p == nil {
+		return 0, ""
+	}
+	pct := p.Percent
+	if pct == 0 && p.Total > 0 {
+		pct = float64(p.Processed) / float64(p.Total) * 100
+	}
+	pct = min(max(pct, 0), 100)
+	parts := []string{strconv.FormatFloat(math.Round(pct*10)/10, 'f', -1, 64) + "%"}
+	if p.Total > 0 {
+		parts = append(parts, fmt.Sprintf("%d / %d", p.Processed, p.Total))
+	} else if p.Processed > 0 {
+		parts = append(parts, fmt.Sprintf("%d processed", p.Processed))
+	}
+	if p.Message != "" {
+		parts = append(parts, p.Message)
+	}
+	return pct, strings.Join(parts, " · ")
+}
