@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/jetflow-dev/jetflow/kv"
 	"maps"
 	"slices"
 	"strings"
@@ -86,17 +87,17 @@ func (pl *Pool) run(ctx context.Context) {
 	defer func() {
 		end()
 		rctx, c := context.WithTimeout(context.Background(), 2*time.Second)
-		pl.lease.release(rctx)
+		pl.lease.Release(rctx)
 		c()
 	}()
 	var renewed time.Time // last successful acquire or renewal
 	for {
 		actx, c := context.WithTimeout(ctx, every)
-		err := pl.lease.acquire(actx)
+		err := pl.lease.Acquire(actx)
 		c()
 		if err == nil {
 			renewed = pl.now()
-		} else if cur != nil && !errors.Is(err, errNotLeader) && pl.now().Sub(renewed) < pl.cfg.LeaseTTL/2 {
+		} else if cur != nil && !errors.Is(err, kv.ErrNotLeader) && pl.now().Sub(renewed) < pl.cfg.LeaseTTL/2 {
 			// A slow or failed renewal, not a lost lease: the lease is ours
 			// for a while yet, keep working and try again.
 			pl.log.Debug("pool lease renewal", "pool", pl.name, "error", err)

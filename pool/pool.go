@@ -224,7 +224,7 @@ type Pool struct {
 	cfg   Config
 	name  string
 	life  lifecycle.L
-	lease *lease
+	lease *kv.Lease
 
 	mu    sync.Mutex
 	stats DispatcherStats
@@ -254,7 +254,7 @@ func New(ctx context.Context, p *producer.Producer, cfg Config) (*Pool, error) {
 		return nil, err
 	}
 	pl := &Pool{core: core{p: p, scfg: scfg, st: st, log: cfg.Logger, now: cfg.Now}, cfg: cfg, name: cfg.Name}
-	pl.lease = &lease{js: js, kv: st.kv, bucket: st.bucket, key: leaseKey(cfg.Name), holder: cfg.ID, ttl: cfg.LeaseTTL, now: cfg.Now}
+	pl.lease = kv.NewLease(js, st.kv, leaseKey(cfg.Name), cfg.ID, cfg.LeaseTTL, cfg.Now)
 	if err := pl.ensureState(ctx); err != nil {
 		return nil, err
 	}

@@ -61,7 +61,7 @@ type Scheduler struct {
 	js    jetstream.JetStream
 	store *kv.Store
 	p     *producer.Producer
-	lease *Lease
+	lease *kv.Lease
 	log   *slog.Logger
 	now   func() time.Time
 	life  lifecycle.L
@@ -123,7 +123,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 		return nil, err
 	}
 	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: p.Store(), p: p, log: cfg.Logger, now: cfg.Now}
-	s.lease = &Lease{js: js, kv: leases, bucket: scfg.LeasesBucket(), key: "scheduler", holder: cfg.ID, ttl: cfg.LeaseTTL, now: cfg.Now}
+	s.lease = kv.NewLease(js, leases, "scheduler", cfg.ID, cfg.LeaseTTL, cfg.Now)
 	if cfg.Crons != nil || cfg.Cron.PageSize != 0 || cfg.Cron.MinInterval != 0 {
 		cc := cfg.Cron
 		if cfg.Crons != nil {

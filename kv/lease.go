@@ -1,0 +1,130 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Lease is a leader lease in a KV bucket: one key whose message
+// carries a Nats-TTL, renewed by compare-and-swap. When the holder stops
+// renewing, JetStream removes the key after the TTL and a standby creates it.
+type Lease struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	bucket string
+	key    string
+	holder string
+	ttl    time.Duration
+	rev    uint64
+	now    func() time.Time
+}
+
+type leaseValue struct {
+	Holder  string    `json:"holder"`
+	Expires time.Time `json:"expires"`
+}
+
+// LeaseInfo says who holds a lease.
+type LeaseInfo struct {
+	Holder  string
+	Expires time.Time
+}
+
+// ErrNotLeader: the lease is held by someone else.
+var ErrNotLeader = errors.New("kv: lease held by another")
+
+// Acquire takes the lease if it is free, or renews it if held by us. It
+// returns ErrNotLeader when another holder has it.
+func (l *Lease) Acquire(ctx context.Context) error {
+	val, _ := json.Marshal(leaseValue{Holder: l.holder, Expires: l.now().Add(l.ttl).UTC()})
+	if l.rev != 0 {
+		m := &nats.Msg{Subject: streams.KVSubject(l.bucket, l.key), Data: val, Header: nats.Header{
+			"Nats-Expected-Last-Subject-Sequence": []string{strconv.FormatUint(l.rev, 10)},
+			"Nats-TTL":                            []string{l.ttl.String()},
+		}}
+		ack, err := l.js.PublishMsg(ctx, m)
+		if err == nil {
+			l.rev = ack.Sequence
+			return nil
+		}
+		l.rev = 0
+		if !IsWrongSequence(err) {
+			return fmt.Errorf("kv: renew lease: %w", err)
+		}
+	}
+	e, err := l.kv.Get(ctx, l.key)
+	if err == nil {
+		var v leaseValue
+		_ = json.Unmarshal(e.Value(), &v)
+		if v.Holder == l.holder {
+			l.rev = e.Revision()
+			return l.Acquire(ctx)
+		}
+		if l.now().Before(v.Expires.Add(l.ttl)) {
+			return ErrNotLeader
+		}
+		// Expired but not yet removed by the server: take it over by CAS.
+		m := &nats.Msg{Subject: streams.KVSubject(l.bucket, l.key), Data: val, Header: nats.Header{
+			"Nats-Expected-Last-Subject-Sequence": []string{strconv.FormatUint(e.Revision(), 10)},
+			"Nats-TTL":                            []string{l.ttl.String()},
+		}}
+		ack, err := l.js.PublishMsg(ctx, m)
+		if err != nil {
+			if IsWrongSequence(err) {
+				return ErrNotLeader
+			}
+			return err
+		}
+		l.rev = ack.Sequence
+		return nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("kv: read lease: %w", err)
+	}
+	rev, err := l.kv.Create(ctx, l.key, val, jetstream.KeyTTL(l.ttl))
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return ErrNotLeader
+		}
+		return fmt.Errorf("kv: create lease: %w", err)
+	}
+	l.rev = rev
+	return nil
+}
+
+// Release gives the lease up (best effort) so a standby takes over at once.
+func (l *Lease) Release(ctx context.Context) {
+	if l.rev != 0 {
+		_ = l.kv.Purge(ctx, l.key, jetstream.LastRevision(l.rev))
+		l.rev = 0
+	}
+}
+
+// Info reads the lease.
+func (l *Lease) Info(ctx context.Context) (LeaseInfo, error) {
+	e, err := l.kv.Get(ctx, l.key)
+	if err != nil {
+		return LeaseInfo{}, err
+	}
+	var v leaseValue
+	_ = json.Unmarshal(e.Value(), &v)
+	return LeaseInfo(v), nil
+}
+
+// NewLease returns a lease on key in bucket kvb (a bucket created with
+// LimitMarkerTTL, so that its keys may carry a TTL) held as holder, expiring
+// ttl after its last renewal.
+func NewLease(js jetstream.JetStream, kvb jetstream.KeyValue, key, holder string, ttl time.Duration, now func() time.Time) *Lease {
+	if now == nil {
+		now = time.Now
+	}
+	return &Lease{js: js, kv: kvb, bucket: kvb.Bucket(), key: key, holder: holder, ttl: ttl, now: now}
+}
