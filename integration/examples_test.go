@@ -28,6 +28,11 @@ type exampleSpec struct {
 }
 
 var exampleSpecs = map[string]exampleSpec{
+	"progress": {
+		args: []string{"--items", "6", "--step", "50ms"},
+		url:  true,
+		want: []string{"job: pending", "job: inProgress", "6/6", `done: success, result {"imported":6}, attempts 1`},
+	},
 	"dailydigest":     {want: []string{"send-daily-digest: daily 09:00 (UTC); next fires:"}},
 	"intervalcleanup": {want: []string{"cleanup-expired-sessions: every 1s, fired"}},
 	"weekdayny":       {want: []string{"register again: errors.Is ErrCronExists: true"}},
