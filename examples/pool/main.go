@@ -35,7 +35,6 @@ import (
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/worker"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -96,7 +95,7 @@ func (s *summary) add(c jetflow.Completion) {
 }
 
 func run(ctx context.Context, url string, n, parallelism int, verbose bool) error {
-	nc, closeAll, err := connect(url)
+	nc, closeAll, err := embedded.Dial(url, embedded.Options{})
 	if err != nil {
 		return err
 	}
@@ -218,38 +217,4 @@ func run(ctx context.Context, url string, n, parallelism int, verbose bool) erro
 		return fmt.Errorf("%d handlers ran at once, above the limit %d", peak.Load(), parallelism)
 	}
 	return nil
-}
-
-// connect connects to url, or starts an embedded server in a temp dir. The
-// returned func closes what connect opened.
-func connect(url string) (*nats.Conn, func(), error) {
-	if url != "" {
-		nc, err := nats.Connect(url)
-		if err != nil {
-			return nil, nil, err
-		}
-		fmt.Println("using NATS server at", url)
-		return nc, func() { _ = nc.Drain() }, nil
-	}
-	dir, err := os.MkdirTemp("", "jetflow-pool-")
-	if err != nil {
-		return nil, nil, err
-	}
-	srv, err := embedded.Start(embedded.Options{Dir: dir})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Stop()
-		_ = os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	fmt.Println("embedded NATS server with JetStream in", dir)
-	return nc, func() {
-		nc.Close()
-		srv.Stop()
-		_ = os.RemoveAll(dir)
-	}, nil
 }

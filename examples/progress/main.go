@@ -25,7 +25,6 @@ import (
 	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -52,7 +51,7 @@ func main() {
 }
 
 func run(ctx context.Context, url string, items int, step time.Duration) error {
-	nc, cleanup, err := connect(url)
+	nc, cleanup, err := embedded.Dial(url, embedded.Options{SyncEvery: time.Second})
 	if err != nil {
 		return err
 	}
@@ -120,31 +119,4 @@ func run(ctx context.Context, url string, items int, step time.Duration) error {
 	}
 	fmt.Printf("done: %s, result %s, attempts %d\n", last.State, last.Result, last.Attempts)
 	return nil
-}
-
-// connect dials url, or starts an embedded server in a temp dir.
-func connect(url string) (*nats.Conn, func(), error) {
-	if url != "" {
-		nc, err := nats.Connect(url)
-		if err != nil {
-			return nil, nil, err
-		}
-		return nc, nc.Close, nil
-	}
-	dir, err := os.MkdirTemp("", "jetflow-progress-")
-	if err != nil {
-		return nil, nil, err
-	}
-	srv, err := embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Second})
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Stop()
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	return nc, func() { nc.Close(); srv.Stop(); os.RemoveAll(dir) }, nil
 }

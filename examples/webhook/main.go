@@ -41,7 +41,6 @@ import (
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/webhook"
 	"github.com/jetflow-dev/jetflow/worker"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -78,7 +77,7 @@ func main() {
 }
 
 func run(ctx context.Context, url string, verbose bool) error {
-	nc, closeAll, err := connect(url)
+	nc, closeAll, err := embedded.Dial(url, embedded.Options{})
 	if err != nil {
 		return err
 	}
@@ -261,38 +260,4 @@ func send(ctx context.Context, endpoint string, body []byte, delivery, signature
 		}
 	}
 	return res.StatusCode, out, nil
-}
-
-// connect connects to url, or starts an embedded server in a temp dir. The
-// returned func closes what connect opened.
-func connect(url string) (*nats.Conn, func(), error) {
-	if url != "" {
-		nc, err := nats.Connect(url)
-		if err != nil {
-			return nil, nil, err
-		}
-		fmt.Println("using NATS server at", url)
-		return nc, func() { _ = nc.Drain() }, nil
-	}
-	dir, err := os.MkdirTemp("", "jetflow-webhook-")
-	if err != nil {
-		return nil, nil, err
-	}
-	srv, err := embedded.Start(embedded.Options{Dir: dir})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Stop()
-		_ = os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	fmt.Println("embedded NATS server with JetStream in", dir)
-	return nc, func() {
-		nc.Close()
-		srv.Stop()
-		_ = os.RemoveAll(dir)
-	}, nil
 }

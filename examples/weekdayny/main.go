@@ -32,7 +32,6 @@ import (
 	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/worker"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -79,7 +78,7 @@ func run(ctx context.Context, url string, dur time.Duration, verbose bool) error
 		fmt.Printf("  %s  %s\n", t.Format(time.RFC3339), t.In(ny).Format("Mon 15:04 MST"))
 	}
 
-	nc, closeAll, err := connect(url)
+	nc, closeAll, err := embedded.Dial(url, embedded.Options{})
 	if err != nil {
 		return err
 	}
@@ -183,38 +182,4 @@ func run(ctx context.Context, url string, dur time.Duration, verbose bool) error
 	}
 	// A real deployment keeps its crons; the demo removes its own.
 	return crons.Delete(context.Background(), demo.Name)
-}
-
-// connect connects to url, or starts an embedded server in a temp dir. The
-// returned func closes what connect opened.
-func connect(url string) (*nats.Conn, func(), error) {
-	if url != "" {
-		nc, err := nats.Connect(url)
-		if err != nil {
-			return nil, nil, err
-		}
-		fmt.Println("using NATS server at", url)
-		return nc, func() { _ = nc.Drain() }, nil
-	}
-	dir, err := os.MkdirTemp("", "jetflow-weekdayny-")
-	if err != nil {
-		return nil, nil, err
-	}
-	srv, err := embedded.Start(embedded.Options{Dir: dir})
-	if err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	nc, err := srv.Connect()
-	if err != nil {
-		srv.Stop()
-		_ = os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	fmt.Println("embedded NATS server with JetStream in", dir)
-	return nc, func() {
-		nc.Close()
-		srv.Stop()
-		_ = os.RemoveAll(dir)
-	}, nil
 }
