@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -80,18 +79,10 @@ func ExampleScheduler() {
 // exampleServer starts an embedded JetStream server in a temp dir and
 // returns a JetStream context on it, and a func that removes it all.
 func exampleServer() (jetstream.JetStream, func()) {
-	dir, err := os.MkdirTemp("", "jetflow-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
 	// A 1 s fsync interval instead of the default 10 ms: nats-server v2.15.2
 	// sets a new file store's sync timer without its lock, a race that a
 	// timer firing within 10 ms lets "go test -race" report.
-	srv, err := embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Second})
-	if err != nil {
-		log.Fatal(err)
-	}
-	nc, err := srv.Connect()
+	nc, closeAll, err := embedded.Dial("", embedded.Options{SyncEvery: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -99,9 +90,5 @@ func exampleServer() (jetstream.JetStream, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return js, func() {
-		nc.Close()
-		srv.Stop()
-		os.RemoveAll(dir)
-	}
+	return js, closeAll
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log"
-	"os"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -150,18 +149,10 @@ func ExampleJob_RunAfter() {
 // exampleServer starts an embedded JetStream server in a temp dir and
 // returns a JetStream context on it, and a func that removes it all.
 func exampleServer() (jetstream.JetStream, func()) {
-	dir, err := os.MkdirTemp("", "jetflow-example-")
-	if err != nil {
-		log.Fatal(err)
-	}
 	// A 1 s fsync interval instead of the default 10 ms: nats-server v2.15.2
 	// sets a new file store's sync timer without its lock, a race that a
 	// timer firing within 10 ms lets "go test -race" report.
-	srv, err := embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Second})
-	if err != nil {
-		log.Fatal(err)
-	}
-	nc, err := srv.Connect()
+	nc, closeAll, err := embedded.Dial("", embedded.Options{SyncEvery: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -169,9 +160,5 @@ func exampleServer() (jetstream.JetStream, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return js, func() {
-		nc.Close()
-		srv.Stop()
-		os.RemoveAll(dir)
-	}
+	return js, closeAll
 }
