@@ -97,7 +97,9 @@ type Completion struct {
 }
 
 // CompletionID is the id of the on-complete run of run id: deterministic, so
-// the callback runs exactly once however many writers try.
+// the callback runs exactly once however many writers try. Derived ids end
+// in "-done" (callbacks) or "-<attempt>-<n>" (children of retryable runs):
+// do not give your own runs ids of those shapes.
 func CompletionID(id string) string {
 	if len(id)+5 <= 200 {
 		return id + "-done"

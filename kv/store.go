@@ -48,6 +48,7 @@ type Store struct {
 	ttl     string
 	dstream jetstream.Stream
 	fstream jetstream.Stream
+	rstream jetstream.Stream
 }
 
 // Open binds a Store to provisioned buckets (see streams.Provision).
@@ -69,9 +70,13 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg streams.Config) (*Sto
 	if err != nil {
 		return nil, fmt.Errorf("kv: open %s: %w", cfg.FunctionStream(), err)
 	}
+	rstream, err := js.Stream(ctx, streams.KVStream(cfg.RunsBucket()))
+	if err != nil {
+		return nil, fmt.Errorf("kv: open %s: %w", cfg.RunsBucket(), err)
+	}
 	return &Store{
 		cfg: cfg, nc: js.Conn(), js: js, runs: runs, delayed: delayed,
-		dstream: dstream, fstream: fstream,
+		dstream: dstream, fstream: fstream, rstream: rstream,
 		runsPfx: "$KV." + cfg.RunsBucket() + ".",
 		ttl:     cfg.Retention.String(),
 	}, nil
@@ -137,8 +142,28 @@ func (s *Store) RecordMsg(r *jetflow.Run, expect uint64) (*nats.Msg, error) {
 }
 
 // Create writes a new record; ErrExists when the id is taken.
+//
+// A key whose record expired (or was deleted) still has a marker for a
+// while; like the KV API's Create, Create then writes over the marker.
 func (s *Store) Create(ctx context.Context, r *jetflow.Run) (uint64, error) {
-	return s.Write(ctx, r, 0)
+	rev, err := s.Write(ctx, r, 0)
+	if !errors.Is(err, ErrExists) {
+		return rev, err
+	}
+	last, gerr := s.rstream.GetLastMsgForSubject(ctx, s.runsPfx+r.ID)
+	if gerr != nil || !isMarker(last.Header) {
+		return 0, err
+	}
+	rev, werr := s.Write(ctx, r, last.Sequence)
+	if errors.Is(werr, ErrConflict) {
+		return 0, err // someone created it meanwhile
+	}
+	return rev, werr
+}
+
+// isMarker reports a KV delete, purge or TTL-expiry marker.
+func isMarker(h nats.Header) bool {
+	return h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != ""
 }
 
 // Write stores r if the record's revision is still expect (0 = create).

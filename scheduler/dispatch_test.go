@@ -237,3 +237,30 @@ func ctxWithin(t *testing.T, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+func TestIDReusableAfterItsRecordExpired(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	p, err := producer.New(context.Background(), ts.JS, producer.Config{Streams: streams.Config{Retention: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := p.RunAfter(ctx, time.Hour, ticked.With(tick{}), producer.WithID("reused")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Cancel(ctx, "reused"); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 15*time.Second, "record expired", func() bool {
+		_, err := p.Get(ctx, "reused")
+		return err != nil
+	})
+	// The expiry marker remains for a while; the id is free all the same.
+	if _, err := p.RunAfter(ctx, time.Hour, ticked.With(tick{N: 2}), producer.WithID("reused")); err != nil {
+		t.Fatalf("reuse after expiry: %v", err)
+	}
+	if r, err := p.Get(ctx, "reused"); err != nil || r.State != jetflow.Pending || string(r.Args) != `{"N":2}` {
+		t.Fatalf("reused record: %+v %v", r, err)
+	}
+}

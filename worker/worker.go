@@ -63,8 +63,10 @@ type Options struct {
 	// with this worker as owner before the handler starts): one write less
 	// per run, at a price: a message redelivered while its first worker still
 	// runs it (a consumer leader change in a cluster) can then run the
-	// handler a second time for the same attempt, and the record shows
-	// pending, not inProgress, while it runs. AtMostOnce runs always claim.
+	// handler a second time for the same attempt, the record shows
+	// pending, not inProgress, while it runs, and a run canceled while its
+	// message waits in this worker's buffer may still start (its outcome is
+	// then discarded). AtMostOnce runs always claim.
 	NoClaim bool
 }
 
