@@ -102,6 +102,7 @@ func TestCluster3Node(t *testing.T) {
 	}
 
 	runs.waitDone(t, 90*time.Second, ids)
+	waitMarkers(t, 30*time.Second, "SUCCESS", ids, w1, w2)
 	n1, n2 := markers("SUCCESS", w1), markers("SUCCESS", w2)
 	sameAttempt := checkOnce(t, runs, ids, func(id string) int { return n1[id] + n2[id] })
 	for _, id := range ids {

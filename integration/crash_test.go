@@ -79,6 +79,7 @@ func TestWorkerSIGKILLRetryable(t *testing.T) {
 
 	b := startProc(t, "worker-b", workerArgs(srv.url(), "b", fn.Name())...)
 	runs.waitDone(t, 60*time.Second, []string{id})
+	waitMarkers(t, 30*time.Second, "SUCCESS", []string{id}, b)
 
 	r, terminal := runs.get(id)
 	if r.State != jetflow.Success {
@@ -187,6 +188,7 @@ func TestZombieResultDiscarded(t *testing.T) {
 	if _, terminal := runs.get(id); terminal != 1 {
 		t.Fatalf("%d terminal records written, want 1", terminal)
 	}
+	waitMarkers(t, 30*time.Second, "SUCCESS", []string{id}, b)
 	if s := markers("SUCCESS", a, b)[id]; s != 2 {
 		t.Fatalf("handler returned success %d times, want 2 (zombie and its replacement)", s)
 	}

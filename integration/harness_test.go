@@ -476,3 +476,20 @@ func (l *runLog) waitDone(t *testing.T, within time.Duration, ids []string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// waitMarkers waits until every id has a kind marker line from one of ps:
+// a process prints its marker before jetflow writes the record, but the
+// test reads its output asynchronously, so a terminal record can be seen
+// before the line that preceded it.
+func waitMarkers(t *testing.T, within time.Duration, kind string, ids []string, ps ...*proc) {
+	t.Helper()
+	testserver.Eventually(t, within, kind+" markers of every run", func() bool {
+		m := markers(kind, ps...)
+		for _, id := range ids {
+			if m[id] == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
