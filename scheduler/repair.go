@@ -71,9 +71,15 @@ func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 		if ctx.Err() != nil {
 			return n, ctx.Err()
 		}
-		if _, ok, err := s.store.FindDelayed(ctx, h.Due, h.ID); err != nil || ok {
+		if _, ok, err := s.store.FindDelayed(ctx, h.Due, h.ID); err != nil {
 			continue
+		} else if ok && h.Due.After(s.now().Add(-s.cfg.StaleAfter)) {
+			continue // the dispatcher has it
 		}
+		// Either no delayed entry, or one overdue by more than StaleAfter
+		// (the dispatcher missed it): publish the run's message. A second
+		// publish is harmless: Nats-Msg-Id dedups it, and the worker's claim
+		// refuses a run that has moved on.
 		if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
 			continue
 		}

@@ -397,8 +397,11 @@ func (d *dispatcher) scan(ctx context.Context, sec string, upTo int64) error {
 			continue
 		}
 		e, err := d.s.store.Delayed().Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // dispatched or canceled meanwhile
+		}
 		if err != nil {
-			continue
+			return err // the whole second is read again
 		}
 		d.add(k, e.Revision(), e.Value())
 	}
