@@ -46,7 +46,7 @@ func isLine(kind, id string, attempt int) func(string) bool {
 }
 
 func workerArgs(url, id, fn string, extra ...string) []string {
-	return append([]string{"--url", url, "--role", "worker", "--id", id, "--function", fn, "--ack-wait", "2s", "--concurrency", "1"}, extra...)
+	return append([]string{"--url", url, "--role", "worker", "--id", id, "--function", fn, "--ack-wait", "2s", "--lost-after", "4s", "--concurrency", "1"}, extra...)
 }
 
 func resultOf(t *testing.T, r *jetflow.Run) procResult {
@@ -95,12 +95,11 @@ func TestWorkerSIGKILLRetryable(t *testing.T) {
 	if started[id] != 2 || succeeded[id] != 1 {
 		t.Fatalf("handler started %d times (want 2: killed, then redelivered), succeeded %d times (want 1)", started[id], succeeded[id])
 	}
-	if r.Attempts < 1 {
-		t.Fatalf("attempts = %d", r.Attempts)
+	// The attempt the kill interrupted counts: the new worker took the run
+	// over from the stale claim as attempt 2.
+	if r.Attempts != 2 {
+		t.Fatalf("attempts = %d, want 2 (the lost attempt counts)", r.Attempts)
 	}
-	// The attempt the kill interrupted is not counted: the redelivery
-	// carries attempt 1 again (no inProgress write for retryable runs).
-	t.Logf("record after kill and redelivery: attempts=%d, handler starts=%d", r.Attempts, started[id])
 }
 
 // An at-most-once run whose worker process is SIGKILLed mid-handler is never

@@ -83,20 +83,6 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		if !ok {
 			return
 		}
-		// Deliveries that never produced an outcome (workers killed mid-run)
-		// are bounded: a handler that crashes its process every time ends
-		// failed instead of being redelivered forever.
-		if limit := uint64(j.maxAttempts() + 3); md.NumDelivered > limit && e.kind == jetflow.Retryable {
-			r := *j.rec
-			r.State, r.CompletedTime = jetflow.Failed, w.now().UTC()
-			r.Attempts = env.Attempt
-			r.Error = fmt.Sprintf("%v: delivered %d times without an outcome", jetflow.ErrWorkerLost, md.NumDelivered)
-			if _, err := w.store.Write(ctx, &r, j.rev); err == nil {
-				w.complete(ctx, &r)
-			}
-			_ = m.Ack()
-			return
-		}
 	} else {
 		j.rec = &jetflow.Run{
 			ID: env.ID, Name: env.Function, Kind: e.kind, Args: env.Args, State: jetflow.Pending,
@@ -173,7 +159,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) boo
 		if r.StartedTime.After(last) {
 			last = r.StartedTime
 		}
-		if r.Owner != "" && w.now().Sub(last) < w.cfg.AckWait/2 {
+		if r.Owner != "" && w.now().Sub(last) < w.cfg.LostAfter {
 			// Its worker is alive (it heartbeats every AckWait/3): look again later.
 			_ = m.NakWithDelay(w.cfg.AckWait / 2)
 			return false
@@ -194,6 +180,21 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) boo
 		}
 		_ = m.Ack()
 		return false
+	case r.State == jetflow.InProgress && env.Attempt <= r.Attempts:
+		// Taking over from a lost worker: its attempt counts, so a handler
+		// that kills its process every time ends failed after MaxAttempts
+		// instead of being redelivered forever.
+		j.env.Attempt = r.Attempts + 1
+		if j.env.Attempt > j.maxAttempts() {
+			r.State, r.CompletedTime = jetflow.Failed, w.now().UTC()
+			r.Error = fmt.Sprintf("%v: attempt %d lost, no attempts left", jetflow.ErrWorkerLost, r.Attempts)
+			if _, err := w.store.Write(ctx, r, r.Revision); err == nil {
+				telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
+				w.complete(ctx, r)
+			}
+			_ = m.Ack()
+			return false
+		}
 	case env.Attempt <= r.Attempts && r.State == jetflow.Pending:
 		// A message of an attempt that already ran; the next one is scheduled.
 		_ = m.Ack()

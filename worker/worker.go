@@ -36,6 +36,12 @@ type Config struct {
 	// AckWait is how long a run may go without a heartbeat before JetStream
 	// redelivers it. Handlers heartbeat every AckWait/3. Default 30 s.
 	AckWait time.Duration
+	// LostAfter is how old the heartbeat of a claimed run must be before
+	// another worker that receives its message takes it as lost (a
+	// retryable run is then run again, an at-most-once run fails). It must
+	// outlast a leader election of the runs bucket, during which live
+	// workers cannot write heartbeats. Default max(2*AckWait, 30 s).
+	LostAfter time.Duration
 	// ProgressInterval coalesces progress writes: at most one per interval
 	// per run. Default 250 ms.
 	ProgressInterval time.Duration
@@ -123,6 +129,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	}
 	if cfg.AckWait <= 0 {
 		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.LostAfter <= 0 {
+		cfg.LostAfter = max(2*cfg.AckWait, 30*time.Second)
 	}
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = 250 * time.Millisecond

@@ -54,6 +54,7 @@ type config struct {
 	kind        string
 	replicas    int
 	ackWait     time.Duration
+	lostAfter   time.Duration
 	concurrency int
 	blockFirst  bool
 	releaseFile string
@@ -78,6 +79,7 @@ func main() {
 	flag.StringVar(&c.kind, "kind", "retryable", "retryable or atmostonce")
 	flag.IntVar(&c.replicas, "replicas", 1, "replicas of streams and buckets")
 	flag.DurationVar(&c.ackWait, "ack-wait", 2*time.Second, "worker AckWait")
+	flag.DurationVar(&c.lostAfter, "lost-after", 0, "worker LostAfter (0: the default)")
 	flag.IntVar(&c.concurrency, "concurrency", 10, "worker concurrency")
 	flag.BoolVar(&c.blockFirst, "block-first", false, "handler blocks forever on attempt 1")
 	flag.StringVar(&c.releaseFile, "release-file", "", "handler waits until this file exists")
@@ -164,7 +166,7 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 	var w *worker.Worker
 	err := setup(func(ctx context.Context) error {
 		var err error
-		w, err = worker.New(ctx, js, worker.Config{Streams: scfg, Logger: log, ID: c.id, AckWait: c.ackWait, Concurrency: c.concurrency})
+		w, err = worker.New(ctx, js, worker.Config{Streams: scfg, Logger: log, ID: c.id, AckWait: c.ackWait, LostAfter: c.lostAfter, Concurrency: c.concurrency})
 		return err
 	})
 	if err != nil {
