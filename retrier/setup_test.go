@@ -126,7 +126,7 @@ func (e *env) startProcess(t *testing.T) *process {
 	t.Helper()
 	ctx := context.Background()
 	nc, js := e.Connect()
-	w, err := worker.New(ctx, js, worker.Config{AckWait: time.Second})
+	w, err := worker.New(ctx, js, worker.Config{AckWait: time.Second, LostAfter: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
