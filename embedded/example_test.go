@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/nats-io/nats.go/jetstream"
@@ -17,7 +18,9 @@ func ExampleStart() {
 	}
 	defer os.RemoveAll(dir)
 
-	srv, err := embedded.Start(embedded.Options{Dir: dir})
+	// SyncEvery 1 s only to keep "go test -race" quiet about a nats-server
+	// v2.15.2 timer race; the default (10 ms) is what services should use.
+	srv, err := embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

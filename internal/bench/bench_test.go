@@ -20,7 +20,7 @@ func TestQuick(t *testing.T) {
 	var out bytes.Buffer
 	res, err := Measure(ctx, Options{
 		Quick: true, N: 2000, AlwaysN: 100, LatenessRuns: 20, LatenessSpread: 300 * time.Millisecond,
-		Dir: t.TempDir(),
+		Dir: t.TempDir(), SyncEvery: time.Second,
 	}, &out)
 	t.Log("\n" + out.String())
 	if err != nil {
@@ -67,7 +67,7 @@ func TestQuick(t *testing.T) {
 // benchmark call.
 func benchServer(b *testing.B) string {
 	b.Helper()
-	s, err := embedded.Start(embedded.Options{Dir: b.TempDir()})
+	s, err := embedded.Start(embedded.Options{Dir: b.TempDir(), SyncEvery: time.Second})
 	if err != nil {
 		b.Fatal(err)
 	}
