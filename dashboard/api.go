@@ -170,13 +170,25 @@ func (h *handler) cancel(ctx context.Context, id string) (cancelResult, error) {
 	return cancelResult{Canceled: after.State == jetflow.Canceled, Run: after}, nil
 }
 
-// counts scans the record headers of the runs bucket. Its cost is
-// proportional to the records kept.
+// counts scans the record headers of the runs bucket, then counts as
+// pending the runs waiting in the function stream without a record yet. Its
+// cost is proportional to the records kept and the runs waiting.
 func (h *handler) counts(ctx context.Context, function string) (counts, error) {
 	var c counts
+	recorded := make(map[string]bool)
 	err := h.p.Store().Scan(ctx, func(hd kv.Header) {
+		recorded[hd.ID] = true
 		if function == "" || hd.Function == function {
 			c.add(hd.State)
+		}
+	})
+	if err != nil {
+		return c, err
+	}
+	err = h.p.Store().ScanQueued(ctx, function, func(_, id string) {
+		if !recorded[id] {
+			recorded[id] = true
+			c.add(jetflow.Pending)
 		}
 	})
 	return c, err

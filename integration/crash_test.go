@@ -75,6 +75,10 @@ func TestWorkerSIGKILLRetryable(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitLine(30*time.Second, isLine("STARTED", id, 1))
+	// Killed once its claim is stored (ClaimAfter, 100 ms by default).
+	if r := runs.waitState(t, 30*time.Second, id, jetflow.InProgress); r.Owner != "a" {
+		t.Fatalf("claimed by %q, want a", r.Owner)
+	}
 	a.kill()
 
 	b := startProc(t, "worker-b", workerArgs(srv.url(), "b", fn.Name())...)
@@ -99,6 +103,50 @@ func TestWorkerSIGKILLRetryable(t *testing.T) {
 	// over from the stale claim as attempt 2.
 	if r.Attempts != 2 {
 		t.Fatalf("attempts = %d, want 2 (the lost attempt counts)", r.Attempts)
+	}
+}
+
+// A retryable run whose worker is SIGKILLed before its claim was written
+// (ClaimAfter not reached) is redelivered after AckWait; the redelivery is
+// claimed before its handler starts and runs as the same attempt.
+func TestWorkerSIGKILLBeforeClaim(t *testing.T) {
+	t.Parallel()
+	srv := startNATS(t)
+	_, js := connect(t, srv.url())
+	p := newProducer(t, js, streams.Config{})
+	runs := watchRuns(t, js, streams.Config{})
+	fn := jetflow.Define[args]("it.kill.early")
+
+	a := startProc(t, "worker-a", workerArgs(srv.url(), "a", fn.Name(), "--block-first", "--claim-after", "1h")...)
+	id, err := p.Enqueue(context.Background(), fn.With(args{N: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.waitLine(30*time.Second, isLine("STARTED", id, 1))
+	a.kill()
+
+	b := startProc(t, "worker-b", workerArgs(srv.url(), "b", fn.Name(), "--block-first", "--claim-after", "1h")...)
+	// The redelivery claims first, though b's ClaimAfter is an hour.
+	if r := runs.waitState(t, 30*time.Second, id, jetflow.InProgress); r.Owner != "b" || r.Attempts != 1 {
+		t.Fatalf("claim %+v, want owner b at attempt 1", r)
+	}
+	b.waitLine(30*time.Second, isLine("STARTED", id, 1))
+	b.kill()
+
+	c := startProc(t, "worker-c", workerArgs(srv.url(), "c", fn.Name())...)
+	runs.waitDone(t, 60*time.Second, []string{id})
+	waitMarkers(t, 30*time.Second, "SUCCESS", []string{id}, c)
+	r, terminal := runs.get(id)
+	if r.State != jetflow.Success || terminal != 1 {
+		t.Fatalf("state %s with %d terminal records, want one success", r.State, terminal)
+	}
+	// Attempt 1 died unclaimed (not counted), attempt 1 again died claimed
+	// (counted): c ran attempt 2.
+	if r.Attempts != 2 {
+		t.Fatalf("attempts = %d, want 2", r.Attempts)
+	}
+	if started := markers("STARTED", a, b, c); started[id] != 3 {
+		t.Fatalf("handler started %d times, want 3", started[id])
 	}
 }
 

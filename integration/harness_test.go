@@ -452,6 +452,22 @@ func (l *runLog) get(id string) (*jetflow.Run, int) {
 	return l.last[id], l.terminal[id]
 }
 
+// waitState waits until run id's latest record is in state st.
+func (l *runLog) waitState(t *testing.T, within time.Duration, id string, st jetflow.State) *jetflow.Run {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		if r, _ := l.get(id); r != nil && r.State == st {
+			return r
+		}
+		if time.Now().After(deadline) {
+			r, _ := l.get(id)
+			t.Fatalf("run %s not %s within %s (last record: %+v)", id, st, within, r)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // waitDone waits until every one of ids has a terminal record.
 func (l *runLog) waitDone(t *testing.T, within time.Duration, ids []string) {
 	t.Helper()

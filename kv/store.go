@@ -352,7 +352,53 @@ const (
 // is proportional to the records kept (terminal ones until their retention
 // ends); it serves List and the repair sweep, never the hot path.
 func (s *Store) Scan(ctx context.Context, visit func(Header)) error {
-	st, err := s.js.Stream(ctx, streams.KVStream(s.cfg.RunsBucket()))
+	return s.scan(ctx, streams.KVStream(s.cfg.RunsBucket()), s.runsPfx+">", func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+		h := m.Headers()
+		if h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != "" {
+			return
+		}
+		visit(Header{
+			ID:       m.Subject()[len(s.runsPfx):],
+			State:    jetflow.State(h.Get(HeaderState)),
+			Function: h.Get(HeaderFunction),
+			Due:      parseMillis(h.Get(HeaderDue)),
+			Notify:   parseMillis(h.Get(HeaderNotify)),
+			Revision: md.Sequence.Stream,
+		})
+	})
+}
+
+// ScanQueued visits the function and run id of every message waiting in the
+// function stream (of function fn, or of all functions when fn is ""),
+// reading subjects only. A run published without a record (Enqueue's
+// direct runs, other producers) is known only by its message until a
+// worker takes it.
+func (s *Store) ScanQueued(ctx context.Context, fn string, visit func(fn, id string)) error {
+	filter := s.cfg.Prefix + ".fn.>"
+	if fn != "" {
+		filter = s.cfg.FunctionFilter(fn)
+	}
+	// A work-queue stream allows no ordered consumer: the stream's subject
+	// counts (server-paged) name the waiting runs.
+	info, err := s.fstream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return fmt.Errorf("kv: queued runs: %w", err)
+	}
+	for subj, n := range info.State.Subjects {
+		if n == 0 {
+			continue
+		}
+		if f, id, ok := s.cfg.ParseFunctionSubject(subj); ok {
+			visit(f, id)
+		}
+	}
+	return nil
+}
+
+// scan visits the last message of each subject of stream on filter, headers
+// only, with one ordered consumer.
+func (s *Store) scan(ctx context.Context, stream, filter string, visit func(jetstream.Msg, *jetstream.MsgMetadata)) error {
+	st, err := s.js.Stream(ctx, stream)
 	if err != nil {
 		return err
 	}
@@ -362,7 +408,7 @@ func (s *Store) Scan(ctx context.Context, visit func(Header)) error {
 	// One consumer for the whole scan (re-creating it per page would make
 	// the server recount every subject each time), removed at the end.
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{s.runsPfx + ">"},
+		FilterSubjects:    []string{filter},
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		HeadersOnly:       true,
 		InactiveThreshold: 5 * time.Second,
@@ -389,29 +435,18 @@ func (s *Store) Scan(ctx context.Context, visit func(Header)) error {
 			it.Stop()
 			return ctx.Err()
 		case <-time.After(10 * time.Second):
-			// Nothing more arrives: the records were removed meanwhile.
+			// Nothing more arrives: the messages were removed meanwhile.
 			it.Stop()
 			return nil
 		}
 		if n.err != nil {
 			return n.err
 		}
-		m := n.m
-		md, err := m.Metadata()
+		md, err := n.m.Metadata()
 		if err != nil {
 			return err
 		}
-		h := m.Headers()
-		if h.Get("KV-Operation") == "" && h.Get("Nats-Marker-Reason") == "" {
-			visit(Header{
-				ID:       m.Subject()[len(s.runsPfx):],
-				State:    jetflow.State(h.Get(HeaderState)),
-				Function: h.Get(HeaderFunction),
-				Due:      parseMillis(h.Get(HeaderDue)),
-				Notify:   parseMillis(h.Get(HeaderNotify)),
-				Revision: md.Sequence.Stream,
-			})
-		}
+		visit(n.m, md)
 		if md.NumPending == 0 {
 			return nil
 		}
@@ -426,37 +461,53 @@ func parseMillis(v string) time.Time {
 	return time.UnixMilli(n).UTC()
 }
 
+// QueuedMaxTokens is the most tokens of a function name whose runs
+// QueuedRun finds.
+const QueuedMaxTokens = 8
+
 // QueuedRun finds the waiting message of run id when the function is not
-// known (a run published by another producer has no record until a worker
-// takes it). It looks for functions of up to 8 tokens.
+// known (a run published without a record has none until a worker takes
+// it). It looks for functions of up to QueuedMaxTokens tokens.
 func (s *Store) QueuedRun(ctx context.Context, id string) (*jetflow.Run, bool, error) {
 	pfx := s.cfg.Prefix + ".fn."
-	for depth := 1; depth <= 8; depth++ {
-		subj := pfx + strings.Repeat("*.", depth) + id
-		m, err := s.fstream.GetLastMsgForSubject(ctx, subj)
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue
+	for depth := 1; depth <= QueuedMaxTokens; depth++ {
+		r, ok, err := s.queuedRun(ctx, pfx+strings.Repeat("*.", depth)+id)
+		if ok || err != nil {
+			return r, ok, err
 		}
-		if err != nil {
-			return nil, false, err
-		}
-		e, err := s.cfg.ParseMessage(m.Subject, m.Header, m.Data)
-		if err != nil {
-			return nil, false, nil
-		}
-		created := e.Created
-		if created.IsZero() {
-			created = m.Time.UTC()
-		}
-		sched := e.Scheduled
-		if sched.IsZero() {
-			sched = created
-		}
-		return &jetflow.Run{
-			ID: e.ID, Name: e.Function, Args: e.Args, State: jetflow.Pending,
-			ScheduledTime: sched, CreationTime: created, Attempts: e.Attempt - 1,
-			MaxAttempts: e.MaxAttempts, Timeout: e.Timeout, Parent: e.Parent,
-		}, true, nil
 	}
 	return nil, false, nil
+}
+
+// QueuedRunOf is QueuedRun for a run of function fn.
+func (s *Store) QueuedRunOf(ctx context.Context, fn, id string) (*jetflow.Run, bool, error) {
+	return s.queuedRun(ctx, s.cfg.FunctionSubject(fn, id))
+}
+
+// queuedRun reads the pending run of the last message on subj.
+func (s *Store) queuedRun(ctx context.Context, subj string) (*jetflow.Run, bool, error) {
+	m, err := s.fstream.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	e, err := s.cfg.ParseMessage(m.Subject, m.Header, m.Data)
+	if err != nil {
+		return nil, false, nil
+	}
+	created := e.Created
+	if created.IsZero() {
+		created = m.Time.UTC()
+	}
+	sched := e.Scheduled
+	if sched.IsZero() {
+		sched = created
+	}
+	return &jetflow.Run{
+		ID: e.ID, Name: e.Function, Args: e.Args, State: jetflow.Pending,
+		ScheduledTime: sched, CreationTime: created, Attempts: e.Attempt - 1,
+		MaxAttempts: e.MaxAttempts, Timeout: e.Timeout, Parent: e.Parent,
+	}, true, nil
 }

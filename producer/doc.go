@@ -19,7 +19,12 @@
 // then make it startable: a run due now is published to its function's
 // subject, a run due later is stored for the scheduler. They return the run
 // id once the record is durable; a crash before the publish is repaired by
-// the scheduler's sweep, so an id returned is a run that will end.
+// the scheduler's sweep, so an id returned is a run that will end. A run due
+// now with a generated id (no WithID, parent, hold, pool or callback) skips
+// the record: its message is its pending record until a worker writes one,
+// and Get, List, Watch and Cancel read it there. EnqueueAsync publishes such
+// runs pipelined, without waiting for each (Pending.Wait tells when one is
+// durable): the way to enqueue at JetStream's publish rate.
 //
 // Options tune one run: WithID gives it an idempotency key (an id that
 // exists returns ErrAlreadyExists with that id, never a second run),

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -107,6 +108,13 @@ func (p *Producer) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts 
 	if err := p.checkSize(len(r.Args)); err != nil {
 		return "", err
 	}
+	if p.direct(r, o) {
+		// The run's message is its record until a worker writes one.
+		if _, err := p.js.PublishMsg(ctx, p.cfg.Message(directEnvelope(r))); err != nil {
+			return "", fmt.Errorf("producer: publish run %s: %w", r.ID, err)
+		}
+		return r.ID, nil
+	}
 	if _, err := p.store.Create(ctx, r); err != nil {
 		if errors.Is(err, kv.ErrExists) {
 			return r.ID, fmt.Errorf("run %s: %w", r.ID, ErrAlreadyExists)
@@ -167,6 +175,24 @@ func (p *Producer) prepare(ctx context.Context, t time.Time, c jetflow.Call, opt
 	return r, o, nil
 }
 
+// direct reports whether run r is published without a record first: a run
+// due now with a generated id (an idempotency key needs the record's
+// create-only write), no hold, parent, pool or on-complete callback. Its
+// message is its pending record (Get, List, Watch and Cancel read it there),
+// and the worker's claim or outcome creates the record: one write less per
+// run.
+func (p *Producer) direct(r *jetflow.Run, o options) bool {
+	return o.id == "" && !o.hold && r.Parent == "" && r.Pool == "" && r.OnComplete == nil &&
+		!r.ScheduledTime.After(p.now()) && strings.Count(r.Name, ".") < kv.QueuedMaxTokens
+}
+
+// directEnvelope is the envelope of a run published without a record.
+func directEnvelope(r *jetflow.Run) streams.Envelope {
+	e := EnvelopeOf(r)
+	e.New = true
+	return e
+}
+
 // EnvelopeOf returns the envelope that starts run r.
 func EnvelopeOf(r *jetflow.Run) streams.Envelope {
 	e := streams.Envelope{
@@ -222,12 +248,16 @@ func (p *Producer) Get(ctx context.Context, id string) (*jetflow.Run, error) {
 		return r, err
 	}
 	q, ok, qerr := p.store.QueuedRun(ctx, id)
-	if qerr != nil || !ok {
-		return nil, err
+	// The worker may have written the record and taken the message
+	// meanwhile: KV again (the record is written before the message goes).
+	if r, err2 := p.store.Get(ctx, id); !errors.Is(err2, jetflow.ErrNotFound) {
+		return r, err2
 	}
-	// The worker may have written the record meanwhile: KV first, again.
-	if r, err2 := p.store.Get(ctx, id); err2 == nil {
-		return r, nil
+	if qerr != nil {
+		return nil, qerr
+	}
+	if !ok {
+		return nil, err
 	}
 	return q, nil
 }
@@ -241,7 +271,9 @@ type Item struct {
 }
 
 // Batch schedules up to MaxBatch runs at once, all or none: their records
-// are written in one atomic JetStream batch. It returns the ids in order.
+// are written in one atomic JetStream batch (when every run is one that
+// Enqueue publishes without a record, the batch is of their messages). It
+// returns the ids in order.
 // Limits are checked before anything is written: ErrTooManyRuns,
 // ErrArgsTooLarge. An item whose WithID exists already fails the whole call
 // with ErrAlreadyExists (the error names the id) and nothing is written.
@@ -256,6 +288,7 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 	holds := make([]bool, len(items))
 	total := 0
 	seen := make(map[string]bool, len(items))
+	allDirect := true
 	for i, it := range items {
 		r, o, err := p.prepare(ctx, it.At, it.Call, it.Options)
 		if err != nil {
@@ -270,9 +303,25 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 		}
 		total += len(r.Args)
 		runs[i], holds[i] = r, o.hold
+		allDirect = allDirect && p.direct(r, o)
 	}
 	if total > MaxBatchArgs {
 		return nil, fmt.Errorf("%w: %d bytes in one call, limit %d", ErrArgsTooLarge, total, MaxBatchArgs)
+	}
+	ids := make([]string, len(runs))
+	for i, r := range runs {
+		ids[i] = r.ID
+	}
+	if allDirect {
+		// One atomic batch of messages, each the run's pending record.
+		msgs := make([]*nats.Msg, len(runs))
+		for i, r := range runs {
+			msgs[i] = p.cfg.Message(directEnvelope(r))
+		}
+		if _, err := atomicBatch(ctx, p.nc, msgs); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBatchFailed, err)
+		}
+		return ids, nil
 	}
 	msgs := make([]*nats.Msg, len(runs))
 	for i, r := range runs {
@@ -293,13 +342,11 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 		}
 		return nil, fmt.Errorf("%w: %w", ErrBatchFailed, err)
 	}
-	ids := make([]string, len(runs))
 	first := last - uint64(len(runs)-1)
 	futures := make([]jetstream.PubAckFuture, 0, len(runs))
 	var errs []error
 	for i, r := range runs {
 		r.Revision = first + uint64(i)
-		ids[i] = r.ID
 		if holds[i] {
 			continue
 		}

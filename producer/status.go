@@ -43,6 +43,14 @@ func (p *Producer) cancel(ctx context.Context, id string, depth int) error {
 		// and then the record exists and the loop above applies).
 		q, ok, qerr := p.store.QueuedRun(ctx, id)
 		if qerr != nil || !ok {
+			// Taken meanwhile: its record is written before its message
+			// goes, so the record is there now, unless there is no run.
+			if _, gerr := p.store.Get(ctx, id); gerr == nil {
+				return p.cancel(ctx, id, depth+1)
+			}
+			if qerr != nil {
+				return qerr
+			}
 			return err
 		}
 		prev = jetflow.Pending
@@ -101,8 +109,10 @@ type Page struct {
 }
 
 // List returns runs matching f in id order, a page at a time. It scans the
-// record headers of the runs bucket (state and function are headers), then
-// reads only the records of the page.
+// record headers of the runs bucket (state and function are headers) and,
+// for pending runs, the subjects of the messages waiting in the function
+// stream (a run published without a record is known by its message until a
+// worker takes it), then reads only the runs of the page.
 func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
@@ -113,8 +123,10 @@ func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 	if f.State != "" && !f.State.Valid() {
 		return Page{}, fmt.Errorf("producer: unknown state %q", f.State)
 	}
+	recorded := make(map[string]bool)
 	var ids []string
 	err := p.store.Scan(ctx, func(h kv.Header) {
+		recorded[h.ID] = true
 		if h.ID <= f.After || (f.State != "" && h.State != f.State) || (f.Function != "" && h.Function != f.Function) {
 			return
 		}
@@ -122,6 +134,19 @@ func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 	})
 	if err != nil {
 		return Page{}, err
+	}
+	queued := make(map[string]string) // id -> function, for runs with no record
+	if f.State == "" || f.State == jetflow.Pending {
+		err := p.store.ScanQueued(ctx, f.Function, func(fn, id string) {
+			if recorded[id] || id <= f.After || queued[id] != "" {
+				return
+			}
+			queued[id] = fn
+			ids = append(ids, id)
+		})
+		if err != nil {
+			return Page{}, err
+		}
 	}
 	sort.Strings(ids)
 	var page Page
@@ -131,6 +156,13 @@ func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 			break
 		}
 		r, err := p.store.Get(ctx, id)
+		if errors.Is(err, jetflow.ErrNotFound) && queued[id] != "" {
+			var ok bool
+			r, ok, err = p.store.QueuedRunOf(ctx, queued[id], id)
+			if err == nil && !ok {
+				continue // taken meanwhile, and its record not yet written
+			}
+		}
 		if errors.Is(err, jetflow.ErrNotFound) {
 			continue
 		}
@@ -147,8 +179,9 @@ func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 
 // Watch pushes every change of run id as it happens: the current record
 // first, then each new revision (state, attempts, progress). The channel is
-// closed after a terminal state, when ctx ends, or on error. A run not yet
-// written is awaited.
+// closed after a terminal state, when ctx ends, or on error. A run whose
+// record is not written yet starts with its waiting message (pending), if
+// any; otherwise the run is awaited.
 func (p *Producer) Watch(ctx context.Context, id string) (<-chan *jetflow.Run, error) {
 	if err := jetflow.ValidateRunID(id); err != nil {
 		return nil, err
@@ -161,6 +194,7 @@ func (p *Producer) Watch(ctx context.Context, id string) (<-chan *jetflow.Run, e
 	go func() {
 		defer close(out)
 		defer w.Stop()
+		sent := false
 		for {
 			select {
 			case <-ctx.Done():
@@ -169,9 +203,23 @@ func (p *Producer) Watch(ctx context.Context, id string) (<-chan *jetflow.Run, e
 				if !ok {
 					return
 				}
+				if e == nil && !sent {
+					// No record yet: a run published without one is
+					// pending in its message until a worker takes it.
+					if q, ok, _ := p.store.QueuedRun(ctx, id); ok {
+						sent = true
+						select {
+						case out <- q:
+						case <-ctx.Done():
+							return
+						}
+					}
+					continue
+				}
 				if e == nil || e.Operation() != jetstream.KeyValuePut {
 					continue
 				}
+				sent = true
 				r, err := kv.Decode(e.Value(), e.Revision())
 				if err != nil {
 					continue

@@ -34,6 +34,10 @@ const (
 	// the record holds fields the message does not carry (an on-complete
 	// callback, a pool).
 	HeaderReload = "Jetflow-Reload"
+	// HeaderNew says the run id was generated for this run, so no record of
+	// it can exist: the message is the run's pending record, and the worker
+	// creates the stored one with its first write instead of reading first.
+	HeaderNew = "Jetflow-New"
 )
 
 // Config names and shapes everything jetflow stores. The zero value is usable.

@@ -27,6 +27,9 @@ type Envelope struct {
 	Args        json.RawMessage   `json:"args,omitempty"`
 	// Reload: the record has fields the message does not carry.
 	Reload bool `json:"reload,omitempty"`
+	// New: the id was generated for this run and no record was written;
+	// the message is the pending record.
+	New bool `json:"new,omitempty"`
 }
 
 // MsgID is the Nats-Msg-Id of an attempt: the run id for the first, and
@@ -69,6 +72,9 @@ func (c Config) Message(e Envelope) *nats.Msg {
 	}
 	if e.Reload {
 		h[HeaderReload] = []string{"1"}
+	}
+	if e.New {
+		h[HeaderNew] = []string{"1"}
 	}
 	return &nats.Msg{Subject: c.FunctionSubject(e.Function, e.ID), Header: h, Data: e.Args}
 }
@@ -118,6 +124,7 @@ func (c Config) ParseMessage(subject string, h nats.Header, data []byte) (Envelo
 	}
 	e.Parent = h.Get(HeaderParent)
 	e.Reload = h.Get(HeaderReload) != ""
+	e.New = h.Get(HeaderNew) != ""
 	var err error
 	if e.Scheduled, err = parseTime(h, HeaderScheduled); err != nil {
 		return e, err

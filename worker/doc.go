@@ -29,12 +29,16 @@
 //
 // AtMostOnce functions are never retried: their run is claimed (written
 // inProgress) before the handler starts, and a worker lost mid-run leaves it
-// failed with jetflow.ErrWorkerLost.
+// failed with jetflow.ErrWorkerLost. A retryable run is claimed once its
+// handler has run Options.ClaimAfter (default 100 ms), and a redelivered one
+// before it starts; a shorter run goes from pending straight to its outcome,
+// one write less. ClaimAfter < 0 claims every run first.
 //
-// The outcome is written with a compare-and-swap on the record's revision,
-// then the message is acknowledged: a duplicate delivery, or a worker that
-// comes back after its run was handed to another, cannot overwrite a newer
-// outcome; its result is discarded.
+// The outcome is written with a compare-and-swap on the record's revision
+// (a success without waiting: the message is acknowledged when the server
+// confirms the write, and the handler's slot takes the next run meanwhile):
+// a duplicate delivery, or a worker that comes back after its run was handed
+// to another, cannot overwrite a newer outcome; its result is discarded.
 //
 // # Inside a handler
 //

@@ -101,15 +101,32 @@ func (j *jobCore) Progress(ctx context.Context, p jetflow.Progress) error {
 	return j.flushProgress(ctx)
 }
 
-func (j *jobCore) flushProgress(ctx context.Context) error { return j.write(ctx, false) }
+func (j *jobCore) flushProgress(ctx context.Context) error { return j.write(ctx, writeProgress) }
 
 // beat writes the claim's heartbeat (and any pending progress).
-func (j *jobCore) beat(ctx context.Context) error { return j.write(ctx, true) }
+func (j *jobCore) beat(ctx context.Context) error { return j.write(ctx, writeBeat) }
 
-func (j *jobCore) write(ctx context.Context, beat bool) error {
+// claim writes the claim of a run not claimed yet.
+func (j *jobCore) claim(ctx context.Context) error { return j.write(ctx, writeClaim) }
+
+// What a record write of a running run is for.
+const (
+	writeProgress = iota // pending progress only
+	writeBeat            // the heartbeat of a claimed run (and progress)
+	writeClaim           // the claim of an unclaimed run
+)
+
+func (j *jobCore) write(ctx context.Context, mode int) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.closed || j.rec == nil || !(j.progressDirt || beat && j.rec.State == jetflow.InProgress) {
+	if j.closed || j.rec == nil {
+		return nil
+	}
+	claimed := j.rec.State == jetflow.InProgress
+	switch {
+	case mode == writeProgress && !j.progressDirt,
+		mode == writeBeat && !claimed && !j.progressDirt,
+		mode == writeClaim && claimed:
 		return nil
 	}
 	r := *j.rec
@@ -122,7 +139,7 @@ func (j *jobCore) write(ctx context.Context, beat bool) error {
 	r.Children = append([]string(nil), j.kids...)
 	r.Owner = j.w.cfg.ID
 	r.Heartbeat = j.w.now().UTC()
-	rev, err := j.w.store.Write(ctx, &r, j.rev)
+	rev, err := j.w.writeRecord(ctx, &r, j.rev)
 	if err != nil {
 		return err
 	}

@@ -25,28 +25,38 @@ func decodeArgs(data []byte, v any) error {
 	return json.Unmarshal(data, v)
 }
 
-// dispatch is called by the consumer for each message; it waits for a slot
-// and runs the message in its own goroutine.
+// dispatch is called by the consumer for each message; it hands the message
+// to one of the function's Concurrency runner goroutines, waiting for one to
+// be free.
 func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
-	select {
-	case e.sem <- struct{}{}:
-	case <-w.stopCh:
-		_ = m.Nak() // stopping: back to the stream, unharmed
-		return
-	}
 	w.mu.Lock()
 	if w.stopping {
 		w.mu.Unlock()
-		<-e.sem
-		_ = m.Nak()
+		_ = m.Nak() // stopping: back to the stream, unharmed
 		return
 	}
 	w.inflight.Add(1)
 	w.mu.Unlock()
-	go func() {
-		defer func() { <-e.sem; w.inflight.Done() }()
-		w.process(e, m)
-	}()
+	select {
+	case e.work <- m:
+	case <-w.stopCh:
+		_ = m.Nak()
+		w.inflight.Done()
+	}
+}
+
+// runner runs the messages dispatch hands it until the worker stops. Long-
+// lived runners keep their grown stacks: no goroutine start per run.
+func (w *Worker) runner(e *fnEntry) {
+	for {
+		select {
+		case m := <-e.work:
+			w.process(e, m)
+			w.inflight.Done()
+		case <-w.stopCh:
+			return
+		}
+	}
 }
 
 func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
@@ -75,10 +85,14 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		env.Created = md.Timestamp.UTC()
 	}
 	j := &jobCore{w: w, fn: e, env: env}
-	// The record as it must be if the message is current. Messages from
-	// other producers (no revision) and redeliveries are checked against the
-	// stored record first; first deliveries of our own messages are not.
-	if env.Rev == 0 || md.NumDelivered > 1 || env.Reload {
+	// The record as it must be if the message is current. Redeliveries,
+	// messages of other producers (their ids may be reused) and runs whose
+	// record has more than the message carries are checked against the
+	// stored record first. A first delivery of ours is not: its message
+	// names the record's revision, or says the id is new (Jetflow-New): the
+	// message is then the pending record and the claim or outcome creates
+	// the stored one (create-only: a Cancel that recorded it first wins).
+	if md.NumDelivered > 1 || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
 		ok := w.reconcile(ctx, j, m)
 		if !ok {
 			return
@@ -97,14 +111,18 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		return
 	}
 	j.started = w.now().UTC()
-	if e.kind == jetflow.AtMostOnce || !e.opts.NoClaim {
+	// A redelivery is claimed before it starts: its first delivery may have
+	// crashed its worker before a late claim, and from here on each lost
+	// attempt counts (a handler that kills its process every time fails
+	// after MaxAttempts instead of being redelivered forever).
+	if e.claimFirst() || md.NumDelivered > 1 && !e.opts.NoClaim {
 		r := *j.rec
 		r.State = jetflow.InProgress
 		r.Attempts = env.Attempt
 		r.StartedTime = j.started
 		r.Owner = w.cfg.ID
 		r.Heartbeat = j.started
-		rev, err := w.store.Write(ctx, &r, j.rev)
+		rev, err := w.writeRecord(ctx, &r, j.rev)
 		if err != nil {
 			// Canceled, or another worker claimed it: not ours to run.
 			w.log.Debug("claim lost", "function", e.name, "run_id", env.ID, "error", err)
@@ -263,10 +281,11 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 	w.mu.Lock()
 	w.running[env.ID] = &active{cancel: cancel, msg: m, job: j}
 	w.mu.Unlock()
+	handedOff := false // to the asynchronous success write, which forgets it
 	defer func() {
-		w.mu.Lock()
-		delete(w.running, env.ID)
-		w.mu.Unlock()
+		if !handedOff {
+			w.forget(env.ID)
+		}
 	}()
 
 	var herr error
@@ -298,7 +317,8 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 	}
 	_ = j.flushProgress(bg)
 	if herr == nil {
-		w.succeed(bg, j, m)
+		handedOff = true
+		w.succeed(j, m)
 		return
 	}
 	span.RecordError(herr)
@@ -317,7 +337,9 @@ func (w *Worker) call(ctx context.Context, j *jobCore) (err error) {
 	return j.fn.run(ctx, j)
 }
 
-func (w *Worker) succeed(ctx context.Context, j *jobCore, m jetstream.Msg) {
+// succeed writes the success of j's attempt; the write completes
+// asynchronously (succeedAsync).
+func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 	j.mu.Lock()
 	r := *j.rec
 	r.State = jetflow.Success
@@ -334,28 +356,24 @@ func (w *Worker) succeed(ctx context.Context, j *jobCore, m jetstream.Msg) {
 	rev := j.rev
 	j.closed = true // no heartbeat or progress write may slip in before the outcome
 	j.mu.Unlock()
-	if _, err := w.writeOutcome(ctx, &r, rev); err != nil {
-		w.outcomeLost(ctx, j, m, err)
-		return
-	}
-	telemetry.M().Succeeded.Add(ctx, 1, j.fn.attr)
-	w.releaseHeld(ctx, j, true)
-	w.complete(ctx, &r)
-	_ = m.Ack()
+	// The run stays in w.running until its outcome is stored, so that its
+	// message keeps its heartbeat and a duplicate delivery finds it.
+	w.inflight.Add(1)
+	w.succeedAsync(j, m, &r, rev)
 }
 
-// writeOutcome writes the outcome of an attempt, retrying through a server
+// writeOutcome writes the outcome of an attempt (retried: a write of it may
+// have landed already), retrying through a server
 // restart or a leader election (the run stays in w.running meanwhile, so its
 // message keeps its heartbeat): a handler that finished is not run again
 // because the write of its outcome failed once. A conflict whose stored
 // record is the one this worker wrote (a write that landed but whose reply
 // was lost) counts as written.
-func (w *Worker) writeOutcome(ctx context.Context, r *jetflow.Run, rev uint64) (uint64, error) {
+func (w *Worker) writeOutcome(ctx context.Context, r *jetflow.Run, rev uint64, retried bool) (uint64, error) {
 	delay := 50 * time.Millisecond
 	deadline := w.now().Add(2 * time.Minute)
-	retried := false
 	for {
-		n, err := w.store.Write(ctx, r, rev)
+		n, err := w.writeRecord(ctx, r, rev)
 		if err == nil {
 			return n, nil
 		}
@@ -379,6 +397,25 @@ func (w *Worker) writeOutcome(ctx context.Context, r *jetflow.Run, rev uint64) (
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// writeRecord writes r over revision rev of its record; rev 0 creates the
+// record (a run whose message was its only record so far). Losing the race
+// is ErrConflict either way.
+func (w *Worker) writeRecord(ctx context.Context, r *jetflow.Run, rev uint64) (uint64, error) {
+	if rev != 0 {
+		return w.store.Write(ctx, r, rev)
+	}
+	if r.State != jetflow.Success {
+		// The args of a run published without a record are whatever its
+		// producer sent; a success means the handler decoded them.
+		r.Args = validJSON(r.Args)
+	}
+	n, err := w.store.Create(ctx, r)
+	if errors.Is(err, kv.ErrExists) {
+		return 0, fmt.Errorf("%w: %w", kv.ErrConflict, err)
+	}
+	return n, err
 }
 
 func sameOutcome(a, b *jetflow.Run) bool {
@@ -452,7 +489,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 		r.State = jetflow.Failed
 		r.Permanent = jetflow.IsPermanent(herr)
 		r.CompletedTime = w.now().UTC()
-		if _, err := w.writeOutcome(ctx, &r, rev); err != nil {
+		if _, err := w.writeOutcome(ctx, &r, rev, false); err != nil {
 			w.outcomeLost(ctx, j, m, err)
 			return
 		}
@@ -470,7 +507,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	r.ScheduledTime = w.now().UTC().Add(delay)
 	r.StartedTime = time.Time{}
 	r.Children = nil
-	newRev, err := w.writeOutcome(ctx, &r, rev)
+	newRev, err := w.writeOutcome(ctx, &r, rev, false)
 	if err != nil {
 		w.outcomeLost(ctx, j, m, err)
 		return

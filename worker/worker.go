@@ -65,15 +65,35 @@ type Options struct {
 	// initial 1 s, base 2, max 1 h (delay after n failures is uniform in
 	// [0, min(1h, 1s*2^(n-1))]).
 	Backoff jetflow.Backoff
-	// NoClaim skips the claim of a retryable run (the inProgress write
-	// with this worker as owner before the handler starts): one write less
-	// per run, at a price: a message redelivered while its first worker still
-	// runs it (a consumer leader change in a cluster) can then run the
-	// handler a second time for the same attempt, the record shows
-	// pending, not inProgress, while it runs, and a run canceled while its
-	// message waits in this worker's buffer may still start (its outcome is
-	// then discarded). AtMostOnce runs always claim.
+	// ClaimAfter is when a retryable run's claim is written: the
+	// inProgress record naming this worker as owner, which heartbeats keep
+	// fresh. A run still running ClaimAfter after it started is claimed
+	// then; a shorter run goes from pending straight to its outcome, one
+	// write less per run (as Convex never shows a mutation in progress).
+	// Until its claim, a retryable run is protected from a second
+	// concurrent handler by its message's ack deadline alone (AckWait,
+	// kept alive by this worker), and a Cancel that lands before it
+	// cancels the handler's context and discards its outcome. Default
+	// DefaultClaimAfter; negative: claim before the handler starts.
+	// AtMostOnce runs always claim before they start.
+	ClaimAfter time.Duration
+	// NoClaim never writes the claim of a retryable run (progress reports
+	// still move the record to inProgress). AtMostOnce runs always claim.
 	NoClaim bool
+}
+
+// DefaultClaimAfter is the default Options.ClaimAfter.
+const DefaultClaimAfter = 100 * time.Millisecond
+
+// claimFirst reports whether runs of e are claimed before they start.
+func (e *fnEntry) claimFirst() bool {
+	return e.kind == jetflow.AtMostOnce || !e.opts.NoClaim && e.opts.ClaimAfter < 0
+}
+
+// claimLate reports whether runs of e are claimed once they have run
+// ClaimAfter.
+func (e *fnEntry) claimLate() bool {
+	return !e.claimFirst() && !e.opts.NoClaim
 }
 
 // Worker runs handlers for the functions registered on it.
@@ -96,6 +116,7 @@ type Worker struct {
 	started  bool
 	stopping bool
 	stopCh   chan struct{}
+	out      outcomes
 }
 
 type fnEntry struct {
@@ -103,7 +124,7 @@ type fnEntry struct {
 	kind jetflow.Kind
 	opts Options
 	run  func(ctx context.Context, j *jobCore) error
-	sem  chan struct{}
+	work chan jetstream.Msg // to the runners
 	cc   jetstream.ConsumeContext
 	attr metric.MeasurementOption
 }
@@ -113,6 +134,8 @@ type active struct {
 	cancel context.CancelCauseFunc
 	msg    jetstream.Msg
 	job    *jobCore
+	// claimed: the late claim was written or is being written.
+	claimed bool
 }
 
 // New returns a worker on js. It provisions streams and buckets
@@ -176,8 +199,11 @@ func Register[A any](w *Worker, fn jetflow.Function[A], h func(ctx context.Conte
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 5
 	}
+	if o.ClaimAfter == 0 {
+		o.ClaimAfter = DefaultClaimAfter
+	}
 	o.Backoff = o.Backoff.WithDefaults()
-	e := &fnEntry{name: fn.Name(), kind: fn.Kind(), opts: o, sem: make(chan struct{}, o.Concurrency), attr: telemetry.Fn(fn.Name())}
+	e := &fnEntry{name: fn.Name(), kind: fn.Kind(), opts: o, work: make(chan jetstream.Msg), attr: telemetry.Fn(fn.Name())}
 	e.run = func(ctx context.Context, c *jobCore) error {
 		var args A
 		if err := decodeArgs(c.env.Args, &args); err != nil {
@@ -228,9 +254,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("worker: cancel notices: %w", err)
 	}
-	stream, err := w.js.Stream(ctx, w.scfg.FunctionStream())
+	osub, err := w.startOutcomes()
 	if err != nil {
 		_ = sub.Unsubscribe()
+		return fmt.Errorf("worker: outcome replies: %w", err)
+	}
+	unsub := func() { _ = sub.Unsubscribe(); _ = osub.Unsubscribe() }
+	stream, err := w.js.Stream(ctx, w.scfg.FunctionStream())
+	if err != nil {
+		unsub()
 		return fmt.Errorf("worker: %w", err)
 	}
 	for _, e := range fns {
@@ -246,10 +278,12 @@ func (w *Worker) Start(ctx context.Context) error {
 		})
 		if err != nil {
 			w.stopConsumers(fns)
-			_ = sub.Unsubscribe()
+			unsub()
 			return fmt.Errorf("worker: consumer for %s: %w", e.name, err)
 		}
-		e := e
+		for range e.opts.Concurrency {
+			go w.runner(e)
+		}
 		cc, err := cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
 			jetstream.PullMaxMessages(e.opts.Concurrency),
 			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -257,7 +291,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			}))
 		if err != nil {
 			w.stopConsumers(fns)
-			_ = sub.Unsubscribe()
+			unsub()
 			return fmt.Errorf("worker: consume %s: %w", e.name, err)
 		}
 		e.cc = cc
@@ -272,13 +306,21 @@ func (w *Worker) Start(ctx context.Context) error {
 		defer t.Stop()
 		hb := time.NewTicker(w.cfg.AckWait / 3)
 		defer hb.Stop()
+		ct := time.NewTicker(claimTick(fns))
+		defer ct.Stop()
+		ot := time.NewTicker(time.Second)
+		defer ot.Stop()
 		for {
 			select {
 			case <-ctx.Done():
-				_ = sub.Unsubscribe()
+				unsub()
 				return
 			case <-hb.C:
 				w.heartbeat(ctx)
+			case <-ct.C:
+				w.claimLate(ctx)
+			case <-ot.C:
+				w.sweepOutcomes()
 			case <-t.C:
 				_ = w.register(ctx, fns)
 				w.pruneCanceled()
@@ -406,6 +448,43 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	}
 }
 
+// claimTick is how often running runs are checked for a late claim: half
+// the shortest ClaimAfter, at least 10 ms.
+func claimTick(fns []*fnEntry) time.Duration {
+	d := time.Hour
+	for _, e := range fns {
+		if e.claimLate() {
+			d = min(d, e.opts.ClaimAfter/2)
+		}
+	}
+	return max(d, 10*time.Millisecond)
+}
+
+// claimLate writes the claim of every run that has run ClaimAfter without
+// one. A run canceled or taken meanwhile has its context canceled.
+func (w *Worker) claimLate(ctx context.Context) {
+	now := w.now()
+	w.mu.Lock()
+	var due []*active
+	for _, a := range w.running {
+		j := a.job
+		if j.fn.claimLate() && !a.claimed && now.Sub(j.started) >= j.fn.opts.ClaimAfter {
+			a.claimed = true
+			due = append(due, a)
+		}
+	}
+	w.mu.Unlock()
+	for _, a := range due {
+		if err := a.job.claim(ctx); errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrExists) {
+			a.cancel(errTakenOver)
+		} else if err != nil {
+			w.mu.Lock()
+			a.claimed = false // try again on the next tick
+			w.mu.Unlock()
+		}
+	}
+}
+
 func (w *Worker) isStopping() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -425,6 +504,13 @@ func (w *Worker) swapMsg(id string, attempt int, m jetstream.Msg) bool {
 	}
 	a.msg = m
 	return true
+}
+
+// forget removes run id from the runs in progress here.
+func (w *Worker) forget(id string) {
+	w.mu.Lock()
+	delete(w.running, id)
+	w.mu.Unlock()
 }
 
 // currentMsg is the newest delivery of a running run.

@@ -23,7 +23,7 @@ func runBench(ctx context.Context, args []string) error {
 	size := fs.Int("args-size", 0, "bytes of JSON args per run and per raw message (default 100)")
 	dir := fs.String("dir", "", "data directory (default a temporary directory, removed afterwards)")
 	quick := fs.Bool("quick", false, "small figures for a smoke run")
-	noClaim := fs.Bool("skip-noclaim", false, "skip the end-to-end figure with worker.Options.NoClaim")
+	claimFirst := fs.Bool("skip-claimfirst", false, "skip the end-to-end figure with every run claimed before its handler starts")
 	pool := fs.Bool("pool", false, "also measure work pools (before the core figures)")
 	cron := fs.Bool("cron", false, "also measure the cron evaluator (before the core figures)")
 	fs.Usage = func() {
@@ -33,7 +33,7 @@ func runBench(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	o := bench.Options{N: *n, AlwaysN: *alwaysN, LatenessRuns: *late, ArgsSize: *size, Dir: *dir, Quick: *quick, SkipNoClaim: *noClaim}
+	o := bench.Options{N: *n, AlwaysN: *alwaysN, LatenessRuns: *late, ArgsSize: *size, Dir: *dir, Quick: *quick, SkipClaimFirst: *claimFirst}
 	switch *mode {
 	case "both":
 	case "interval":

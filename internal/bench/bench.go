@@ -48,11 +48,12 @@ type Options struct {
 	// afterwards. Default a new temporary directory.
 	Dir string
 	// Quick shrinks the defaults for tests and smoke runs, and skips the
-	// NoClaim comparison.
+	// ClaimFirst comparison.
 	Quick bool
-	// SkipNoClaim skips the second end-to-end figure, measured with
-	// worker.Options.NoClaim (no claim write before the handler).
-	SkipNoClaim bool
+	// SkipClaimFirst skips the second end-to-end figure, measured with
+	// every run claimed before its handler starts (worker.Options.ClaimAfter
+	// < 0).
+	SkipClaimFirst bool
 	// Timeout bounds each measured phase. Default 10 minutes.
 	Timeout time.Duration
 }
@@ -106,6 +107,7 @@ type Result struct {
 	RawPublish        float64 // messages/s
 	RawPublishConsume float64 // messages/s, N / (publish + consume time)
 
+	EnqueueAsync float64 // runs/s through EnqueueAsync, pipelined
 	EnqueueBatch float64 // runs/s through Batch(1000)
 	EnqueueConc  float64 // runs/s through Enqueue from 64 goroutines
 	EndToEnd     float64 // runs/s, first enqueue to last terminal record
@@ -113,13 +115,15 @@ type Result struct {
 
 	// CPU time of the whole process (server included) per message or run.
 	RawPublishCPU, RawPublishConsumeCPU time.Duration
+	EnqueueAsyncCPU                     time.Duration
 	EnqueueBatchCPU, EnqueueConcCPU     time.Duration
 	EndToEndCPU                         time.Duration
 
-	// The same end to end with worker.Options.NoClaim; zero when skipped.
-	EndToEndNoClaim    float64
-	EndToEndNoClaimCPU time.Duration
-	CostNoClaim        Cost
+	// The same end to end with every run claimed before its handler
+	// starts; zero when skipped.
+	EndToEndClaimFirst    float64
+	EndToEndClaimFirstCPU time.Duration
+	CostClaimFirst        Cost
 
 	Lateness    Percentiles // jetflow: handler start - scheduled time
 	Dispatch    Percentiles // jetflow: run's message published - scheduled time
@@ -129,7 +133,10 @@ type Result struct {
 }
 
 // EnqueueRatio is the Batch enqueue rate over the raw publish rate.
-func (r Result) EnqueueRatio() float64 { return ratio(r.EnqueueBatch, r.RawPublish) }
+func (r Result) EnqueueRatio() float64 { return ratio(r.EnqueueAsync, r.RawPublish) }
+
+// EnqueueBatchRatio is Batch(1000) enqueue throughput over raw publish.
+func (r Result) EnqueueBatchRatio() float64 { return ratio(r.EnqueueBatch, r.RawPublish) }
 
 // EndToEndRatio is the headline: jetflow e2e over raw publish-then-consume.
 func (r Result) EndToEndRatio() float64 { return ratio(r.EndToEnd, r.RawPublishConsume) }
@@ -197,12 +204,12 @@ func Measure(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 func Summary(results []Result) string {
 	parts := make([]string, 0, len(results))
 	for _, r := range results {
-		noClaim := ""
-		if r.EndToEndNoClaim > 0 {
-			noClaim = fmt.Sprintf(" e2e-noclaim %.2f", ratio(r.EndToEndNoClaim, r.RawPublishConsume))
+		claimFirst := ""
+		if r.EndToEndClaimFirst > 0 {
+			claimFirst = fmt.Sprintf(" e2e-claimfirst %.2f", ratio(r.EndToEndClaimFirst, r.RawPublishConsume))
 		}
-		parts = append(parts, fmt.Sprintf("%s: enqueue %.2f e2e %.2f e2e-cpu %.2f%s lateness-p99 %s raw-latency-p99 %s",
-			r.Mode, r.EnqueueRatio(), r.EndToEndRatio(), r.EndToEndCPURatio(), noClaim, fmtDur(r.Lateness.P99), fmtDur(r.RawLatency.P99)))
+		parts = append(parts, fmt.Sprintf("%s: enqueue %.2f enqueue-batch %.2f e2e %.2f e2e-cpu %.2f%s lateness-p99 %s raw-latency-p99 %s",
+			r.Mode, r.EnqueueRatio(), r.EnqueueBatchRatio(), r.EndToEndRatio(), r.EndToEndCPURatio(), claimFirst, fmtDur(r.Lateness.P99), fmtDur(r.RawLatency.P99)))
 	}
 	return "SUMMARY " + strings.Join(parts, " | ")
 }
@@ -245,19 +252,33 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 	line("raw publish+consume       %10s msgs/s   cpu %s/msg   (N / (publish + consume time))",
 		fmtRate(res.RawPublishConsume), fmtDur(res.RawPublishConsumeCPU))
 
+	// jetflow enqueue, EnqueueAsync pipelined, one caller.
+	if err := clean(); err != nil {
+		return res, err
+	}
+	pctx, cancel = phase()
+	d, err := EnqueueAsync(pctx, s.ClientURL(), "benchenqa", n, o.ArgsSize)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("enqueue async: %w", err)
+	}
+	res.EnqueueAsync, res.EnqueueAsyncCPU = rate(n, d.Wall), per(d.CPU, n)
+	line("enqueue async (pipelined) %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
+		fmtRate(res.EnqueueAsync), fmtRate(res.RawPublish), res.EnqueueRatio(), fmtDur(res.EnqueueAsyncCPU), fmtDur(res.RawPublishCPU))
+
 	// jetflow enqueue, Batch of 1000, one caller.
 	if err := clean(); err != nil {
 		return res, err
 	}
 	pctx, cancel = phase()
-	d, err := EnqueueBatch(pctx, s.ClientURL(), "benchenq", n, o.ArgsSize)
+	d, err = EnqueueBatch(pctx, s.ClientURL(), "benchenq", n, o.ArgsSize)
 	cancel()
 	if err != nil {
 		return res, fmt.Errorf("enqueue batch: %w", err)
 	}
 	res.EnqueueBatch, res.EnqueueBatchCPU = rate(n, d.Wall), per(d.CPU, n)
 	line("enqueue Batch(1000)       %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
-		fmtRate(res.EnqueueBatch), fmtRate(res.RawPublish), res.EnqueueRatio(), fmtDur(res.EnqueueBatchCPU), fmtDur(res.RawPublishCPU))
+		fmtRate(res.EnqueueBatch), fmtRate(res.RawPublish), res.EnqueueBatchRatio(), fmtDur(res.EnqueueBatchCPU), fmtDur(res.RawPublishCPU))
 
 	// jetflow enqueue, Enqueue from 64 goroutines.
 	if err := clean(); err != nil {
@@ -293,21 +314,21 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 	line("e2e handler done          %10s runs/s   (first enqueue to last handler return)", fmtRate(rate(n, e2e.Handled)))
 	line("cost: %s", res.Cost)
 
-	if !o.Quick && !o.SkipNoClaim {
+	if !o.Quick && !o.SkipClaimFirst {
 		if err := clean(); err != nil {
 			return res, err
 		}
 		pctx, cancel = phase()
-		nc, err := EndToEndNoClaim(pctx, s.ClientURL(), "benchnoclaim", n, o.ArgsSize)
+		cf, err := EndToEndClaimFirst(pctx, s.ClientURL(), "benchclaimfirst", n, o.ArgsSize)
 		cancel()
 		if err != nil {
-			return res, fmt.Errorf("end to end, NoClaim: %w", err)
+			return res, fmt.Errorf("end to end, ClaimFirst: %w", err)
 		}
-		res.EndToEndNoClaim, res.EndToEndNoClaimCPU, res.CostNoClaim = rate(n, nc.Elapsed), per(nc.CPU, n), nc.Cost
-		line("e2e NoClaim runs/s        %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, cpu ratio %.2f",
-			fmtRate(res.EndToEndNoClaim), fmtRate(res.RawPublishConsume), ratio(res.EndToEndNoClaim, res.RawPublishConsume),
-			fmtDur(res.EndToEndNoClaimCPU), ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndNoClaimCPU)))
-		line("cost NoClaim: %s", res.CostNoClaim)
+		res.EndToEndClaimFirst, res.EndToEndClaimFirstCPU, res.CostClaimFirst = rate(n, cf.Elapsed), per(cf.CPU, n), cf.Cost
+		line("e2e ClaimFirst runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, cpu ratio %.2f",
+			fmtRate(res.EndToEndClaimFirst), fmtRate(res.RawPublishConsume), ratio(res.EndToEndClaimFirst, res.RawPublishConsume),
+			fmtDur(res.EndToEndClaimFirstCPU), ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndClaimFirstCPU)))
+		line("cost ClaimFirst: %s", res.CostClaimFirst)
 	}
 
 	// Lateness of delayed runs, beside raw publish->consume latency.

@@ -32,7 +32,7 @@ func TestQuick(t *testing.T) {
 	for _, r := range res {
 		figures := map[string]float64{
 			"raw publish": r.RawPublish, "raw publish+consume": r.RawPublishConsume,
-			"enqueue batch": r.EnqueueBatch, "enqueue concurrent": r.EnqueueConc, "e2e": r.EndToEnd,
+			"enqueue async": r.EnqueueAsync, "enqueue batch": r.EnqueueBatch, "enqueue concurrent": r.EnqueueConc, "e2e": r.EndToEnd,
 			"enqueue ratio": r.EnqueueRatio(), "e2e ratio": r.EndToEndRatio(),
 			"e2e cpu": float64(r.EndToEndCPU), "raw cpu": float64(r.RawPublishConsumeCPU),
 			"lateness p50": float64(r.Lateness.P50), "lateness max": float64(r.Lateness.Max),
@@ -117,11 +117,11 @@ func BenchmarkEndToEnd(b *testing.B) {
 	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
 }
 
-// BenchmarkEndToEndNoClaim is BenchmarkEndToEnd with worker.Options.NoClaim.
-func BenchmarkEndToEndNoClaim(b *testing.B) {
+// BenchmarkEndToEndClaimFirst is BenchmarkEndToEnd with every run claimed before its handler starts.
+func BenchmarkEndToEndClaimFirst(b *testing.B) {
 	url := benchServer(b)
 	b.ResetTimer()
-	e, err := EndToEndNoClaim(context.Background(), url, "benche2e", b.N, 100)
+	e, err := EndToEndClaimFirst(context.Background(), url, "benche2e", b.N, 100)
 	if err != nil {
 		b.Fatal(err)
 	}

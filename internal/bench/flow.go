@@ -84,6 +84,25 @@ func enqueueBatches(ctx context.Context, p *producer.Producer, n int, c jetflow.
 	return nil
 }
 
+// enqueueAsync schedules n runs due now through EnqueueAsync, pipelined,
+// and waits until every one is durable.
+func enqueueAsync(ctx context.Context, p *producer.Producer, n int, c jetflow.Call) error {
+	pending := make([]*producer.Pending, 0, n)
+	for i := range n {
+		f, err := p.EnqueueAsync(ctx, c)
+		if err != nil {
+			return fmt.Errorf("bench: enqueue async at run %d: %w", i, err)
+		}
+		pending = append(pending, f)
+	}
+	for _, f := range pending {
+		if err := f.Wait(ctx); err != nil {
+			return fmt.Errorf("bench: enqueue async: %w", err)
+		}
+	}
+	return nil
+}
+
 // streamInfo returns the state of a stream.
 func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (jetstream.StreamState, error) {
 	st, err := js.Stream(ctx, name)
@@ -114,6 +133,22 @@ type Timing struct {
 // through producer.Batch, 1000 per call, from one goroutine, with no worker
 // running. It checks that all n were queued and deletes the streams.
 func EnqueueBatch(ctx context.Context, url, prefix string, n, size int) (Timing, error) {
+	return timeEnqueue(ctx, url, prefix, n, size, func(p *producer.Producer, c jetflow.Call) error {
+		return enqueueBatches(ctx, p, n, c, nil)
+	})
+}
+
+// EnqueueAsync is EnqueueBatch with producer.EnqueueAsync, one goroutine,
+// publishes pipelined.
+func EnqueueAsync(ctx context.Context, url, prefix string, n, size int) (Timing, error) {
+	return timeEnqueue(ctx, url, prefix, n, size, func(p *producer.Producer, c jetflow.Call) error {
+		return enqueueAsync(ctx, p, n, c)
+	})
+}
+
+// timeEnqueue times enqueue (n runs of call(size)) on a new producer and
+// checks that all n were queued.
+func timeEnqueue(ctx context.Context, url, prefix string, n, size int, enqueue func(*producer.Producer, jetflow.Call) error) (Timing, error) {
 	r, err := newRole(ctx, url, "bench-producer", prefix)
 	if err != nil {
 		return Timing{}, err
@@ -121,7 +156,7 @@ func EnqueueBatch(ctx context.Context, url, prefix string, n, size int) (Timing,
 	defer r.close()
 	c := call(size)
 	start, cpu := time.Now(), cpuTime()
-	if err := enqueueBatches(ctx, r.p, n, c, nil); err != nil {
+	if err := enqueue(r.p, c); err != nil {
 		return Timing{}, err
 	}
 	t := Timing{Wall: time.Since(start), CPU: cpuTime() - cpu}
@@ -317,7 +352,8 @@ func waitSuccess(ctx context.Context, o *role, prefix string, n int) (int, error
 }
 
 // EndToEnd starts a worker running a no-op handler (concurrency 256, 10,000
-// in flight), then enqueues n runs through Batch and waits until all n
+// in flight), then enqueues n runs through EnqueueAsync (pipelined, as the
+// raw figure publishes) and waits until all n
 // records are success. The figure is from the first enqueue to the last
 // record written (the runs stream's last message time); the streams tell
 // how many messages a run cost.
@@ -325,11 +361,11 @@ func EndToEnd(ctx context.Context, url, prefix string, n, size int) (E2E, error)
 	return endToEnd(ctx, url, prefix, n, size, handlerOptions)
 }
 
-// EndToEndNoClaim is EndToEnd with worker.Options.NoClaim: no inProgress
-// claim write before the handler (one write less per run).
-func EndToEndNoClaim(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
+// EndToEndClaimFirst is EndToEnd with every run claimed before its handler
+// starts (worker.Options.ClaimAfter < 0): one record write more per run.
+func EndToEndClaimFirst(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
 	o := handlerOptions
-	o.NoClaim = true
+	o.ClaimAfter = -1
 	return endToEnd(ctx, url, prefix, n, size, o)
 }
 
@@ -354,7 +390,7 @@ func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.
 	c := call(size)
 	before := f.wire()
 	start, cpu := time.Now(), cpuTime()
-	if err := enqueueBatches(ctx, f.prod.p, n, c, nil); err != nil {
+	if err := enqueueAsync(ctx, f.prod.p, n, c); err != nil {
 		return res, err
 	}
 	select {

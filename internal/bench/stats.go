@@ -40,12 +40,10 @@ func (c Cost) Writes() float64 { return c.RecordWrites + c.JobPublishes + c.Acks
 func (c Cost) String() string {
 	desc := ""
 	switch {
-	case near(c.RecordWrites, 2) && near(c.JobPublishes, 1) && near(c.Acks, 1):
-		desc = ": record create, job publish, terminal record write, ack"
 	case near(c.RecordWrites, 1) && near(c.JobPublishes, 1) && near(c.Acks, 1):
-		desc = ": job publish (the pending record), terminal record write, ack"
-	case near(c.RecordWrites, 3) && near(c.JobPublishes, 1) && near(c.Acks, 1):
-		desc = ": record create, job publish, claim (inProgress) write, terminal record write, ack"
+		desc = ": job publish (the pending record), outcome record create, ack"
+	case near(c.RecordWrites, 2) && near(c.JobPublishes, 1) && near(c.Acks, 1):
+		desc = ": job publish (the pending record), claim (inProgress) record create, outcome record write, ack"
 	}
 	return fmt.Sprintf("%s writes per run%s (measured: %.2f record writes + %.2f job publishes + %.2f acks; %.1f messages on the wire per run, raw: 4)",
 		trimFloat(c.Writes()), desc, c.RecordWrites, c.JobPublishes, c.Acks, c.Wire)

@@ -55,6 +55,7 @@ type config struct {
 	replicas    int
 	ackWait     time.Duration
 	lostAfter   time.Duration
+	claimAfter  time.Duration
 	concurrency int
 	blockFirst  bool
 	releaseFile string
@@ -80,6 +81,7 @@ func main() {
 	flag.IntVar(&c.replicas, "replicas", 1, "replicas of streams and buckets")
 	flag.DurationVar(&c.ackWait, "ack-wait", 2*time.Second, "worker AckWait")
 	flag.DurationVar(&c.lostAfter, "lost-after", 0, "worker LostAfter (0: the default)")
+	flag.DurationVar(&c.claimAfter, "claim-after", 0, "worker Options.ClaimAfter (0: the default, negative: claim first)")
 	flag.IntVar(&c.concurrency, "concurrency", 10, "worker concurrency")
 	flag.BoolVar(&c.blockFirst, "block-first", false, "handler blocks forever on attempt 1")
 	flag.StringVar(&c.releaseFile, "release-file", "", "handler waits until this file exists")
@@ -202,7 +204,7 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 		}
 		marker("SUCCESS %s %d", j.ID(), j.Attempt())
 		return nil
-	})
+	}, worker.Options{ClaimAfter: c.claimAfter})
 	if err := setup(w.Start); err != nil {
 		return err
 	}

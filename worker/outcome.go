@@ -1,0 +1,169 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A success is written without waiting for it: the record is published with
+// a reply subject of the worker's own, and the run's message is acked when
+// the server's reply says the record is stored. The runner goroutine is free
+// for the next run meanwhile. A write refused or unanswered falls back to
+// writeOutcome (retries, lost-reply detection) in a goroutine of its own.
+
+// outcomeWrite is a success record in flight.
+type outcomeWrite struct {
+	j    *jobCore
+	m    jetstream.Msg
+	r    *jetflow.Run
+	rev  uint64
+	sent time.Time
+}
+
+// outcomes tracks the success writes in flight, by reply token.
+type outcomes struct {
+	mu      sync.Mutex
+	inbox   string // <inbox>.<token> is a write's reply subject
+	next    uint64
+	pending map[uint64]*outcomeWrite
+}
+
+// outcomeTimeout is how long a success write may go unanswered before the
+// worker writes it again through writeOutcome.
+const outcomeTimeout = 5 * time.Second
+
+func (w *Worker) startOutcomes() (*nats.Subscription, error) {
+	w.out.inbox = nats.NewInbox()
+	w.out.pending = make(map[uint64]*outcomeWrite)
+	return w.nc.Subscribe(w.out.inbox+".*", w.outcomeReply)
+}
+
+// succeedAsync publishes the success record r over revision rev of j's run.
+func (w *Worker) succeedAsync(j *jobCore, m jetstream.Msg, r *jetflow.Run, rev uint64) {
+	ow := &outcomeWrite{j: j, m: m, r: r, rev: rev, sent: w.now()}
+	msg, err := w.store.RecordMsg(r, rev)
+	if err != nil {
+		go w.outcomeFallback(ow)
+		return
+	}
+	w.out.mu.Lock()
+	w.out.next++
+	tok := w.out.next
+	w.out.pending[tok] = ow
+	w.out.mu.Unlock()
+	msg.Reply = w.out.inbox + "." + strconv.FormatUint(tok, 10)
+	if err := w.nc.PublishMsg(msg); err != nil {
+		if w.takeOutcome(tok) != nil {
+			go w.outcomeFallback(ow)
+		}
+	}
+}
+
+func (w *Worker) takeOutcome(tok uint64) *outcomeWrite {
+	w.out.mu.Lock()
+	defer w.out.mu.Unlock()
+	ow := w.out.pending[tok]
+	delete(w.out.pending, tok)
+	return ow
+}
+
+// outcomeReply handles the server's reply to a success write.
+func (w *Worker) outcomeReply(msg *nats.Msg) {
+	tok, err := strconv.ParseUint(msg.Subject[len(w.out.inbox)+1:], 10, 64)
+	if err != nil {
+		return
+	}
+	ow := w.takeOutcome(tok)
+	if ow == nil {
+		return // timed out and handed to the fallback
+	}
+	seq, ok := storedSeq(msg)
+	if !ok {
+		go w.outcomeFallback(ow)
+		return
+	}
+	ow.r.Revision = seq
+	if len(ow.r.Children) > 0 || ow.r.OnComplete != nil {
+		go w.succeeded(ow) // releasing children and callbacks do I/O
+		return
+	}
+	w.succeeded(ow)
+}
+
+// storedSeq reads a publish acknowledgement: the stream sequence, or false
+// for an error or a no-responders status. A plain acknowledgement,
+// {"stream":"KV_...","seq":N} (maybe with "domain" or "duplicate"), is read
+// without a JSON decoder.
+func storedSeq(msg *nats.Msg) (uint64, bool) {
+	data := msg.Data
+	if len(data) == 0 || bytes.Contains(data, []byte(`"error"`)) {
+		return 0, false
+	}
+	i := bytes.Index(data, []byte(`"seq":`))
+	if i < 0 {
+		return 0, false
+	}
+	var seq uint64
+	digits := 0
+	for _, c := range data[i+len(`"seq":`):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		seq = seq*10 + uint64(c-'0')
+		digits++
+	}
+	return seq, digits > 0 && digits < 20 && seq > 0
+}
+
+// succeeded finishes a run whose success is stored.
+func (w *Worker) succeeded(ow *outcomeWrite) {
+	ctx := context.Background()
+	j := ow.j
+	telemetry.M().Succeeded.Add(ctx, 1, j.fn.attr)
+	w.releaseHeld(ctx, j, true)
+	w.complete(ctx, ow.r)
+	_ = w.currentMsg(j.env.ID, ow.m).Ack()
+	w.forget(j.env.ID)
+	w.inflight.Done()
+}
+
+// outcomeFallback writes a success whose asynchronous write failed or went
+// unanswered, with writeOutcome's retries. A conflict with a record that is
+// this very outcome (the first write landed, its reply was lost) counts as
+// written.
+func (w *Worker) outcomeFallback(ow *outcomeWrite) {
+	ctx := context.Background()
+	if _, err := w.writeOutcome(ctx, ow.r, ow.rev, true); err != nil {
+		j := ow.j
+		w.outcomeLost(ctx, j, w.currentMsg(j.env.ID, ow.m), err)
+		w.forget(j.env.ID)
+		w.inflight.Done()
+		return
+	}
+	w.succeeded(ow)
+}
+
+// sweepOutcomes hands writes unanswered for outcomeTimeout to the fallback.
+func (w *Worker) sweepOutcomes() {
+	cut := w.now().Add(-outcomeTimeout)
+	var late []*outcomeWrite
+	w.out.mu.Lock()
+	for tok, ow := range w.out.pending {
+		if ow.sent.Before(cut) {
+			delete(w.out.pending, tok)
+			late = append(late, ow)
+		}
+	}
+	w.out.mu.Unlock()
+	for _, ow := range late {
+		go w.outcomeFallback(ow)
+	}
+}
