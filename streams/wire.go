@@ -61,7 +61,8 @@ func (c Config) Message(e Envelope) *nats.Msg {
 	if e.Parent != "" {
 		h[HeaderParent] = []string{e.Parent}
 	}
-	if !e.Scheduled.IsZero() {
+	if !e.Scheduled.IsZero() && !e.Scheduled.Equal(e.Created) {
+		// Absent, the scheduled time is the creation time.
 		h[HeaderScheduled] = []string{string(e.Scheduled.UTC().AppendFormat(make([]byte, 0, 36), time.RFC3339Nano))}
 	}
 	if !e.Created.IsZero() {
@@ -85,7 +86,8 @@ type ErrBadHeader struct{ Name, Value string }
 func (e *ErrBadHeader) Error() string { return fmt.Sprintf("bad header %s: %q", e.Name, e.Value) }
 
 // ParseMessage reads a run from a message on a function subject. Missing
-// headers take defaults (attempt 1, no revision); a header that is present
+// headers take defaults (attempt 1, no revision, scheduled at the creation
+// time); a header that is present
 // but unreadable is an *ErrBadHeader. The run id comes from the subject; a
 // Nats-Msg-Id that names another run is refused.
 func (c Config) ParseMessage(subject string, h nats.Header, data []byte) (Envelope, error) {
@@ -131,6 +133,9 @@ func (c Config) ParseMessage(subject string, h nats.Header, data []byte) (Envelo
 	}
 	if e.Created, err = parseTime(h, HeaderCreated); err != nil {
 		return e, err
+	}
+	if e.Scheduled.IsZero() {
+		e.Scheduled = e.Created
 	}
 	if v := h.Get("traceparent"); v != "" {
 		e.Trace = map[string]string{"traceparent": v}

@@ -25,3 +25,23 @@ func TestStoredSeqReadsAcknowledgements(t *testing.T) {
 		}
 	}
 }
+
+func TestDeliveredFromAckSubjects(t *testing.T) {
+	for _, c := range []struct {
+		reply string
+		n     uint64
+		ok    bool
+	}{
+		{"$JS.ACK.JETFLOW_FN.jetflow_demo_hello.3.42.40.1764115200000000000.0", 3, true},
+		{"$JS.ACK.hub.ACCHASH.JETFLOW_FN.jetflow_demo_hello.1.42.40.1764115200000000000.7.rnd", 1, true},
+		{"$JS.ACK.hub.ACCHASH.JETFLOW_FN.jetflow_demo_hello.12.42.40.1764115200000000000.7", 12, true},
+		{"_INBOX.abc", 0, false},
+		{"$JS.ACK.S.C.x.42.40.1.0", 0, false},
+		{"", 0, false},
+	} {
+		n, ok := deliveredFrom(c.reply)
+		if n != c.n || ok != c.ok {
+			t.Errorf("deliveredFrom(%q) = %d, %v; want %d, %v", c.reply, n, ok, c.n, c.ok)
+		}
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -59,12 +61,54 @@ func (w *Worker) runner(e *fnEntry) {
 	}
 }
 
+// delivered reads the delivery count from a message's ack subject,
+// $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending> or
+// $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.… , without
+// the allocations of Metadata (once per run on the hot path). It reports
+// false for any other shape.
+func delivered(m jetstream.Msg) (uint64, bool) { return deliveredFrom(m.Reply()) }
+
+func deliveredFrom(reply string) (uint64, bool) {
+	tokens := strings.Count(reply, ".") + 1
+	var at int
+	switch {
+	case tokens == 9:
+		at = 4
+	case tokens >= 11:
+		at = 6
+	default:
+		return 0, false
+	}
+	for range at {
+		i := strings.IndexByte(reply, '.')
+		reply = reply[i+1:]
+	}
+	if i := strings.IndexByte(reply, '.'); i >= 0 {
+		reply = reply[:i]
+	}
+	n, err := strconv.ParseUint(reply, 10, 64)
+	return n, err == nil && n > 0
+}
+
 func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	ctx := context.Background()
-	md, err := m.Metadata()
-	if err != nil {
-		_ = m.Term()
-		return
+	var md *jetstream.MsgMetadata
+	metadata := func() (*jetstream.MsgMetadata, error) {
+		if md != nil {
+			return md, nil
+		}
+		var err error
+		md, err = m.Metadata()
+		return md, err
+	}
+	numDelivered, ok := delivered(m)
+	if !ok {
+		md, err := metadata()
+		if err != nil {
+			_ = m.Term()
+			return
+		}
+		numDelivered = md.NumDelivered
 	}
 	env, perr := w.scfg.ParseMessage(m.Subject(), m.Headers(), m.Data())
 	if perr == nil {
@@ -74,15 +118,27 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 			perr = fmt.Errorf("Nats-Msg-Id %q does not match the run id %q of the subject", mid, env.ID)
 		}
 	}
+	if perr == nil && (env.Scheduled.IsZero() || env.Created.IsZero()) {
+		md, err := metadata()
+		if err != nil {
+			_ = m.Term()
+			return
+		}
+		if env.Scheduled.IsZero() {
+			env.Scheduled = md.Timestamp.UTC()
+		}
+		if env.Created.IsZero() {
+			env.Created = md.Timestamp.UTC()
+		}
+	}
 	if perr != nil {
+		md, err := metadata()
+		if err != nil {
+			_ = m.Term()
+			return
+		}
 		w.deadLetter(ctx, e, m, md, perr)
 		return
-	}
-	if env.Scheduled.IsZero() {
-		env.Scheduled = md.Timestamp.UTC()
-	}
-	if env.Created.IsZero() {
-		env.Created = md.Timestamp.UTC()
 	}
 	j := &jobCore{w: w, fn: e, env: env}
 	// The record as it must be if the message is current. Redeliveries,
@@ -92,7 +148,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	// names the record's revision, or says the id is new (Jetflow-New): the
 	// message is then the pending record and the claim or outcome creates
 	// the stored one (create-only: a Cancel that recorded it first wins).
-	if md.NumDelivered > 1 || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
+	if numDelivered > 1 || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
 		ok := w.reconcile(ctx, j, m)
 		if !ok {
 			return
@@ -115,7 +171,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	// crashed its worker before a late claim, and from here on each lost
 	// attempt counts (a handler that kills its process every time fails
 	// after MaxAttempts instead of being redelivered forever).
-	if e.claimFirst() || md.NumDelivered > 1 && !e.opts.NoClaim {
+	if e.claimFirst() || numDelivered > 1 && !e.opts.NoClaim {
 		r := *j.rec
 		r.State = jetflow.InProgress
 		r.Attempts = env.Attempt
@@ -341,7 +397,7 @@ func (w *Worker) call(ctx context.Context, j *jobCore) (err error) {
 // asynchronously (succeedAsync).
 func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 	j.mu.Lock()
-	r := *j.rec
+	r := j.rec // no other write of the record follows: it becomes the outcome
 	r.State = jetflow.Success
 	r.Attempts = j.env.Attempt
 	r.CompletedTime = w.now().UTC()
@@ -359,7 +415,7 @@ func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 	// The run stays in w.running until its outcome is stored, so that its
 	// message keeps its heartbeat and a duplicate delivery finds it.
 	w.inflight.Add(1)
-	w.succeedAsync(j, m, &r, rev)
+	w.succeedAsync(j, m, r, rev)
 }
 
 // writeOutcome writes the outcome of an attempt (retried: a write of it may

@@ -513,6 +513,18 @@ func (w *Worker) forget(id string) {
 	w.mu.Unlock()
 }
 
+// finish removes run id from the runs in progress here and returns its
+// newest delivery (m if it was not running).
+func (w *Worker) finish(id string, m jetstream.Msg) jetstream.Msg {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if a := w.running[id]; a != nil {
+		m = a.msg
+		delete(w.running, id)
+	}
+	return m
+}
+
 // currentMsg is the newest delivery of a running run.
 func (w *Worker) currentMsg(id string, m jetstream.Msg) jetstream.Msg {
 	w.mu.Lock()

@@ -480,12 +480,12 @@ func Lateness(ctx context.Context, url, prefix string, n, size int, lead, spread
 	disp := make([]time.Duration, 0, n)
 	sub, err := f.obs.nc.Subscribe(streams.Config{Prefix: prefix}.FunctionSubject(noop.Name(), "*"), func(m *nats.Msg) {
 		now := time.Now()
-		sched, err := time.Parse(time.RFC3339Nano, m.Header.Get(streams.HeaderScheduled))
-		if err != nil {
+		e, err := streams.Config{Prefix: prefix}.ParseMessage(m.Subject, m.Header, m.Data)
+		if err != nil || e.Scheduled.IsZero() {
 			return
 		}
 		dmu.Lock()
-		disp = append(disp, now.Sub(sched))
+		disp = append(disp, now.Sub(e.Scheduled))
 		dmu.Unlock()
 	})
 	if err != nil {
