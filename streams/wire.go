@@ -45,7 +45,11 @@ func (e Envelope) MsgID() string {
 func (c Config) Message(e Envelope) *nats.Msg {
 	// Canonical keys assigned directly: Header.Set would canonicalise each.
 	h := make(nats.Header, 8)
-	h[HeaderMsgID] = []string{e.MsgID()}
+	if !e.New {
+		// A new id is published once (nothing republishes it), so it needs
+		// no deduplication: the server keeps no Nats-Msg-Id for it.
+		h[HeaderMsgID] = []string{e.MsgID()}
+	}
 	if e.Rev != 0 {
 		h[HeaderRev] = []string{strconv.FormatUint(e.Rev, 10)}
 	}

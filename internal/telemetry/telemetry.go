@@ -7,6 +7,7 @@ package telemetry
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -42,8 +43,25 @@ func Extract(ctx context.Context, h map[string]string) context.Context {
 	return prop.Extract(ctx, propagation.MapCarrier(h))
 }
 
-// Tracer is jetflow's tracer from the global provider.
-func Tracer() trace.Tracer { return otel.Tracer(scope) }
+// tracerOf caches the tracer of the global provider it came from.
+type tracerOf struct {
+	p trace.TracerProvider
+	t trace.Tracer
+}
+
+var cachedTracer atomic.Pointer[tracerOf]
+
+// Tracer is jetflow's tracer from the global provider (looked up once per
+// provider: it is asked for once per run).
+func Tracer() trace.Tracer {
+	p := otel.GetTracerProvider()
+	if c := cachedTracer.Load(); c != nil && c.p == p {
+		return c.t
+	}
+	t := p.Tracer(scope)
+	cachedTracer.Store(&tracerOf{p, t})
+	return t
+}
 
 // Metrics are jetflow's instruments.
 type Metrics struct {
