@@ -175,8 +175,12 @@ func Measure(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	fmt.Fprintf(out, "jetflow bench: %s %s/%s, %d CPUs, nats-server %s, nats.go %s, file storage, server embedded in process\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), server.VERSION, nats.Version)
+	gogc := os.Getenv("GOGC")
+	if gogc == "" {
+		gogc = "100 (default)"
+	}
+	fmt.Fprintf(out, "jetflow bench: %s %s/%s, %d CPUs, GOGC=%s, nats-server %s, nats.go %s, file storage, server embedded in process\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), gogc, server.VERSION, nats.Version)
 	fmt.Fprintf(out, "runs/messages: %d (interval), %d (always); args %d bytes; lateness runs %d (interval), %d (always) over %s\n",
 		o.N, o.AlwaysN, o.ArgsSize, o.LatenessRuns, o.AlwaysLatenessRuns, o.LatenessSpread)
 	var results []Result
