@@ -40,7 +40,8 @@ func (f *Pending) Wait(ctx context.Context) error {
 // EnqueueAsync schedules a run to start now without waiting for the server:
 // the run is durable once Wait returns nil. Publishes are pipelined (the
 // JetStream context's async window, WithPublishAsyncMaxPending, bounds how
-// many wait for their acknowledgement), which is how a producer reaches
+// many wait for their acknowledgement; a call waits while it is full, up to
+// ctx's deadline or a minute), which is how a producer reaches
 // JetStream's publish rate; Enqueue waits for each run. Runs that need their
 // record written first (WithID, WithParent, WithHold, WithPool,
 // WithOnComplete) are scheduled synchronously, as Enqueue does, and their
@@ -62,7 +63,13 @@ func (p *Producer) EnqueueAsync(ctx context.Context, c jetflow.Call, opts ...Opt
 		}
 		return &Pending{id: id, err: err}, nil
 	}
-	f, err := p.js.PublishMsgAsync(p.cfg.Message(directEnvelope(r)))
+	// A full async window (acks slower than publishes: a fsync per write, a
+	// busy server) makes the call wait, up to ctx's deadline or a minute.
+	stall := time.Minute
+	if d, ok := ctx.Deadline(); ok {
+		stall = max(time.Until(d), time.Millisecond)
+	}
+	f, err := p.js.PublishMsgAsync(p.cfg.Message(directEnvelope(r)), jetstream.WithStallWait(stall))
 	if err != nil {
 		return nil, fmt.Errorf("producer: publish run %s: %w", r.ID, err)
 	}

@@ -928,3 +928,37 @@ func TestDirectDeepFunctionNameIsRecordedFirst(t *testing.T) {
 		t.Fatalf("after Cancel: %+v, %v", r, err)
 	}
 }
+
+// EnqueueAsync waits while the JetStream context's async window is full
+// instead of failing: with a window of 2, 200 runs are all accepted.
+func TestEnqueueAsyncWaitsForAFullWindow(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{})
+	js, err := jetstream.New(e.NC, jetstream.WithPublishAsyncMaxPending(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p, err := producer.New(ctx, js, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runs = 200
+	pending := make([]*producer.Pending, 0, runs)
+	for i := range runs {
+		pf, err := p.EnqueueAsync(ctx, asyncFn.With(echoArgs{N: i}))
+		if err != nil {
+			t.Fatalf("run %d: %v", i, err)
+		}
+		pending = append(pending, pf)
+	}
+	for _, pf := range pending {
+		if err := pf.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := queuedMsgs(t, e); got != runs {
+		t.Fatalf("%d runs queued, want %d", got, runs)
+	}
+}
