@@ -85,17 +85,28 @@ func enqueueBatches(ctx context.Context, p *producer.Producer, n int, c jetflow.
 }
 
 // enqueueAsync schedules n runs due now through EnqueueAsync, pipelined,
-// and waits until every one is durable.
+// and waits until every one is durable. Like a producer that checks each
+// run, it waits for the oldest once maxPending are unconfirmed (the raw
+// figure's window) rather than holding all n.
 func enqueueAsync(ctx context.Context, p *producer.Producer, n int, c jetflow.Call) error {
-	pending := make([]*producer.Pending, 0, n)
+	ring := make([]*producer.Pending, maxPending) // run i waits in slot i % maxPending
 	for i := range n {
 		f, err := p.EnqueueAsync(ctx, c)
 		if err != nil {
 			return fmt.Errorf("bench: enqueue async at run %d: %w", i, err)
 		}
-		pending = append(pending, f)
+		slot := i % maxPending
+		if old := ring[slot]; old != nil {
+			if err := old.Wait(ctx); err != nil {
+				return fmt.Errorf("bench: enqueue async: %w", err)
+			}
+		}
+		ring[slot] = f
 	}
-	for _, f := range pending {
+	for _, f := range ring {
+		if f == nil {
+			continue
+		}
 		if err := f.Wait(ctx); err != nil {
 			return fmt.Errorf("bench: enqueue async: %w", err)
 		}
