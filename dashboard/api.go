@@ -175,22 +175,22 @@ func (h *handler) cancel(ctx context.Context, id string) (cancelResult, error) {
 // cost is proportional to the records kept and the runs waiting.
 func (h *handler) counts(ctx context.Context, function string) (counts, error) {
 	var c counts
-	recorded := make(map[string]bool)
-	err := h.p.Store().Scan(ctx, func(hd kv.Header) {
-		recorded[hd.ID] = true
+	// Queued messages first: a run's record is written before its message
+	// goes, so a run taken between the two scans is still counted once.
+	queued := make(map[string]bool)
+	err := h.p.Store().ScanQueued(ctx, function, func(_, id string) { queued[id] = true })
+	if err != nil {
+		return c, err
+	}
+	err = h.p.Store().Scan(ctx, func(hd kv.Header) {
+		delete(queued, hd.ID)
 		if function == "" || hd.Function == function {
 			c.add(hd.State)
 		}
 	})
-	if err != nil {
-		return c, err
+	for range queued {
+		c.add(jetflow.Pending)
 	}
-	err = h.p.Store().ScanQueued(ctx, function, func(_, id string) {
-		if !recorded[id] {
-			recorded[id] = true
-			c.add(jetflow.Pending)
-		}
-	})
 	return c, err
 }
 

@@ -238,10 +238,10 @@ func (p *Producer) checkSize(n int) error {
 	return nil
 }
 
-// Get returns the record of run id. A run published by another producer
-// that no worker has taken yet has no record: Get then answers from its
-// waiting message, as pending (Revision 0). Errors: jetflow.ErrNotFound,
-// jetflow.ErrInvalidRunID.
+// Get returns the record of run id. A run published without a record (one
+// due now with a generated id, or one from another producer) that no worker
+// has taken yet is answered from its waiting message, as pending (Revision
+// 0). Errors: jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
 func (p *Producer) Get(ctx context.Context, id string) (*jetflow.Run, error) {
 	r, err := p.store.Get(ctx, id)
 	if !errors.Is(err, jetflow.ErrNotFound) {

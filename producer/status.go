@@ -38,7 +38,7 @@ func (p *Producer) cancel(ctx context.Context, id string, depth int) error {
 		return nil
 	}
 	if errors.Is(err, jetflow.ErrNotFound) {
-		// Published by another producer and not taken yet: record it as
+		// Published without a record and not taken yet: record it as
 		// canceled (create-only: a worker creating it first wins the race,
 		// and then the record exists and the loop above applies).
 		q, ok, qerr := p.store.QueuedRun(ctx, id)
@@ -112,7 +112,8 @@ type Page struct {
 // record headers of the runs bucket (state and function are headers) and,
 // for pending runs, the subjects of the messages waiting in the function
 // stream (a run published without a record is known by its message until a
-// worker takes it), then reads only the runs of the page.
+// worker takes it), then reads only the runs of the page. Its cost is
+// proportional to the records kept and the messages waiting.
 func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
@@ -123,10 +124,22 @@ func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 	if f.State != "" && !f.State.Valid() {
 		return Page{}, fmt.Errorf("producer: unknown state %q", f.State)
 	}
-	recorded := make(map[string]bool)
+	// Queued messages first: a run's record is written before its message
+	// goes, so a run taken between the two scans is still seen once.
+	queued := make(map[string]string) // id -> function, for runs with no record
+	if f.State == "" || f.State == jetflow.Pending {
+		err := p.store.ScanQueued(ctx, f.Function, func(fn, id string) {
+			if id > f.After {
+				queued[id] = fn
+			}
+		})
+		if err != nil {
+			return Page{}, err
+		}
+	}
 	var ids []string
 	err := p.store.Scan(ctx, func(h kv.Header) {
-		recorded[h.ID] = true
+		delete(queued, h.ID)
 		if h.ID <= f.After || (f.State != "" && h.State != f.State) || (f.Function != "" && h.Function != f.Function) {
 			return
 		}
@@ -135,18 +148,8 @@ func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	queued := make(map[string]string) // id -> function, for runs with no record
-	if f.State == "" || f.State == jetflow.Pending {
-		err := p.store.ScanQueued(ctx, f.Function, func(fn, id string) {
-			if recorded[id] || id <= f.After || queued[id] != "" {
-				return
-			}
-			queued[id] = fn
-			ids = append(ids, id)
-		})
-		if err != nil {
-			return Page{}, err
-		}
+	for id := range queued {
+		ids = append(ids, id)
 	}
 	sort.Strings(ids)
 	var page Page
@@ -157,10 +160,16 @@ func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 		}
 		r, err := p.store.Get(ctx, id)
 		if errors.Is(err, jetflow.ErrNotFound) && queued[id] != "" {
-			var ok bool
-			r, ok, err = p.store.QueuedRunOf(ctx, queued[id], id)
-			if err == nil && !ok {
-				continue // taken meanwhile, and its record not yet written
+			q, ok, qerr := p.store.QueuedRunOf(ctx, queued[id], id)
+			switch {
+			case qerr != nil:
+				return page, qerr
+			case ok:
+				r, err = q, nil
+			default:
+				// Taken meanwhile: its record was written before its
+				// message went.
+				r, err = p.store.Get(ctx, id)
 			}
 		}
 		if errors.Is(err, jetflow.ErrNotFound) {

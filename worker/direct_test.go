@@ -962,3 +962,58 @@ func TestEnqueueAsyncWaitsForAFullWindow(t *testing.T) {
 		t.Fatalf("%d runs queued, want %d", got, runs)
 	}
 }
+
+var directDup = jetflow.Define[echoArgs]("direct.dup")
+
+// A second message for a run that is running here, not yet claimed (a
+// duplicate publish, a redelivery), does not start a second handler; both
+// messages end acknowledged and the run has one outcome.
+func TestDuplicateOfUnclaimedRunningRunIsFolded(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{AckWait: time.Second})
+	var n calls
+	started, release := make(chan string, 4), make(chan struct{})
+	worker.Handle(e.W, directDup, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		n.add(j.ID())
+		started <- j.ID()
+		<-release
+		return nil
+	}, worker.Options{ClaimAfter: time.Hour, Concurrency: 4})
+	e.start(t)
+	ctx := context.Background()
+	id, err := e.P.Enqueue(ctx, directDup.With(echoArgs{N: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := recv(t, started, "first start"); got != id {
+		t.Fatalf("started %s, want %s", got, id)
+	}
+	// The same run's message again, as jetflow's producer publishes it.
+	now := time.Now().UTC()
+	msg := streams.Config{}.WithDefaults().Message(streams.Envelope{
+		Function: directDup.Name(), ID: id, Attempt: 1, Created: now, Scheduled: now,
+		Args: mustJSON(t, echoArgs{N: 1}), New: true,
+	})
+	if _, err := e.JS.PublishMsg(ctx, msg); err != nil {
+		t.Fatal(err)
+	}
+	// The duplicate is delivered to this worker (concurrency 4, idle
+	// runners) and folded: wait until nothing is left to deliver.
+	testserver.Eventually(t, 20*time.Second, "duplicate delivered", func() bool {
+		c, err := e.JS.Consumer(ctx, streams.Config{}.WithDefaults().FunctionStream(), worker.ConsumerName("jetflow", directDup.Name()))
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 2
+	})
+	close(release)
+	r := e.wait(t, id)
+	if r.State != jetflow.Success || r.Attempts != 1 {
+		t.Fatalf("run %+v, want one successful attempt", r)
+	}
+	testserver.Eventually(t, 20*time.Second, "both messages acknowledged", func() bool { return queuedMsgs(t, e) == 0 })
+	if c := n.of(id); c != 1 {
+		t.Fatalf("handler ran %d times, want 1", c)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 )
@@ -140,6 +141,15 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 	r.Owner = j.w.cfg.ID
 	r.Heartbeat = j.w.now().UTC()
 	rev, err := j.w.writeRecord(ctx, &r, j.rev)
+	if errors.Is(err, kv.ErrConflict) {
+		// A write of ours may have landed with its reply lost: the record
+		// is then this very claim, and we go on from its revision.
+		if cur, gerr := j.w.store.Get(ctx, r.ID); gerr == nil && cur.State == jetflow.InProgress &&
+			cur.Owner == r.Owner && cur.Attempts == r.Attempts && cur.StartedTime.Equal(r.StartedTime) {
+			j.rec, j.rev = cur, cur.Revision // what it lacks is written next time
+			return nil
+		}
+	}
 	if err != nil {
 		return err
 	}

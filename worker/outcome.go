@@ -130,7 +130,7 @@ func (w *Worker) succeeded(ow *outcomeWrite) {
 	telemetry.M().Succeeded.Add(ctx, 1, j.fn.attr)
 	w.releaseHeld(ctx, j, true)
 	w.complete(ctx, ow.r)
-	_ = w.finish(j.env.ID, ow.m).Ack()
+	_ = w.finish(j, ow.m).Ack()
 	w.inflight.Done()
 }
 
@@ -142,7 +142,7 @@ func (w *Worker) outcomeFallback(ow *outcomeWrite) {
 	ctx := context.Background()
 	if _, err := w.writeOutcome(ctx, ow.r, ow.rev, true); err != nil {
 		j := ow.j
-		w.outcomeLost(ctx, j, w.finish(j.env.ID, ow.m), err)
+		w.outcomeLost(ctx, j, w.finish(j, ow.m), err)
 		w.inflight.Done()
 		return
 	}

@@ -148,6 +148,13 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	// names the record's revision, or says the id is new (Jetflow-New): the
 	// message is then the pending record and the claim or outcome creates
 	// the stored one (create-only: a Cancel that recorded it first wins).
+	if w.swapMsg(env.ID, env.Attempt, m) {
+		// A duplicate of a run running here, claimed or not (a
+		// redelivery, a recreated consumer, a second publish): its outcome
+		// acknowledges the newest message; the other is acknowledged when
+		// redelivered, the run being over by then.
+		return
+	}
 	if numDelivered > 1 || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
 		ok := w.reconcile(ctx, j, m)
 		if !ok {
@@ -336,11 +343,15 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 	}
 	w.mu.Lock()
 	w.running[env.ID] = &active{cancel: cancel, msg: m, job: j}
+	if _, ok := w.canceled[env.ID]; ok {
+		// The notice came after the check in process: cancel now.
+		cancel(jetflow.ErrCanceled)
+	}
 	w.mu.Unlock()
-	handedOff := false // to the asynchronous success write, which forgets it
+	handedOff := false // to the asynchronous success write, which finishes it
 	defer func() {
 		if !handedOff {
-			w.forget(env.ID)
+			w.finish(j, m)
 		}
 	}()
 

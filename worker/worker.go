@@ -71,9 +71,10 @@ type Options struct {
 	// then; a shorter run goes from pending straight to its outcome, one
 	// write less per run (as Convex never shows a mutation in progress).
 	// Until its claim, a retryable run is protected from a second
-	// concurrent handler by its message's ack deadline alone (AckWait,
-	// kept alive by this worker), and a Cancel that lands before it
-	// cancels the handler's context and discards its outcome. Default
+	// concurrent handler elsewhere by its message's ack deadline alone
+	// (AckWait, kept alive by this worker); a Cancel that lands before the
+	// claim cancels the handler's context when its notice arrives, and its
+	// outcome is discarded in any case. Default
 	// DefaultClaimAfter; negative: claim before the handler starts.
 	// AtMostOnce runs always claim before they start.
 	ClaimAfter time.Duration
@@ -278,11 +279,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		})
 		if err != nil {
 			w.stopConsumers(fns)
+			w.halt()
 			unsub()
 			return fmt.Errorf("worker: consumer for %s: %w", e.name, err)
-		}
-		for range e.opts.Concurrency {
-			go w.runner(e)
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
 			jetstream.PullMaxMessages(e.opts.Concurrency),
@@ -291,10 +290,18 @@ func (w *Worker) Start(ctx context.Context) error {
 			}))
 		if err != nil {
 			w.stopConsumers(fns)
+			w.halt()
 			unsub()
 			return fmt.Errorf("worker: consume %s: %w", e.name, err)
 		}
 		e.cc = cc
+	}
+	// The runners start once every consumer is in place (dispatch waits for
+	// them), so that a failed Start leaves no goroutine behind.
+	for _, e := range fns {
+		for range e.opts.Concurrency {
+			go w.runner(e)
+		}
 	}
 	if err := w.register(ctx, fns); err != nil {
 		w.log.Warn("function registry", "error", err)
@@ -329,6 +336,16 @@ func (w *Worker) Start(ctx context.Context) error {
 	})
 }
 
+// halt makes the worker stop taking runs: dispatch gives messages back.
+func (w *Worker) halt() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.stopping {
+		w.stopping = true
+		close(w.stopCh)
+	}
+}
+
 func (w *Worker) stopConsumers(fns []*fnEntry) {
 	for _, e := range fns {
 		if e.cc != nil {
@@ -342,11 +359,8 @@ func (w *Worker) stopConsumers(fns []*fnEntry) {
 // ctx ends first, running handlers are canceled (their runs retry or fail
 // as their kind says) and Stop returns ctx's error.
 func (w *Worker) Stop(ctx context.Context) error {
+	w.halt()
 	w.mu.Lock()
-	if !w.stopping {
-		w.stopping = true
-		close(w.stopCh)
-	}
 	fns := make([]*fnEntry, 0, len(w.fns))
 	for _, e := range w.fns {
 		fns = append(fns, e)
@@ -506,21 +520,15 @@ func (w *Worker) swapMsg(id string, attempt int, m jetstream.Msg) bool {
 	return true
 }
 
-// forget removes run id from the runs in progress here.
-func (w *Worker) forget(id string) {
-	w.mu.Lock()
-	delete(w.running, id)
-	w.mu.Unlock()
-}
-
-// finish removes run id from the runs in progress here and returns its
-// newest delivery (m if it was not running).
-func (w *Worker) finish(id string, m jetstream.Msg) jetstream.Msg {
+// finish removes j from the runs in progress here and returns its newest
+// delivery (m if it was not running). An entry of another job for the same
+// id (a later attempt taken over here) stays.
+func (w *Worker) finish(j *jobCore, m jetstream.Msg) jetstream.Msg {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if a := w.running[id]; a != nil {
+	if a := w.running[j.env.ID]; a != nil && a.job == j {
 		m = a.msg
-		delete(w.running, id)
+		delete(w.running, j.env.ID)
 	}
 	return m
 }

@@ -110,8 +110,12 @@ type Result struct {
 	EnqueueAsync float64 // runs/s through EnqueueAsync, pipelined
 	EnqueueBatch float64 // runs/s through Batch(1000)
 	EnqueueConc  float64 // runs/s through Enqueue from 64 goroutines
-	EndToEnd     float64 // runs/s, first enqueue to last terminal record
-	Cost         Cost    // messages per run, measured in the e2e phase
+	EndToEnd     float64 // runs/s, enqueue n then run n: first enqueue to last terminal record
+	// EndToEndOverlap is EndToEnd with the worker running while the runs
+	// are enqueued.
+	EndToEndOverlap    float64
+	EndToEndOverlapCPU time.Duration
+	Cost               Cost // messages per run, measured in the e2e phase
 
 	// CPU time of the whole process (server included) per message or run.
 	RawPublishCPU, RawPublishConsumeCPU time.Duration
@@ -212,8 +216,9 @@ func Summary(results []Result) string {
 		if r.EndToEndClaimFirst > 0 {
 			claimFirst = fmt.Sprintf(" e2e-claimfirst %.2f", ratio(r.EndToEndClaimFirst, r.RawPublishConsume))
 		}
-		parts = append(parts, fmt.Sprintf("%s: enqueue %.2f enqueue-batch %.2f e2e %.2f e2e-cpu %.2f%s lateness-p99 %s raw-latency-p99 %s",
-			r.Mode, r.EnqueueRatio(), r.EnqueueBatchRatio(), r.EndToEndRatio(), r.EndToEndCPURatio(), claimFirst, fmtDur(r.Lateness.P99), fmtDur(r.RawLatency.P99)))
+		parts = append(parts, fmt.Sprintf("%s: enqueue %.2f enqueue-batch %.2f e2e %.2f e2e-cpu %.2f e2e-overlap %.2f%s lateness-p99 %s raw-latency-p99 %s",
+			r.Mode, r.EnqueueRatio(), r.EnqueueBatchRatio(), r.EndToEndRatio(), r.EndToEndCPURatio(),
+			ratio(r.EndToEndOverlap, r.RawPublishConsume), claimFirst, fmtDur(r.Lateness.P99), fmtDur(r.RawLatency.P99)))
 	}
 	return "SUMMARY " + strings.Join(parts, " | ")
 }
@@ -317,6 +322,20 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 		fmtDur(res.EndToEndCPU), fmtDur(res.RawPublishConsumeCPU), res.EndToEndCPURatio())
 	line("e2e handler done          %10s runs/s   (first enqueue to last handler return)", fmtRate(rate(n, e2e.Handled)))
 	line("cost: %s", res.Cost)
+
+	// The same with the worker running while the runs are enqueued.
+	if err := clean(); err != nil {
+		return res, err
+	}
+	pctx, cancel = phase()
+	ov, err := EndToEndOverlapped(pctx, s.ClientURL(), "benchoverlap", n, o.ArgsSize)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("end to end, overlapped: %w", err)
+	}
+	res.EndToEndOverlap, res.EndToEndOverlapCPU = rate(n, ov.Elapsed), per(ov.CPU, n)
+	line("e2e overlapped runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run (worker running while enqueueing)",
+		fmtRate(res.EndToEndOverlap), fmtRate(res.RawPublishConsume), ratio(res.EndToEndOverlap, res.RawPublishConsume), fmtDur(res.EndToEndOverlapCPU))
 
 	if !o.Quick && !o.SkipClaimFirst {
 		if err := clean(); err != nil {

@@ -228,7 +228,9 @@ type flow struct {
 	prefix          string
 }
 
-func startFlow(ctx context.Context, url, prefix string, opts worker.Options, h func(ctx context.Context, j *worker.Job[noopArgs]) error) (*flow, error) {
+// startFlow connects the roles and registers h on a worker, started now
+// when start is true (otherwise by the caller).
+func startFlow(ctx context.Context, url, prefix string, opts worker.Options, start bool, h func(ctx context.Context, j *worker.Job[noopArgs]) error) (*flow, error) {
 	prod, err := newRole(ctx, url, "bench-producer", prefix)
 	if err != nil {
 		return nil, err
@@ -255,11 +257,14 @@ func startFlow(ctx context.Context, url, prefix string, opts worker.Options, h f
 		f.close()
 		return nil, fmt.Errorf("bench: worker: %w", err)
 	}
+	f.w = w
+	if !start {
+		return f, nil
+	}
 	if err := w.Start(ctx); err != nil {
 		f.close()
 		return nil, fmt.Errorf("bench: worker: %w", err)
 	}
-	f.w = w
 	return f, nil
 }
 
@@ -362,14 +367,21 @@ func waitSuccess(ctx context.Context, o *role, prefix string, n int) (int, error
 	}
 }
 
-// EndToEnd starts a worker running a no-op handler (concurrency 256, 10,000
-// in flight), then enqueues n runs through EnqueueAsync (pipelined, as the
-// raw figure publishes) and waits until all n
-// records are success. The figure is from the first enqueue to the last
-// record written (the runs stream's last message time); the streams tell
-// how many messages a run cost.
+// EndToEnd measures no-op runs the way the raw figure measures messages,
+// publish then consume: it enqueues n runs through EnqueueAsync (pipelined,
+// as raw publishes), then starts a worker running a no-op handler
+// (concurrency 256, 10,000 in flight) and waits until all n records are
+// success. The figure is from the first enqueue to the last record written
+// (the runs stream's last message time); the streams tell how many messages
+// a run cost.
 func EndToEnd(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
-	return endToEnd(ctx, url, prefix, n, size, handlerOptions)
+	return endToEnd(ctx, url, prefix, n, size, handlerOptions, false)
+}
+
+// EndToEndOverlapped is EndToEnd with the worker running while the runs
+// are enqueued: producer and worker compete for the same two cores.
+func EndToEndOverlapped(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
+	return endToEnd(ctx, url, prefix, n, size, handlerOptions, true)
 }
 
 // EndToEndClaimFirst is EndToEnd with every run claimed before its handler
@@ -377,16 +389,16 @@ func EndToEnd(ctx context.Context, url, prefix string, n, size int) (E2E, error)
 func EndToEndClaimFirst(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
 	o := handlerOptions
 	o.ClaimAfter = -1
-	return endToEnd(ctx, url, prefix, n, size, o)
+	return endToEnd(ctx, url, prefix, n, size, o, false)
 }
 
-func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.Options) (E2E, error) {
+func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.Options, overlap bool) (E2E, error) {
 	var res E2E
 	var handled atomic.Int64
 	var handledAt atomic.Int64
 	var cpuAt time.Duration
 	done := make(chan struct{})
-	f, err := startFlow(ctx, url, prefix, opts, func(context.Context, *worker.Job[noopArgs]) error {
+	f, err := startFlow(ctx, url, prefix, opts, overlap, func(context.Context, *worker.Job[noopArgs]) error {
 		if handled.Add(1) == int64(n) {
 			handledAt.Store(time.Now().UnixNano())
 			cpuAt = cpuTime()
@@ -403,6 +415,11 @@ func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.
 	start, cpu := time.Now(), cpuTime()
 	if err := enqueueAsync(ctx, f.prod.p, n, c); err != nil {
 		return res, err
+	}
+	if !overlap {
+		if err := f.w.Start(ctx); err != nil {
+			return res, fmt.Errorf("bench: worker: %w", err)
+		}
 	}
 	select {
 	case <-done:
@@ -456,7 +473,7 @@ func Lateness(ctx context.Context, url, prefix string, n, size int, lead, spread
 	var mu sync.Mutex
 	lat := make([]time.Duration, 0, n)
 	done := make(chan struct{})
-	f, err := startFlow(ctx, url, prefix, handlerOptions, func(_ context.Context, j *worker.Job[noopArgs]) error {
+	f, err := startFlow(ctx, url, prefix, handlerOptions, true, func(_ context.Context, j *worker.Job[noopArgs]) error {
 		d := time.Since(j.ScheduledTime())
 		mu.Lock()
 		lat = append(lat, d)
