@@ -322,9 +322,12 @@ func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md
 func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 	e, env := j.fn, j.env
 	ctx := telemetry.Extract(bg, env.Trace)
-	ctx, span := telemetry.Tracer().Start(ctx, "jetflow.run "+e.name, trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("jetflow.run_id", env.ID), attribute.Int("jetflow.attempt", env.Attempt)))
-	defer span.End()
+	span := trace.SpanFromContext(ctx) // records nothing unless tracing is on
+	if telemetry.Tracing() {
+		ctx, span = telemetry.Tracer().Start(ctx, "jetflow.run "+e.name, trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(attribute.String("jetflow.run_id", env.ID), attribute.Int("jetflow.attempt", env.Attempt)))
+		defer span.End()
+	}
 	met := telemetry.M()
 	met.Started.Add(ctx, 1, e.attr)
 	met.Lateness.Record(ctx, j.started.Sub(env.Scheduled).Seconds(), e.attr)

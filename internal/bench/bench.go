@@ -334,8 +334,9 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 		return res, fmt.Errorf("end to end, overlapped: %w", err)
 	}
 	res.EndToEndOverlap, res.EndToEndOverlapCPU = rate(n, ov.Elapsed), per(ov.CPU, n)
-	line("e2e overlapped runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run (worker running while enqueueing)",
-		fmtRate(res.EndToEndOverlap), fmtRate(res.RawPublishConsume), ratio(res.EndToEndOverlap, res.RawPublishConsume), fmtDur(res.EndToEndOverlapCPU))
+	line("e2e overlapped runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, handlers done %s runs/s (worker running while enqueueing)",
+		fmtRate(res.EndToEndOverlap), fmtRate(res.RawPublishConsume), ratio(res.EndToEndOverlap, res.RawPublishConsume), fmtDur(res.EndToEndOverlapCPU),
+		fmtRate(rate(n, ov.Handled)))
 
 	if !o.Quick && !o.SkipClaimFirst {
 		if err := clean(); err != nil {

@@ -129,3 +129,18 @@ func BenchmarkEndToEndClaimFirst(b *testing.B) {
 	b.ReportMetric(e.Cost.Wire, "wire-msgs/run")
 	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
 }
+
+// BenchmarkEndToEndOverlapped is BenchmarkEndToEnd with the worker running
+// while the runs are enqueued.
+func BenchmarkEndToEndOverlapped(b *testing.B) {
+	url := benchServer(b)
+	b.ResetTimer()
+	e, err := EndToEndOverlapped(context.Background(), url, "benche2e", b.N, 100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate(b.N, e.Elapsed), "runs/s")
+	b.ReportMetric(rate(b.N, e.Handled), "handled/s")
+	b.ReportMetric(e.Cost.Wire, "wire-msgs/run")
+	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
+}

@@ -8,11 +8,14 @@
 //
 //   - raw JetStream: async publish of N messages to a work-queue stream
 //     (bounded window of 4096 pending acks), then Consume + Ack of all N;
-//   - jetflow enqueue: N runs through producer.Batch (1000 per call) and
-//     through Enqueue from 64 goroutines, beside the raw publish rate;
-//   - jetflow end to end: N no-op runs enqueued with Batch while a worker
-//     runs them, timed from the first enqueue to the last terminal record,
-//     beside raw publish-then-consume (the headline ratio);
+//   - jetflow enqueue: N runs through producer.EnqueueAsync (pipelined, as
+//     raw publishes), producer.Batch (1000 per call) and Enqueue from 64
+//     goroutines, beside the raw publish rate;
+//   - jetflow end to end: N no-op runs enqueued with EnqueueAsync, then run
+//     by a worker, timed from the first enqueue to the last terminal record,
+//     beside raw publish-then-consume (the headline ratio: the same shape of
+//     work); the same with the worker running while the runs are enqueued
+//     (overlapped); and, unless skipped, with every run claimed first;
 //   - scheduling lateness: runs scheduled with RunAt over the next seconds,
 //     a scheduler running, lateness = handler start - scheduled time; beside
 //     raw JetStream publish-to-consume latency at the same pace.

@@ -6,6 +6,7 @@ package telemetry
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,23 +46,33 @@ func Extract(ctx context.Context, h map[string]string) context.Context {
 
 // tracerOf caches the tracer of the global provider it came from.
 type tracerOf struct {
-	p trace.TracerProvider
-	t trace.Tracer
+	p  trace.TracerProvider
+	t  trace.Tracer
+	on bool // an SDK is installed: spans are recorded
 }
 
 var cachedTracer atomic.Pointer[tracerOf]
 
-// Tracer is jetflow's tracer from the global provider (looked up once per
-// provider: it is asked for once per run).
-func Tracer() trace.Tracer {
+func tracerNow() *tracerOf {
 	p := otel.GetTracerProvider()
 	if c := cachedTracer.Load(); c != nil && c.p == p {
-		return c.t
+		return c
 	}
-	t := p.Tracer(scope)
-	cachedTracer.Store(&tracerOf{p, t})
-	return t
+	// Until the application installs a provider, the global one is OTel's
+	// own delegating placeholder, whose spans record nothing.
+	c := &tracerOf{p: p, t: p.Tracer(scope), on: fmt.Sprintf("%T", p) != "*global.tracerProvider"}
+	cachedTracer.Store(c)
+	return c
 }
+
+// Tracer is jetflow's tracer from the global provider (looked up once per
+// provider: it is asked for once per run).
+func Tracer() trace.Tracer { return tracerNow().t }
+
+// Tracing reports whether the application installed a TracerProvider; until
+// it does, the hot path skips creating spans that would record nothing
+// (trace context still travels in headers).
+func Tracing() bool { return tracerNow().on }
 
 // Metrics are jetflow's instruments.
 type Metrics struct {
