@@ -34,15 +34,22 @@ type outcomes struct {
 	inbox   string // <inbox>.<token> is a write's reply subject
 	next    uint64
 	pending map[uint64]*outcomeWrite
+	// reconnects is the connection's reconnect count at the last sweep
+	// (read and written by the sweep only).
+	reconnects uint64
 }
 
-// outcomeTimeout is how long a success write may go unanswered before the
-// worker writes it again through writeOutcome.
-const outcomeTimeout = 5 * time.Second
+// outcomeTimeout is how long a success write may go unanswered on a
+// connection that did not reconnect meanwhile before the worker writes it
+// again through writeOutcome. It is long because a busy server (an fsync per
+// write) answers late, and writing again then only adds to its queue; a
+// reconnect hands the writes sent before it to writeOutcome at once.
+const outcomeTimeout = 15 * time.Second
 
 func (w *Worker) startOutcomes() (*nats.Subscription, error) {
 	w.out.inbox = nats.NewInbox()
 	w.out.pending = make(map[uint64]*outcomeWrite)
+	w.out.reconnects = w.nc.Stats().Reconnects
 	return w.nc.Subscribe(w.out.inbox+".*", w.outcomeReply)
 }
 
@@ -149,9 +156,15 @@ func (w *Worker) outcomeFallback(ow *outcomeWrite) {
 	w.succeeded(ow)
 }
 
-// sweepOutcomes hands writes unanswered for outcomeTimeout to the fallback.
+// sweepOutcomes hands to the fallback the writes unanswered for
+// outcomeTimeout and those sent before a reconnect (their replies are lost).
 func (w *Worker) sweepOutcomes() {
 	cut := w.now().Add(-outcomeTimeout)
+	if rc := w.nc.Stats().Reconnects; rc != w.out.reconnects {
+		// Reconnected since the last sweep: replies to writes sent before
+		// now may be lost.
+		w.out.reconnects, cut = rc, w.now()
+	}
 	var late []*outcomeWrite
 	w.out.mu.Lock()
 	for tok, ow := range w.out.pending {
