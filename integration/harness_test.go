@@ -84,13 +84,29 @@ func binaries(t *testing.T) (jfproc, natsServer string) {
 // freePort returns a TCP port nothing listens on right now.
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		// The system may hand a port just closed out again: a client port
+		// equal to another node's route port made a node fail to start
+		// while its port answered.
+		if !portsUsed[port] {
+			portsUsed[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
+
+var (
+	portsMu   sync.Mutex
+	portsUsed = map[int]bool{} // ports freePort handed out in this process
+)
 
 // syncBuffer is a bytes.Buffer safe for a process writer and a reader.
 type syncBuffer struct {
