@@ -83,6 +83,9 @@ type Options struct {
 	NoClaim bool
 }
 
+// pullExpiry is how long a pull request of the worker's consumers lasts.
+const pullExpiry = 5 * time.Second
+
 // DefaultClaimAfter is the default Options.ClaimAfter.
 const DefaultClaimAfter = 100 * time.Millisecond
 
@@ -285,6 +288,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
 			jetstream.PullMaxMessages(e.opts.Concurrency),
+			// Pull requests renewed every 5 s (heartbeats every 2.5 s), not
+			// 30 s: a pull the server lost stalls the function for
+			// seconds, not half a minute.
+			jetstream.PullExpiry(pullExpiry),
 			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 				w.log.Debug("consume", "function", e.name, "error", err)
 			}))
