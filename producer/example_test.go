@@ -150,6 +150,41 @@ func ExampleWithID() {
 
 // exampleServer starts an embedded JetStream server in a temp dir and
 // returns a JetStream context on it, and a func that removes it all.
+func ExampleProducer_EnqueueAsync() {
+	js, stop := exampleServer()
+	defer stop()
+	ctx := context.Background()
+
+	p, err := producer.New(ctx, js, producer.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Publishes are pipelined: each call returns before the server
+	// confirms; Wait says when that run is durable.
+	pending := make([]*producer.Pending, 0, 3)
+	for _, to := range []string{"a@b.c", "d@e.f", "g@h.i"} {
+		f, err := p.EnqueueAsync(ctx, SendEmail.With(EmailArgs{To: to}))
+		if err != nil {
+			log.Fatal(err)
+		}
+		pending = append(pending, f)
+	}
+	for _, f := range pending {
+		if err := f.Wait(ctx); err != nil {
+			log.Fatal(err)
+		}
+		run, err := p.Get(ctx, f.ID())
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(run.State, string(run.Args))
+	}
+	// Output:
+	// pending {"to":"a@b.c"}
+	// pending {"to":"d@e.f"}
+	// pending {"to":"g@h.i"}
+}
+
 func exampleServer() (jetstream.JetStream, func()) {
 	// A 1 s fsync interval instead of the default 10 ms: nats-server v2.15.2
 	// sets a new file store's sync timer without its lock, a race that a
