@@ -316,6 +316,24 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 	res.EndToEnd = rate(n, e2e.Elapsed)
 	res.EndToEndCPU = per(e2e.CPU, n)
 	res.Cost = e2e.Cost
+
+	// Raw publish+consume again, right after: the end-to-end ratios are
+	// against the mean of the raw runs before and after, so that a machine
+	// that got busier or quieter between them does not tilt the headline.
+	if err := clean(); err != nil {
+		return res, err
+	}
+	pctx, cancel = phase()
+	raw2, err := RawPublishConsume(pctx, s.ClientURL(), n, o.ArgsSize)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("raw publish+consume, again: %w", err)
+	}
+	first := res.RawPublishConsume
+	res.RawPublishConsume = (first + rate(n, raw2.Publish+raw2.Consume)) / 2
+	res.RawPublishConsumeCPU = (res.RawPublishConsumeCPU + per(raw2.PublishCPU+raw2.ConsumeCPU, n)) / 2
+	line("raw publish+consume again %10s msgs/s   (after the e2e phase; the ratios below are against the mean of both raw runs, %s/s)",
+		fmtRate(rate(n, raw2.Publish+raw2.Consume)), fmtRate(res.RawPublishConsume))
 	line("e2e no-op runs/s          %10s          raw publish+consume %s/s   ratio %.2f",
 		fmtRate(res.EndToEnd), fmtRate(res.RawPublishConsume), res.EndToEndRatio())
 	line("e2e cpu                   %10s/run      raw publish+consume %s/msg   cpu ratio %.2f (the ratio if CPU were the only limit)",
