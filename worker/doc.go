@@ -30,9 +30,11 @@
 // AtMostOnce functions are never retried: their run is claimed (written
 // inProgress) before the handler starts, and a worker lost mid-run leaves it
 // failed with jetflow.ErrWorkerLost. A retryable run is claimed once its
-// handler has run Options.ClaimAfter (default 100 ms), and a redelivered one
-// before it starts; a shorter run goes from pending straight to its outcome,
-// one write less. ClaimAfter < 0 claims every run first.
+// handler has run Options.ClaimAfter (default 100 ms on a single server;
+// first, before it starts, when the function stream is replicated), and a
+// redelivered one before it starts; a shorter run goes from pending
+// straight to its outcome, one write less. ClaimAfter < 0 claims every run
+// first.
 //
 // The outcome is written with a compare-and-swap on the record's revision
 // (a success without waiting: the message is acknowledged when the server

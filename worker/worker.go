@@ -74,9 +74,12 @@ type Options struct {
 	// concurrent handler elsewhere by its message's ack deadline alone
 	// (AckWait, kept alive by this worker); a Cancel that lands before the
 	// claim cancels the handler's context when its notice arrives, and its
-	// outcome is discarded in any case. Default
-	// DefaultClaimAfter; negative: claim before the handler starts.
-	// AtMostOnce runs always claim before they start.
+	// outcome is discarded in any case. Negative: claim before the handler
+	// starts. Default: DefaultClaimAfter on a single server; claim first
+	// when the function stream is replicated (a cluster), where a consumer
+	// leader change redelivers the messages in flight at once, so that a
+	// handler never runs twice for one attempt there. AtMostOnce runs
+	// always claim before they start.
 	ClaimAfter time.Duration
 	// NoClaim never writes the claim of a retryable run (progress reports
 	// still move the record to inProgress). AtMostOnce runs always claim.
@@ -203,9 +206,6 @@ func Register[A any](w *Worker, fn jetflow.Function[A], h func(ctx context.Conte
 	if o.MaxAttempts <= 0 {
 		o.MaxAttempts = 5
 	}
-	if o.ClaimAfter == 0 {
-		o.ClaimAfter = DefaultClaimAfter
-	}
 	o.Backoff = o.Backoff.WithDefaults()
 	e := &fnEntry{name: fn.Name(), kind: fn.Kind(), opts: o, work: make(chan jetstream.Msg), attr: telemetry.Fn(fn.Name())}
 	e.run = func(ctx context.Context, c *jobCore) error {
@@ -268,6 +268,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		unsub()
 		return fmt.Errorf("worker: %w", err)
+	}
+	replicated := stream.CachedInfo().Config.Replicas > 1
+	for _, e := range fns {
+		if e.opts.ClaimAfter == 0 {
+			e.opts.ClaimAfter = DefaultClaimAfter
+			if replicated {
+				e.opts.ClaimAfter = -1
+			}
+		}
 	}
 	for _, e := range fns {
 		cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
