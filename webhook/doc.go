@@ -7,9 +7,10 @@
 //
 //	var OnGitHub = jetflow.Define[webhook.Event]("github.event")
 //
+//	v, err := webhook.GitHub(os.Getenv("GITHUB_WEBHOOK_SECRET")) // ErrWeakSecret if unset or short
 //	cfg := webhook.Config{
 //		Function: OnGitHub,
-//		Verifier: webhook.GitHub(os.Getenv("GITHUB_WEBHOOK_SECRET")),
+//		Verifier: v,
 //		EventID:  "X-GitHub-Delivery", // a redelivery is stored once
 //	}
 //	h, err := webhook.New(p, cfg)      // receiving service
@@ -41,6 +42,12 @@
 // or base64 and an optional prefix (HMAC), and Stripe's timestamped
 // Stripe-Signature, which also rejects a replay outside the tolerance window
 // (Stripe). Config.OnError sees every rejection with its typed error.
+//
+// Every constructor refuses an empty secret, or one shorter than
+// MinSecretLen (16) bytes, with ErrWeakSecret: an unset environment variable
+// must not yield a receiver that accepts deliveries signed with the empty
+// key. A verifier's zero value, which has no secret, refuses every request,
+// and New refuses it.
 //
 // # The stored event
 //

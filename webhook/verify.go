@@ -30,7 +30,29 @@ var (
 	ErrStore = errors.New("webhook: event not stored")
 	// ErrConfig: an unusable Config.
 	ErrConfig = errors.New("webhook: bad config")
+	// ErrWeakSecret: a verifier's secret is empty or shorter than
+	// MinSecretLen bytes. An unset environment variable must not turn into
+	// a verifier that accepts deliveries signed with the empty key.
+	ErrWeakSecret = errors.New("webhook: secret empty or too short")
 )
+
+// MinSecretLen is the shortest secret a verifier accepts, in bytes: 16
+// bytes is 128 bits if the secret is random. GitHub's documentation
+// generates secrets of 40 hex characters (SecureRandom.hex(20)) and Stripe's
+// whsec_ secrets are longer still; a secret of fewer than 16 bytes is a
+// password typed by hand or a mistake. Generate one with
+// `openssl rand -hex 32`.
+const MinSecretLen = 16
+
+func checkSecret(secret string) error {
+	if len(secret) == 0 {
+		return fmt.Errorf("%w: the secret is empty (an unset environment variable?)", ErrWeakSecret)
+	}
+	if len(secret) < MinSecretLen {
+		return fmt.Errorf("%w: %d bytes, at least %d needed (e.g. openssl rand -hex 32)", ErrWeakSecret, len(secret), MinSecretLen)
+	}
+	return nil
+}
 
 // Verifier checks a request's signature.
 type Verifier interface {
@@ -64,14 +86,27 @@ type HMACVerifier struct {
 
 // HMAC verifies an HMAC-SHA256 of the body with secret, found in header,
 // encoded with enc. WithPrefix sets a prefix that precedes the signature.
-func HMAC(secret, header string, enc Encoding) HMACVerifier {
-	return HMACVerifier{secret: []byte(secret), header: http.CanonicalHeaderKey(header), enc: enc}
+// Errors: ErrWeakSecret (a secret shorter than MinSecretLen bytes),
+// ErrConfig (no header).
+func HMAC(secret, header string, enc Encoding) (HMACVerifier, error) {
+	if err := checkSecret(secret); err != nil {
+		return HMACVerifier{}, err
+	}
+	if strings.TrimSpace(header) == "" {
+		return HMACVerifier{}, fmt.Errorf("%w: no signature header", ErrConfig)
+	}
+	return HMACVerifier{secret: []byte(secret), header: http.CanonicalHeaderKey(header), enc: enc}, nil
 }
 
 // GitHub verifies GitHub's X-Hub-Signature-256 header: "sha256=" followed by
-// the hex HMAC-SHA256 of the body with the webhook's secret.
-func GitHub(secret string) HMACVerifier {
-	return HMAC(secret, "X-Hub-Signature-256", Hex).WithPrefix("sha256=")
+// the hex HMAC-SHA256 of the body with the webhook's secret. Errors:
+// ErrWeakSecret.
+func GitHub(secret string) (HMACVerifier, error) {
+	v, err := HMAC(secret, "X-Hub-Signature-256", Hex)
+	if err != nil {
+		return v, err
+	}
+	return v.WithPrefix("sha256="), nil
 }
 
 // WithPrefix returns v expecting prefix before the signature (e.g.
@@ -93,8 +128,12 @@ func (v HMACVerifier) Sign(body []byte) string {
 	return v.prefix + hex.EncodeToString(mac)
 }
 
-// Verify implements Verifier.
+// Verify implements Verifier. A verifier not made by HMAC or GitHub (the
+// zero value) has no secret and refuses every request with ErrWeakSecret.
 func (v HMACVerifier) Verify(h http.Header, body []byte, _ time.Time) error {
+	if err := checkSecret(string(v.secret)); err != nil {
+		return err
+	}
 	val := strings.TrimSpace(h.Get(v.header))
 	if val == "" {
 		return fmt.Errorf("%w: no %s header", ErrMissingSignature, v.header)
@@ -144,11 +183,16 @@ type StripeVerifier struct {
 // where v1 is the HMAC-SHA256 with secret of "<t>.<body>". A timestamp more
 // than tolerance away from now, either way, is ErrExpired: a captured
 // request cannot be replayed later. tolerance <= 0 means DefaultTolerance.
-func Stripe(secret string, tolerance time.Duration) StripeVerifier {
+// The secret is used whole, "whsec_" prefix included, as Stripe does.
+// Errors: ErrWeakSecret.
+func Stripe(secret string, tolerance time.Duration) (StripeVerifier, error) {
+	if err := checkSecret(secret); err != nil {
+		return StripeVerifier{}, err
+	}
 	if tolerance <= 0 {
 		tolerance = DefaultTolerance
 	}
-	return StripeVerifier{secret: []byte(secret), header: "Stripe-Signature", tolerance: tolerance}
+	return StripeVerifier{secret: []byte(secret), header: "Stripe-Signature", tolerance: tolerance}, nil
 }
 
 // WithHeader returns v reading its signature from header instead of
@@ -169,8 +213,13 @@ func (v StripeVerifier) Sign(body []byte, t time.Time) string {
 }
 
 // Verify implements Verifier. The signature is checked before the time, so
-// that only an authentic but stale request is reported as ErrExpired.
+// that only an authentic but stale request is reported as ErrExpired. A
+// verifier not made by Stripe (the zero value) refuses every request with
+// ErrWeakSecret.
 func (v StripeVerifier) Verify(h http.Header, body []byte, now time.Time) error {
+	if err := checkSecret(string(v.secret)); err != nil {
+		return err
+	}
 	val := strings.TrimSpace(h.Get(v.header))
 	if val == "" {
 		return fmt.Errorf("%w: no %s header", ErrMissingSignature, v.header)

@@ -101,6 +101,28 @@ func (c Config) validate() error {
 	if c.Verifier == nil {
 		return fmt.Errorf("%w: Config.Verifier is required", ErrConfig)
 	}
+	// A verifier built without its constructor (a zero value) has no
+	// secret: refuse it here rather than answer 401 to every delivery.
+	var secret []byte
+	switch v := c.Verifier.(type) {
+	case HMACVerifier:
+		secret = v.secret
+	case *HMACVerifier:
+		if v != nil {
+			secret = v.secret
+		}
+	case StripeVerifier:
+		secret = v.secret
+	case *StripeVerifier:
+		if v != nil {
+			secret = v.secret
+		}
+	default:
+		return nil
+	}
+	if err := checkSecret(string(secret)); err != nil {
+		return fmt.Errorf("%w: Config.Verifier: %w", ErrConfig, err)
+	}
 	return nil
 }
 
@@ -151,7 +173,8 @@ type Handler struct {
 }
 
 // New returns the receiver of cfg, storing events with p. Errors: ErrConfig
-// (no Function, no Verifier).
+// (no Function, no Verifier, or a verifier without a secret, which also
+// matches ErrWeakSecret).
 func New(p *producer.Producer, cfg Config) (*Handler, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -23,7 +23,10 @@ import (
 
 var OnEvent = jetflow.Define[webhook.Event]("hooks.github")
 
-const secret = "test-secret"
+const secret = "test-secret-0123456789"
+
+// gh is the GitHub verifier of secret.
+var gh = must(webhook.GitHub(secret))
 
 type env struct {
 	*testserver.Env
@@ -165,7 +168,7 @@ func (e *env) runs(t *testing.T) []*jetflow.Run {
 
 func githubHeaders(body []byte, delivery string) map[string]string {
 	return map[string]string{
-		"X-Hub-Signature-256": webhook.GitHub(secret).Sign(body),
+		"X-Hub-Signature-256": gh.Sign(body),
 		"X-GitHub-Event":      "push",
 		"X-GitHub-Delivery":   delivery,
 	}
@@ -175,7 +178,7 @@ func githubHeaders(body []byte, delivery string) map[string]string {
 // processed with the exact body and the kept headers.
 func TestGitHubDelivery(t *testing.T) {
 	t.Parallel()
-	e := setup(t, webhook.Config{Verifier: webhook.GitHub(secret)}, func(*env, *worker.Job[webhook.Event]) error { return nil })
+	e := setup(t, webhook.Config{Verifier: gh}, func(*env, *worker.Job[webhook.Event]) error { return nil })
 	body := []byte(`{"ref": "refs/heads/main", "html": "<b>&</b>"}`)
 	code, res := e.post(t, body, githubHeaders(body, "d-1"))
 	if code != http.StatusOK || res.Duplicate {
@@ -202,7 +205,7 @@ func TestGitHubDelivery(t *testing.T) {
 	// The signature still verifies against the stored event.
 	h := http.Header{}
 	h.Set("X-Hub-Signature-256", ev.Header("X-Hub-Signature-256"))
-	if err := webhook.GitHub(secret).Verify(h, ev.Body, time.Now()); err != nil {
+	if err := gh.Verify(h, ev.Body, time.Now()); err != nil {
 		t.Fatalf("stored event does not verify: %v", err)
 	}
 	var push struct{ Ref string }
@@ -214,7 +217,7 @@ func TestGitHubDelivery(t *testing.T) {
 // Rejected requests get their status, the typed error, and store nothing.
 func TestRejected(t *testing.T) {
 	t.Parallel()
-	stripe := webhook.Stripe(secret, time.Minute)
+	stripe := must(webhook.Stripe(secret, time.Minute))
 	for _, tc := range []struct {
 		name    string
 		v       webhook.Verifier
@@ -224,15 +227,15 @@ func TestRejected(t *testing.T) {
 		code    int
 		err     error
 	}{
-		{"invalid signature", webhook.GitHub(secret), "POST", []byte(`{"a":1}`),
+		{"invalid signature", gh, "POST", []byte(`{"a":1}`),
 			func(b []byte) map[string]string { return githubHeaders([]byte(`{"a":2}`), "d") },
 			http.StatusUnauthorized, webhook.ErrBadSignature},
-		{"wrong secret", webhook.GitHub(secret), "POST", []byte(`{"a":1}`),
+		{"wrong secret", gh, "POST", []byte(`{"a":1}`),
 			func(b []byte) map[string]string {
-				return map[string]string{"X-Hub-Signature-256": webhook.GitHub("other").Sign(b)}
+				return map[string]string{"X-Hub-Signature-256": must(webhook.GitHub("other-secret-0123456789")).Sign(b)}
 			},
 			http.StatusUnauthorized, webhook.ErrBadSignature},
-		{"missing signature", webhook.GitHub(secret), "POST", []byte(`{"a":1}`),
+		{"missing signature", gh, "POST", []byte(`{"a":1}`),
 			func([]byte) map[string]string { return nil },
 			http.StatusUnauthorized, webhook.ErrMissingSignature},
 		{"stripe replay", stripe, "POST", []byte(`{"id":"evt_1"}`),
@@ -240,10 +243,10 @@ func TestRejected(t *testing.T) {
 				return map[string]string{"Stripe-Signature": stripe.Sign(b, time.Now().Add(-2*time.Minute))}
 			},
 			http.StatusUnauthorized, webhook.ErrExpired},
-		{"oversized", webhook.GitHub(secret), "POST", bytes.Repeat([]byte("x"), 2048),
+		{"oversized", gh, "POST", bytes.Repeat([]byte("x"), 2048),
 			func(b []byte) map[string]string { return githubHeaders(b, "d") },
 			http.StatusRequestEntityTooLarge, webhook.ErrTooLarge},
-		{"wrong method", webhook.GitHub(secret), "GET", nil,
+		{"wrong method", gh, "GET", nil,
 			func([]byte) map[string]string { return nil },
 			http.StatusMethodNotAllowed, webhook.ErrMethod},
 	} {
@@ -279,7 +282,7 @@ func TestRejected(t *testing.T) {
 // its length up front (chunked).
 func TestOversizedChunked(t *testing.T) {
 	t.Parallel()
-	e := setup(t, webhook.Config{Verifier: webhook.GitHub(secret), MaxBody: 1024}, nil)
+	e := setup(t, webhook.Config{Verifier: gh, MaxBody: 1024}, nil)
 	body := bytes.Repeat([]byte("y"), 4096)
 	req, err := http.NewRequest(http.MethodPost, e.srv.URL, struct{ *bytes.Reader }{bytes.NewReader(body)})
 	if err != nil {
@@ -305,8 +308,8 @@ func TestOversizedChunked(t *testing.T) {
 // Stripe-style and generic HMAC signatures are accepted when valid.
 func TestOtherVerifiers(t *testing.T) {
 	t.Parallel()
-	stripe := webhook.Stripe(secret, 0)
-	shop := webhook.HMAC(secret, "X-Shop-Hmac-Sha256", webhook.Base64)
+	stripe := must(webhook.Stripe(secret, 0))
+	shop := must(webhook.HMAC(secret, "X-Shop-Hmac-Sha256", webhook.Base64))
 	for _, tc := range []struct {
 		name string
 		v    webhook.Verifier
@@ -342,7 +345,7 @@ func TestOtherVerifiers(t *testing.T) {
 // Processing that fails twice is retried and then succeeds.
 func TestProcessingRetried(t *testing.T) {
 	t.Parallel()
-	e := setup(t, webhook.Config{Verifier: webhook.GitHub(secret)}, func(e *env, j *worker.Job[webhook.Event]) error {
+	e := setup(t, webhook.Config{Verifier: gh}, func(e *env, j *worker.Job[webhook.Event]) error {
 		if j.Attempt() <= 2 {
 			return fmt.Errorf("downstream unavailable (attempt %d)", j.Attempt())
 		}
@@ -366,7 +369,7 @@ func TestProcessingRetried(t *testing.T) {
 // failed record still holds the event.
 func TestProcessingFailsKeepsEvent(t *testing.T) {
 	t.Parallel()
-	e := setup(t, webhook.Config{Verifier: webhook.GitHub(secret), MaxAttempts: 3, EventID: "X-GitHub-Delivery"},
+	e := setup(t, webhook.Config{Verifier: gh, MaxAttempts: 3, EventID: "X-GitHub-Delivery"},
 		func(e *env, j *worker.Job[webhook.Event]) error { return errors.New("cannot process") })
 	body := []byte(`{"n":3,"text":"keep me"}`)
 	code, res := e.post(t, body, githubHeaders(body, "d-3"))
@@ -394,7 +397,7 @@ func TestProcessingFailsKeepsEvent(t *testing.T) {
 // run id, and it is processed once.
 func TestDuplicateDelivery(t *testing.T) {
 	t.Parallel()
-	e := setup(t, webhook.Config{Verifier: webhook.GitHub(secret), EventID: "X-GitHub-Delivery"},
+	e := setup(t, webhook.Config{Verifier: gh, EventID: "X-GitHub-Delivery"},
 		func(*env, *worker.Job[webhook.Event]) error { return nil })
 	body := []byte(`{"n":4}`)
 	code1, res1 := e.post(t, body, githubHeaders(body, "72d3162e-cc78-11e3-81ab-4c9367dc0958"))
@@ -425,7 +428,7 @@ func TestDuplicateDelivery(t *testing.T) {
 
 func TestConfigErrors(t *testing.T) {
 	t.Parallel()
-	if _, err := webhook.New(nil, webhook.Config{Verifier: webhook.GitHub("x")}); !errors.Is(err, webhook.ErrConfig) {
+	if _, err := webhook.New(nil, webhook.Config{Verifier: gh}); !errors.Is(err, webhook.ErrConfig) {
 		t.Fatalf("no function: %v", err)
 	}
 	if _, err := webhook.New(nil, webhook.Config{Function: OnEvent}); !errors.Is(err, webhook.ErrConfig) {
@@ -434,5 +437,31 @@ func TestConfigErrors(t *testing.T) {
 	o := webhook.WorkerOptions(webhook.Config{})
 	if o.MaxAttempts != 5 || o.Backoff.Max != time.Hour || o.Backoff.Initial != time.Second || o.Backoff.Base != 2 {
 		t.Fatalf("default worker options = %+v", o)
+	}
+}
+
+// An unset secret cannot make a receiver: the constructor refuses it, and a
+// verifier's zero value (no secret) is refused by New. A forged delivery
+// signed with the empty key is answered 401 by every receiver that exists,
+// and nothing is stored.
+func TestEmptySecretRefused(t *testing.T) {
+	t.Parallel()
+	if _, err := webhook.GitHub(""); !errors.Is(err, webhook.ErrWeakSecret) {
+		t.Fatalf("GitHub(\"\") = %v, want ErrWeakSecret", err)
+	}
+	for _, v := range []webhook.Verifier{webhook.HMACVerifier{}, &webhook.HMACVerifier{}, (*webhook.HMACVerifier)(nil), webhook.StripeVerifier{}} {
+		_, err := webhook.New(nil, webhook.Config{Function: OnEvent, Verifier: v})
+		if !errors.Is(err, webhook.ErrConfig) || !errors.Is(err, webhook.ErrWeakSecret) {
+			t.Fatalf("New with %T without a secret = %v, want ErrConfig and ErrWeakSecret", v, err)
+		}
+	}
+	e := setup(t, webhook.Config{Verifier: gh}, nil)
+	body := []byte(`{"ref":"refs/heads/main"}`)
+	code, _ := e.post(t, body, map[string]string{"X-Hub-Signature-256": webhook.HMACVerifier{}.WithPrefix("sha256=").Sign(body)})
+	if code != http.StatusUnauthorized || !errors.Is(e.lastError(), webhook.ErrBadSignature) {
+		t.Fatalf("delivery signed with the empty key: %d, %v; want 401 ErrBadSignature", code, e.lastError())
+	}
+	if runs := e.runs(t); len(runs) != 0 {
+		t.Fatalf("%d runs stored, want none", len(runs))
 	}
 }

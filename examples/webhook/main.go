@@ -61,7 +61,10 @@ type PushEvent struct {
 	} `json:"commits"`
 }
 
-const secret = "example-secret"
+// secret is the webhook's secret, shared with GitHub. A real receiver reads
+// it from the environment; webhook.GitHub refuses an empty or short one
+// (webhook.ErrWeakSecret), so an unset variable stops the program at start.
+const secret = "example-secret-0123456789abcdef"
 
 func main() {
 	url := flag.String("url", "", "NATS server URL; default: an embedded server in a temp dir")
@@ -94,9 +97,13 @@ func run(ctx context.Context, url string, verbose bool) error {
 	if err != nil {
 		return err
 	}
+	verifier, err := webhook.GitHub(secret)
+	if err != nil {
+		return err
+	}
 	cfg := webhook.Config{
 		Function: OnGitHub,
-		Verifier: webhook.GitHub(secret),
+		Verifier: verifier,
 		EventID:  "X-GitHub-Delivery",
 		Logger:   logger,
 		OnError: func(r *http.Request, err error) {
@@ -172,7 +179,7 @@ func run(ctx context.Context, url string, verbose bool) error {
 	body := []byte(`{"ref":"refs/heads/main","repository":{"full_name":"octo-org/hello-world"},` +
 		`"pusher":{"name":"octocat"},"commits":[{"message":"Fix the flaky test"}]}`)
 	delivery := newDelivery() // GitHub's delivery ids are UUIDs
-	sign := webhook.GitHub(secret).Sign
+	sign := verifier.Sign
 
 	code, res, err := send(ctx, endpoint, body, delivery, sign(body))
 	if err != nil {
