@@ -13,7 +13,11 @@
 //
 // The server listens on 127.0.0.1 and a random port by default, so other
 // processes on the machine (the jetflow CLI, a second worker) can connect to
-// srv.ClientURL(). When the service outgrows one machine, the same jetflow
+// srv.ClientURL(). It has no login by default: anyone who can reach the
+// address can use JetStream. Before listening on another Host, set a login
+// (Options.User and Password, or Token) and TLS (Options.TLSCert and
+// TLSKey, with TLSCA for client certificates); srv.Connect logs in with
+// them. When the service outgrows one machine, the same jetflow
 // code connects to a NATS cluster by URL instead; Options.Cluster joins an
 // embedded server to a cluster for tests and small 3-node setups.
 package embedded

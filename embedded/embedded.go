@@ -1,6 +1,8 @@
 package embedded
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -46,7 +48,25 @@ type Options struct {
 	Cluster *Cluster
 	// ReadyTimeout bounds the wait for the server. Default 10 s.
 	ReadyTimeout time.Duration
+
+	// User and Password, when User is set, are the one login clients must
+	// give (nats://user:password@host:port, or nats.UserInfo). Default: no
+	// login, which is safe only on a loopback Host.
+	User, Password string
+	// Token, when set, is the token clients must give (nats.Token, or
+	// nats://token@host:port) instead. Set either User or Token, not both.
+	Token string
+	// TLSCert and TLSKey are PEM files of the server's certificate and
+	// key: with both set, clients must connect with TLS. Default: no TLS.
+	TLSCert, TLSKey string
+	// TLSCA is a PEM file of the certificate authorities that sign client
+	// certificates: with it set (and TLSCert), every client must present a
+	// certificate signed by one of them (mutual TLS).
+	TLSCA string
 }
+
+// Secured reports whether clients must log in or present a certificate.
+func (o Options) Secured() bool { return o.User != "" || o.Token != "" || o.TLSCA != "" }
 
 // Cluster configures clustering.
 type Cluster struct {
@@ -59,6 +79,7 @@ type Cluster struct {
 // Server is a running embedded server.
 type Server struct {
 	*server.Server
+	opts Options
 }
 
 // ErrNotReady: the server did not start within ReadyTimeout.
@@ -87,6 +108,18 @@ func Start(o Options) (*Server, error) {
 	if o.ReadyTimeout == 0 {
 		o.ReadyTimeout = 10 * time.Second
 	}
+	if o.User != "" && o.Token != "" {
+		return nil, errors.New("embedded: set Options.User or Options.Token, not both")
+	}
+	if o.User == "" && o.Password != "" {
+		return nil, errors.New("embedded: Options.Password without Options.User")
+	}
+	if (o.TLSCert == "") != (o.TLSKey == "") {
+		return nil, errors.New("embedded: Options.TLSCert and Options.TLSKey go together")
+	}
+	if o.TLSCA != "" && o.TLSCert == "" {
+		return nil, errors.New("embedded: Options.TLSCA (client certificates) needs Options.TLSCert and TLSKey")
+	}
 	so := &server.Options{
 		ServerName: o.ServerName,
 		Host:       o.Host,
@@ -96,6 +129,17 @@ func Start(o Options) (*Server, error) {
 		NoSigs:     true,
 		NoLog:      true,
 		MaxPayload: 8 * 1024 * 1024,
+	}
+	so.Username, so.Password, so.Authorization = o.User, o.Password, o.Token
+	if o.TLSCert != "" {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{
+			CertFile: o.TLSCert, KeyFile: o.TLSKey, CaFile: o.TLSCA, Verify: o.TLSCA != "", Timeout: 2,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("embedded: TLS: %w", err)
+		}
+		so.TLS, so.TLSConfig, so.TLSTimeout = true, tc, 2
+		so.TLSCert, so.TLSKey, so.TLSCaCert, so.TLSVerify = o.TLSCert, o.TLSKey, o.TLSCA, o.TLSCA != ""
 	}
 	if o.Sync == SyncAlways {
 		so.SyncAlways = true
@@ -121,13 +165,35 @@ func Start(o Options) (*Server, error) {
 		s.Shutdown()
 		return nil, ErrNotReady
 	}
-	return &Server{Server: s}, nil
+	return &Server{Server: s, opts: o}, nil
 }
 
 // Connect opens a client connection to the server; the caller closes it.
+// It logs in with the server's own Options.User and Password or Token, and
+// with TLS it trusts the server's certificate (TLSCert, which may be
+// self-signed) besides the system's roots. With TLSCA, pass the client's
+// certificate: nats.ClientCert(certFile, keyFile). Later opts win.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}, opts...)
-	return nats.Connect(s.ClientURL(), opts...)
+	base := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
+	switch {
+	case s.opts.User != "":
+		base = append(base, nats.UserInfo(s.opts.User, s.opts.Password))
+	case s.opts.Token != "":
+		base = append(base, nats.Token(s.opts.Token))
+	}
+	if s.opts.TLSCert != "" {
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		pem, err := os.ReadFile(s.opts.TLSCert)
+		if err != nil {
+			return nil, fmt.Errorf("embedded: %w", err)
+		}
+		pool.AppendCertsFromPEM(pem)
+		base = append(base, nats.Secure(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}))
+	}
+	return nats.Connect(s.ClientURL(), append(base, opts...)...)
 }
 
 // Stop shuts the server down and waits for it to finish.
