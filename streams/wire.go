@@ -99,6 +99,9 @@ func (c Config) ParseMessage(subject string, h nats.Header, data []byte) (Envelo
 	if !ok {
 		return Envelope{}, fmt.Errorf("subject %q is not %s.fn.<function>.<id>", subject, c.prefix())
 	}
+	if len(data) == 0 {
+		data = []byte("null") // an empty body is no args (docs/wire-format.md)
+	}
 	e := Envelope{Function: fn, ID: id, Args: data, Attempt: 1}
 	if v := h.Get(HeaderRev); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)

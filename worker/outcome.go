@@ -137,7 +137,7 @@ func (w *Worker) succeeded(ow *outcomeWrite) {
 	telemetry.M().Succeeded.Add(ctx, 1, j.fn.attr)
 	w.releaseHeld(ctx, j, true)
 	w.complete(ctx, ow.r)
-	_ = w.finish(j, ow.m).Ack()
+	w.settle(w.finish(j, ow.m), ackIt)
 	w.inflight.Done()
 }
 

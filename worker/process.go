@@ -2,13 +2,15 @@ package worker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
@@ -34,7 +36,7 @@ func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
 	w.mu.Lock()
 	if w.stopping {
 		w.mu.Unlock()
-		_ = m.Nak() // stopping: back to the stream, unharmed
+		w.settle(m, nakIt) // stopping: back to the stream, unharmed
 		return
 	}
 	w.inflight.Add(1)
@@ -42,7 +44,7 @@ func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
 	select {
 	case e.work <- m:
 	case <-w.stopCh:
-		_ = m.Nak()
+		w.settle(m, nakIt)
 		w.inflight.Done()
 	}
 }
@@ -61,34 +63,15 @@ func (w *Worker) runner(e *fnEntry) {
 	}
 }
 
-// delivered reads the delivery count from a message's ack subject,
-// $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending> or
-// $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.… , without
-// the allocations of Metadata (once per run on the hot path). It reports
-// false for any other shape.
-func delivered(m jetstream.Msg) (uint64, bool) { return deliveredFrom(m.Reply()) }
-
-func deliveredFrom(reply string) (uint64, bool) {
-	tokens := strings.Count(reply, ".") + 1
-	var at int
-	switch {
-	case tokens == 9:
-		at = 4
-	case tokens >= 11:
-		at = 6
-	default:
-		return 0, false
-	}
-	for range at {
-		i := strings.IndexByte(reply, '.')
-		reply = reply[i+1:]
-	}
-	if i := strings.IndexByte(reply, '.'); i >= 0 {
-		reply = reply[:i]
-	}
-	n, err := strconv.ParseUint(reply, 10, 64)
-	return n, err == nil && n > 0
+// msgIDFits reports whether a message's Nats-Msg-Id (if any) is its run's:
+// the run id, or <id>/<attempt> for a retry.
+func msgIDFits(mid string, env streams.Envelope) bool {
+	return mid == "" || mid == env.ID || mid == env.MsgID()
 }
+
+// delivered reads the delivery count from a message's ack subject, with no
+// Metadata parse; it reports false for a subject of any other shape.
+func delivered(m jetstream.Msg) (uint64, bool) { return deliveredFrom(m.Reply()) }
 
 func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	ctx := context.Background()
@@ -105,7 +88,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	if !ok {
 		md, err := metadata()
 		if err != nil {
-			_ = m.Term()
+			w.settle(m, termIt)
 			return
 		}
 		numDelivered = md.NumDelivered
@@ -114,14 +97,18 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	if perr == nil {
 		if err := jetflow.ValidateRunID(env.ID); err != nil {
 			perr = err
-		} else if mid := m.Headers().Get(streams.HeaderMsgID); mid != "" && mid != env.MsgID() {
-			perr = fmt.Errorf("Nats-Msg-Id %q does not match the run id %q of the subject", mid, env.ID)
+		} else if mid := m.Headers().Get(streams.HeaderMsgID); !msgIDFits(mid, env) {
+			perr = fmt.Errorf("Nats-Msg-Id %q names neither run %q of the subject nor its attempt %d (%q)",
+				mid, env.ID, env.Attempt, env.MsgID())
 		}
+	}
+	if perr == nil && len(env.Args) > w.argsLimit() {
+		perr = fmt.Errorf("%d bytes of args: more than a run record holds (%d)", len(env.Args), w.argsLimit())
 	}
 	if perr == nil && (env.Scheduled.IsZero() || env.Created.IsZero()) {
 		md, err := metadata()
 		if err != nil {
-			_ = m.Term()
+			w.settle(m, termIt)
 			return
 		}
 		if env.Scheduled.IsZero() {
@@ -134,7 +121,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	if perr != nil {
 		md, err := metadata()
 		if err != nil {
-			_ = m.Term()
+			w.settle(m, termIt)
 			return
 		}
 		w.deadLetter(ctx, e, m, md, perr)
@@ -155,8 +142,9 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		// redelivered, the run being over by then.
 		return
 	}
-	if numDelivered > 1 || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
-		ok := w.reconcile(ctx, j, m)
+	replay := numDelivered == 1 && w.mayBeReplay(m)
+	if numDelivered > 1 || replay || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
+		ok := w.reconcile(ctx, j, m, replay)
 		if !ok {
 			return
 		}
@@ -170,7 +158,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		j.rev = env.Rev
 	}
 	if w.isCanceled(env.ID) {
-		_ = m.Ack()
+		w.settle(m, ackIt)
 		return
 	}
 	j.started = w.now().UTC()
@@ -178,7 +166,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	// crashed its worker before a late claim, and from here on each lost
 	// attempt counts (a handler that kills its process every time fails
 	// after MaxAttempts instead of being redelivered forever).
-	if e.claimFirst() || numDelivered > 1 && !e.opts.NoClaim {
+	if e.claimFirst() || (numDelivered > 1 || replay) && !e.opts.NoClaim {
 		r := *j.rec
 		r.State = jetflow.InProgress
 		r.Attempts = env.Attempt
@@ -190,14 +178,14 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 			// Canceled, or another worker claimed it: not ours to run.
 			w.log.Debug("claim lost", "function", e.name, "run_id", env.ID, "error", err)
 			if !errors.Is(err, kv.ErrConflict) {
-				_ = m.NakWithDelay(time.Second)
+				w.settle(m, nakAfter(time.Second))
 				return
 			}
 			// Ack only what is over: the message may be the one another
 			// worker is running now (acks go by stream sequence).
 			if cur, gerr := w.store.Get(ctx, env.ID); gerr == nil && (cur.State.Terminal() || env.Attempt < cur.Attempts ||
 				cur.State == jetflow.Pending && env.Attempt <= cur.Attempts) {
-				_ = m.Ack()
+				w.settle(m, ackIt)
 			}
 			return
 		}
@@ -209,27 +197,39 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 
 // reconcile reads the stored record and decides whether the message is to be
 // run. It acks and returns false for stale messages and runs already ended.
-func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) bool {
+//
+// replay: the delivery may repeat one made before the connection broke
+// (mayBeReplay). Unclaimed, its run may be running without a claim in
+// another worker, which claims it as soon as it is reconnected: it is
+// handed back until ReplayGrace after the reconnect.
+func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, replay bool) bool {
 	env := j.env
 	r, err := w.store.Get(ctx, env.ID)
+	if replay && j.fn.claimLate() && (errors.Is(err, jetflow.ErrNotFound) || err == nil && r.State == jetflow.Pending) {
+		if d := w.replayWait(); d > 0 {
+			w.log.Debug("possible replay: waiting for a claim elsewhere", "function", j.fn.name, "run_id", env.ID, "delay", d)
+			w.settle(m, nakAfter(d))
+			return false
+		}
+	}
 	if errors.Is(err, jetflow.ErrNotFound) {
 		// A run published by another producer: create its record.
 		r = &jetflow.Run{
-			ID: env.ID, Name: env.Function, Kind: j.fn.kind, Args: validJSON(env.Args), State: jetflow.Pending,
+			ID: env.ID, Name: env.Function, Kind: j.fn.kind, Args: w.recordArgs(env.Args), State: jetflow.Pending,
 			ScheduledTime: env.Scheduled, CreationTime: env.Created, Attempts: env.Attempt - 1,
 			MaxAttempts: env.MaxAttempts, Timeout: env.Timeout, Parent: env.Parent, Trace: env.Trace,
 		}
 		if _, err := w.store.Create(ctx, r); err != nil {
-			_ = m.NakWithDelay(time.Second)
+			w.settle(m, nakAfter(time.Second))
 			return false
 		}
 	} else if err != nil {
-		_ = m.NakWithDelay(time.Second)
+		w.settle(m, nakAfter(time.Second))
 		return false
 	}
 	if !r.State.Terminal() && env.Attempt < r.Attempts {
 		// A message of an older attempt (a lost ack): that attempt is over.
-		_ = m.Ack()
+		w.settle(m, ackIt)
 		return false
 	}
 	if r.State == jetflow.InProgress {
@@ -242,13 +242,13 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) boo
 		}
 		if r.Owner != "" && w.now().Sub(last) < w.cfg.LostAfter {
 			// Its worker is alive (it heartbeats every AckWait/3): look again later.
-			_ = m.NakWithDelay(w.cfg.AckWait / 2)
+			w.settle(m, nakAfter(w.cfg.AckWait/2))
 			return false
 		}
 	}
 	switch {
 	case r.State.Terminal():
-		_ = m.Ack()
+		w.settle(m, ackIt)
 		return false
 	case r.State == jetflow.InProgress && j.fn.kind == jetflow.AtMostOnce:
 		// Claimed by a worker that is gone (or a zombie): never run twice.
@@ -259,7 +259,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) boo
 			telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
 			w.complete(ctx, r)
 		}
-		_ = m.Ack()
+		w.settle(m, ackIt)
 		return false
 	case r.State == jetflow.InProgress && env.Attempt <= r.Attempts:
 		// Taking over from a lost worker: its attempt counts, so a handler
@@ -273,50 +273,95 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg) boo
 				telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
 				w.complete(ctx, r)
 			}
-			_ = m.Ack()
+			w.settle(m, ackIt)
 			return false
 		}
 	case env.Attempt <= r.Attempts && r.State == jetflow.Pending:
 		// A message of an attempt that already ran; the next one is scheduled.
-		_ = m.Ack()
+		w.settle(m, ackIt)
 		return false
 	}
 	j.rec, j.rev = r, r.Revision
 	return true
 }
 
-func validJSON(b []byte) json.RawMessage {
-	if json.Valid(b) {
+// recordArgs is what a record stores as the args of a run whose message
+// body is b: b itself when it is JSON that fits a record, or else a summary
+// (size, SHA-256 and as much of the body as fits, base64) so that a hostile
+// or broken body still leaves a record within the server's max payload.
+func (w *Worker) recordArgs(b []byte) json.RawMessage {
+	limit := w.argsLimit()
+	if len(b) <= limit && json.Valid(b) {
 		return b
 	}
-	s, _ := json.Marshal(string(b))
-	return s
+	if len(b) <= limit/8 && utf8.Valid(b) {
+		s, _ := json.Marshal(string(b)) // not JSON, but text: kept as a string
+		return s
+	}
+	keep := min(len(b), 3*(limit/4)/4) // base64 of what is kept fits in a quarter of the limit
+	sum := sha256.Sum256(b)
+	v, _ := json.Marshal(struct {
+		NotJSON   bool   `json:"notJSON"`
+		Size      int    `json:"size"`
+		SHA256    string `json:"sha256"`
+		Base64    []byte `json:"base64"`
+		Truncated bool   `json:"truncated,omitempty"`
+	}{!json.Valid(b), len(b), hex.EncodeToString(sum[:]), b[:keep], keep < len(b)})
+	return v
 }
 
+// argsLimit is the most bytes of args a run's record can hold: the server's
+// max payload less room for the record's other fields (the producer's
+// limit too).
+func (w *Worker) argsLimit() int {
+	if max := w.nc.MaxPayload(); max > 8192 {
+		return int(max) - 4096
+	}
+	return 1 << 20
+}
+
+// maxReason bounds the reason a dead-letter record gives (a header value
+// it quotes may be as large as the message).
+const maxReason = 2048
+
 // deadLetter records a message jetflow cannot use as a failed run with the
-// reason, then terminates it, so nothing is silently dropped.
+// reason, then terminates it, so nothing is silently dropped. The record
+// takes the run id of the subject unless that id has a record already (the
+// message may not touch another run) or is unusable; it is then
+// dlq-<stream>-<sequence>.
 func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md *jetstream.MsgMetadata, reason error) {
+	dlq := fmt.Sprintf("dlq-%s-%d", md.Stream, md.Sequence.Stream)
 	_, id, _ := w.scfg.ParseFunctionSubject(m.Subject())
-	if jetflow.ValidateRunID(id) != nil || m.Headers().Get(streams.HeaderMsgID) != "" && m.Headers().Get(streams.HeaderMsgID) != id {
-		id = fmt.Sprintf("dlq-%s-%d", md.Stream, md.Sequence.Stream)
+	if jetflow.ValidateRunID(id) != nil || !msgIDFits(m.Headers().Get(streams.HeaderMsgID), streams.Envelope{ID: id, Attempt: 1}) {
+		id = dlq
+	}
+	why := reason.Error()
+	if len(why) > maxReason {
+		why = strings.ToValidUTF8(why[:maxReason], "?") + "…"
+	}
+	subject := m.Subject()
+	if len(subject) > 512 {
+		subject = subject[:512] + "…"
 	}
 	now := w.now().UTC()
 	r := &jetflow.Run{
-		ID: id, Name: e.name, Kind: e.kind, Args: validJSON(m.Data()), State: jetflow.Failed,
-		ScheduledTime: md.Timestamp.UTC(), CreationTime: md.Timestamp.UTC(), CompletedTime: now,
-		Error: fmt.Sprintf("%v: subject %s: %v", jetflow.ErrBadMessage, m.Subject(), reason),
+		ID: id, Name: e.name, Kind: e.kind, Args: w.recordArgs(m.Data()), State: jetflow.Failed,
+		ScheduledTime: md.Timestamp.UTC(), CreationTime: md.Timestamp.UTC(), CompletedTime: now, Permanent: true,
+		Error: fmt.Sprintf("%v: subject %s: %s", jetflow.ErrBadMessage, subject, why),
 	}
-	if old, err := w.store.Get(ctx, id); err == nil && !old.State.Terminal() {
-		r.Revision = old.Revision
+	_, err := w.store.Create(ctx, r)
+	if errors.Is(err, kv.ErrExists) && id != dlq {
+		r.ID = dlq
+		_, err = w.store.Create(ctx, r)
 	}
-	if _, err := w.store.Write(ctx, r, r.Revision); err != nil && !errors.Is(err, kv.ErrExists) {
-		w.log.Warn("dead letter write failed", "function", e.name, "run_id", id, "error", err)
-		_ = m.NakWithDelay(time.Second)
+	if err != nil && !errors.Is(err, kv.ErrExists) {
+		w.log.Warn("dead letter write failed", "function", e.name, "run_id", r.ID, "error", err)
+		w.settle(m, nakAfter(time.Second))
 		return
 	}
-	w.log.Warn("bad message recorded as failed run", "function", e.name, "run_id", id, "reason", reason)
+	w.log.Warn("bad message recorded as failed run", "function", e.name, "run_id", r.ID, "reason", why)
 	telemetry.M().Failed.Add(ctx, 1, e.attr)
-	_ = m.Term()
+	w.settle(m, verdict{do: term, why: "jetflow: bad message, recorded as failed run " + r.ID})
 }
 
 func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
@@ -377,12 +422,12 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		// Cancel already wrote the terminal record; anything else is discarded.
 		met.Canceled.Add(ctx, 1, e.attr)
 		w.releaseHeld(bg, j, false)
-		_ = m.Ack()
+		w.settle(m, ackIt)
 		return
 	} else if errors.Is(cause, errWorkerStopping) && herr != nil {
 		// Stopping: leave the message for another worker, unharmed.
 		w.releaseHeld(bg, j, false)
-		_ = m.Nak()
+		w.settle(m, nakIt)
 		return
 	}
 	_ = j.flushProgress(bg)
@@ -479,7 +524,7 @@ func (w *Worker) writeRecord(ctx context.Context, r *jetflow.Run, rev uint64) (u
 	if r.State != jetflow.Success {
 		// The args of a run published without a record are whatever its
 		// producer sent; a success means the handler decoded them.
-		r.Args = validJSON(r.Args)
+		r.Args = w.recordArgs(r.Args)
 	}
 	n, err := w.store.Create(ctx, r)
 	if errors.Is(err, kv.ErrExists) {
@@ -500,11 +545,11 @@ func (w *Worker) outcomeLost(ctx context.Context, j *jobCore, m jetstream.Msg, e
 	if errors.Is(err, kv.ErrConflict) {
 		w.log.Info("outcome discarded: run changed meanwhile", "function", j.fn.name, "run_id", j.env.ID, "attempt", j.env.Attempt)
 		w.releaseHeld(ctx, j, false)
-		_ = m.Ack()
+		w.settle(m, ackIt)
 		return
 	}
 	w.log.Warn("outcome write failed; run will be redelivered", "function", j.fn.name, "run_id", j.env.ID, "error", err)
-	_ = m.NakWithDelay(time.Second)
+	w.settle(m, nakAfter(time.Second))
 }
 
 // releaseHeld dispatches (commit) or cancels the children a retryable
@@ -566,7 +611,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 		met.Failed.Add(ctx, 1, j.fn.attr)
 		w.releaseHeld(ctx, j, false)
 		w.complete(ctx, &r)
-		_ = m.Ack()
+		w.settle(m, ackIt)
 		return
 	}
 	delay := j.fn.opts.Backoff.Delay(j.env.Attempt)
@@ -588,7 +633,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 		w.log.Warn("schedule retry; repair sweep will", "run_id", r.ID, "error", err)
 	}
 	met.Retried.Add(ctx, 1, j.fn.attr)
-	_ = m.Ack()
+	w.settle(m, ackIt)
 }
 
 // complete schedules the run's on-complete callback; the repair sweep covers

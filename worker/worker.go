@@ -42,6 +42,16 @@ type Config struct {
 	// outlast a leader election of the runs bucket, during which live
 	// workers cannot write heartbeats. Default max(2*AckWait, 30 s).
 	LostAfter time.Duration
+	// ReplayGrace: after its connection to NATS broke and came back, a
+	// worker treats a first delivery of a message stored before the
+	// reconnect as a possible replay (a server that crashed redelivers what
+	// it had not recorded as acknowledged, as first deliveries): it reads the
+	// record and claims the run before it starts, and one it finds
+	// unclaimed waits until ReplayGrace after the reconnect, the time every
+	// worker has to claim the runs it had in flight. It must exceed the
+	// spread of the workers' reconnects (nats.go's ReconnectWait, 2 s by
+	// default, plus its jitter). Default DefaultReplayGrace (5 s).
+	ReplayGrace time.Duration
 	// ProgressInterval coalesces progress writes: at most one per interval
 	// per run. Default 250 ms.
 	ProgressInterval time.Duration
@@ -124,6 +134,7 @@ type Worker struct {
 	stopping bool
 	stopCh   chan struct{}
 	out      outcomes
+	replay   replayGuard
 }
 
 type fnEntry struct {
@@ -163,6 +174,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	if cfg.LostAfter <= 0 {
 		cfg.LostAfter = max(2*cfg.AckWait, 30*time.Second)
 	}
+	if cfg.ReplayGrace <= 0 {
+		cfg.ReplayGrace = DefaultReplayGrace
+	}
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = 250 * time.Millisecond
 	}
@@ -177,7 +191,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		cfg: cfg, scfg: cfg.Streams.WithDefaults(), js: js, nc: js.Conn(), store: p.Store(), p: p,
 		log: cfg.Logger, now: cfg.Now,
 		fns: map[string]*fnEntry{}, running: map[string]*active{}, canceled: map[string]time.Time{},
-		stopCh: make(chan struct{}),
+		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)},
 	}, nil
 }
 
@@ -263,7 +277,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("worker: outcome replies: %w", err)
 	}
-	unsub := func() { _ = sub.Unsubscribe(); _ = osub.Unsubscribe() }
+	watchDone := make(chan struct{})
+	w.watchConnection(w.nc, watchDone)
+	unsub := func() { _ = sub.Unsubscribe(); _ = osub.Unsubscribe(); close(watchDone) }
 	stream, err := w.js.Stream(ctx, w.scfg.FunctionStream())
 	if err != nil {
 		unsub()
@@ -342,6 +358,8 @@ func (w *Worker) Start(ctx context.Context) error {
 				w.heartbeat(ctx)
 			case <-ct.C:
 				w.claimLate(ctx)
+			case <-w.replay.kick:
+				w.claimLate(ctx) // just reconnected: claim what runs here now
 			case <-ot.C:
 				w.sweepOutcomes()
 			case <-t.C:
@@ -494,18 +512,24 @@ func claimTick(fns []*fnEntry) time.Duration {
 // one. A run canceled or taken meanwhile has its context canceled.
 func (w *Worker) claimLate(ctx context.Context) {
 	now := w.now()
+	// Just reconnected: a run in flight here may be redelivered elsewhere
+	// (a server crash forgets deliveries), where it waits for this claim.
+	claimNow := w.claimNow()
 	w.mu.Lock()
 	var due []*active
 	for _, a := range w.running {
 		j := a.job
-		if j.fn.claimLate() && !a.claimed && now.Sub(j.started) >= j.fn.opts.ClaimAfter {
+		if j.fn.claimLate() && !a.claimed && (now.Sub(j.started) >= j.fn.opts.ClaimAfter || claimNow) {
 			a.claimed = true
 			due = append(due, a)
 		}
 	}
 	w.mu.Unlock()
 	for _, a := range due {
-		if err := a.job.claim(ctx); errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrExists) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := a.job.claim(cctx)
+		cancel()
+		if errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrExists) {
 			a.cancel(errTakenOver)
 		} else if err != nil {
 			w.mu.Lock()

@@ -77,6 +77,8 @@ func Tracing() bool { return tracerNow().on }
 // Metrics are jetflow's instruments.
 type Metrics struct {
 	Started, Succeeded, Failed, Retried, Canceled metric.Int64Counter
+	// SettleFailed counts acks, naks and terms the server did not take.
+	SettleFailed metric.Int64Counter
 	Lateness                                      metric.Float64Histogram
 }
 
@@ -94,6 +96,8 @@ func M() *Metrics {
 		m.Failed, _ = meter.Int64Counter("jetflow.runs.failed")
 		m.Retried, _ = meter.Int64Counter("jetflow.runs.retried")
 		m.Canceled, _ = meter.Int64Counter("jetflow.runs.canceled")
+		m.SettleFailed, _ = meter.Int64Counter("jetflow.deliveries.settle_failed",
+			metric.WithDescription("acks, naks and terms of deliveries that failed"))
 		m.Lateness, _ = meter.Float64Histogram("jetflow.runs.lateness", metric.WithUnit("s"),
 			metric.WithDescription("start time minus scheduled time"))
 	})

@@ -3,7 +3,11 @@
 package testserver
 
 import (
+	"io/fs"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,6 +69,30 @@ func (e *Env) boot(port int) {
 func (e *Env) Restart() {
 	e.T.Helper()
 	e.S.Stop()
+	e.boot(e.Port)
+}
+
+// RestartForgettingDeliveries stops the server, removes the state of every
+// consumer of stream (which messages were delivered and acknowledged), and
+// starts it again: what a server killed before that state reached its disk
+// does, redelivering the messages in flight at once as first deliveries.
+// The messages themselves are kept.
+func (e *Env) RestartForgettingDeliveries(stream string) {
+	e.T.Helper()
+	e.S.Stop()
+	obs := string(filepath.Separator) + filepath.Join("streams", stream, "obs") + string(filepath.Separator)
+	err := filepath.WalkDir(e.Dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && d.Name() == "o.dat" && strings.Contains(path, obs) {
+			return os.Remove(path)
+		}
+		return nil
+	})
+	if err != nil {
+		e.T.Fatal(err)
+	}
 	e.boot(e.Port)
 }
 

@@ -1,0 +1,182 @@
+package worker
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// After a NATS server crash, the messages that were delivered but not yet
+// acknowledged come back at once, and where the consumer's state had not
+// reached the disk they come back as first deliveries (a delivery count of
+// 1). A first delivery is otherwise run without reading its record (the
+// message names the record's revision, or is the pending record itself), so
+// a worker has to tell the deliveries that may be replays from the others:
+//
+//   - the worker watches its connection; from a disconnect on, every message
+//     stored before the moment it reconnected may have been delivered before
+//     (mayBeReplay). Such a delivery is reconciled with its record and
+//     claimed before its handler starts, as a redelivery is;
+//   - a run that another live worker was running without a claim yet (a
+//     late claim) leaves no trace in its record. On reconnect every worker
+//     claims the runs it has in flight at once (claimNow), and a delivery
+//     that may be a replay and finds its run unclaimed waits until
+//     ReplayGrace after the reconnect before it claims it, so that the
+//     worker running it wins the claim. It is then redelivered, counted as
+//     a redelivery.
+//
+// The cost falls on the messages stored before a reconnect: a record read
+// and a claim each, and up to ReplayGrace of delay for those found
+// unclaimed. Messages stored after it take the fast path again.
+
+// DefaultReplayGrace is the default Config.ReplayGrace.
+const DefaultReplayGrace = 5 * time.Second
+
+// replaySlack widens the window of possible replays for a server clock
+// ahead of the worker's (stored times are the server's).
+const replaySlack = time.Second
+
+// replayGuard is what the worker saw of its connection.
+type replayGuard struct {
+	// before: a first delivery of a message stored before this time (unix
+	// ns) may be a replay. 0: never disconnected. MaxInt64 while
+	// disconnected.
+	before atomic.Int64
+	// graceUntil: unclaimed possible replays wait until this time (unix ns).
+	graceUntil atomic.Int64
+	// claimUntil: until this time (unix ns), every run in flight here is
+	// claimed at once, whatever its ClaimAfter.
+	claimUntil atomic.Int64
+	// kick asks the worker's loop to claim the runs in flight now.
+	kick chan struct{}
+}
+
+// watchConnection follows nc's status until done closes.
+func (w *Worker) watchConnection(nc *nats.Conn, done <-chan struct{}) {
+	ch := nc.StatusChanged(nats.CONNECTED, nats.DISCONNECTED, nats.RECONNECTING)
+	go func() {
+		defer nc.RemoveStatusListener(ch)
+		for {
+			select {
+			case <-done:
+				return
+			case st, ok := <-ch:
+				if !ok {
+					return
+				}
+				w.noteStatus(st)
+			}
+		}
+	}()
+}
+
+func (w *Worker) noteStatus(st nats.Status) {
+	g := &w.replay
+	switch st {
+	case nats.DISCONNECTED, nats.RECONNECTING:
+		// Anything delivered from here on may be a replay until the
+		// reconnect says from when.
+		g.before.Store(math.MaxInt64)
+		g.graceUntil.Store(math.MaxInt64)
+		g.claimUntil.Store(math.MaxInt64)
+	case nats.CONNECTED:
+		now := w.now()
+		g.before.Store(now.Add(replaySlack).UnixNano())
+		g.graceUntil.Store(now.Add(w.cfg.ReplayGrace).UnixNano())
+		g.claimUntil.Store(now.Add(w.cfg.ReplayGrace).UnixNano())
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+		w.log.Info("reconnected: deliveries of messages stored before now are claimed first", "grace", w.cfg.ReplayGrace)
+	}
+}
+
+// mayBeReplay reports whether a first delivery of m may repeat a delivery
+// made before the worker's connection broke.
+func (w *Worker) mayBeReplay(m jetstream.Msg) bool {
+	before := w.replay.before.Load()
+	if before == 0 {
+		return false
+	}
+	if before == math.MaxInt64 {
+		return true
+	}
+	stored, ok := storedFrom(m.Reply())
+	if !ok {
+		md, err := m.Metadata()
+		if err != nil {
+			return true
+		}
+		stored = md.Timestamp.UnixNano()
+	}
+	return stored < before
+}
+
+// replayWait is how long an unclaimed possible replay still waits for the
+// worker that may be running it to claim it (0: no longer).
+func (w *Worker) replayWait() time.Duration {
+	until := w.replay.graceUntil.Load()
+	if until == math.MaxInt64 {
+		return w.cfg.ReplayGrace
+	}
+	return time.Duration(until - w.now().UnixNano())
+}
+
+// claimNow reports whether runs in flight are to be claimed at once
+// (shortly after a reconnect).
+func (w *Worker) claimNow() bool {
+	return w.now().UnixNano() < w.replay.claimUntil.Load()
+}
+
+// ackToken returns token i (0-based, counted after "$JS.ACK.") of a
+// JetStream ack subject, in its 9-token form
+// ($JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>)
+// or its 11-or-more-token form with domain and account hash before the
+// stream. It reports false for any other shape.
+func ackToken(reply string, i int) (string, bool) {
+	tokens := strings.Count(reply, ".") + 1
+	switch {
+	case tokens == 9:
+	case tokens >= 11:
+		i += 2
+	default:
+		return "", false
+	}
+	at := i + 2 // "$JS", "ACK"
+	for range at {
+		k := strings.IndexByte(reply, '.')
+		reply = reply[k+1:]
+	}
+	if k := strings.IndexByte(reply, '.'); k >= 0 {
+		reply = reply[:k]
+	}
+	return reply, true
+}
+
+// deliveredFrom reads the delivery count from an ack subject without the
+// allocations of Metadata (once per run on the hot path).
+func deliveredFrom(reply string) (uint64, bool) {
+	tok, ok := ackToken(reply, 2)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(tok, 10, 64)
+	return n, err == nil && n > 0
+}
+
+// storedFrom reads when the message was stored (unix ns) from an ack
+// subject.
+func storedFrom(reply string) (int64, bool) {
+	tok, ok := ackToken(reply, 5)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(tok, 10, 64)
+	return n, err == nil && n > 0
+}
