@@ -79,7 +79,7 @@ type Metrics struct {
 	Started, Succeeded, Failed, Retried, Canceled metric.Int64Counter
 	// SettleFailed counts acks, naks and terms the server did not take.
 	SettleFailed metric.Int64Counter
-	Lateness                                      metric.Float64Histogram
+	Lateness     metric.Float64Histogram
 }
 
 var (
