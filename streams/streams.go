@@ -161,8 +161,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 		return err
 	}
 	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:               c.FunctionStream(),
-		Subjects:           []string{c.prefix() + ".fn.>"},
+		Name: c.FunctionStream(),
+		// A function name and a run id at least: a message on
+		// <prefix>.fn.<name> alone is refused at publish.
+		Subjects:           []string{c.prefix() + ".fn.*.>"},
 		Retention:          jetstream.WorkQueuePolicy,
 		Storage:            fnStorage,
 		Replicas:           fnReplicas,
