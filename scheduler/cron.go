@@ -129,7 +129,10 @@ type CronDef struct {
 	Call jetflow.Call
 	// Overlap lets a fire start while the cron's previous run is still
 	// pending or running. Default false: that fire is skipped, logged and
-	// counted in CronInfo.Skipped.
+	// counted in CronInfo.Skipped; except while a leader catches up after a
+	// failover or a slow tick (the fire is evaluated more than a second
+	// late, or right after one that was): then a previous run that has not
+	// started yet is waited for, within Grace, and the fire is not lost.
 	Overlap bool
 	// CatchUp is how many fires missed while no scheduler ran (older than
 	// CronConfig.Grace when the scheduler comes back) are replayed, oldest
@@ -247,7 +250,9 @@ func (c CronConfig) withDefaults() CronConfig {
 // now, so crons do not drift. A fire whose time came while the cron's
 // previous run is still pending or running is skipped, logged and counted
 // (CronInfo.Skipped), unless the cron sets Overlap. A fire is on time up to
-// CronConfig.Grace after its time (a slow tick, a failover); older fires
+// CronConfig.Grace after its time (a slow tick, a failover: the overdue
+// fires then go one after the other, each after the previous run ended, none
+// skipped because the one just fired has not started); older fires
 // were missed while no scheduler ran: they are skipped and counted
 // (CronInfo.Missed), or, with CatchUp n, the first n of them are replayed
 // in order. Resuming a paused cron computes its next time from now.

@@ -417,6 +417,7 @@ func (c *Crons) advance(ctx context.Context, r *cronRecord, now time.Time) (Tick
 	defer func() {
 		r.Due = dueAt(r.Next, now)
 	}()
+	firedLate := false // the previous time was fired late in this pass
 	for steps := 0; !r.Next.After(now) && steps < maxSteps; steps++ {
 		t := r.Next
 		missed := t.Before(limit)
@@ -435,7 +436,7 @@ func (c *Crons) advance(ctx context.Context, r *cronRecord, now time.Time) (Tick
 			r.Replay = countMissed(r.Spec, t, limit, r.CatchUp)
 		}
 		if r.Replay > 0 {
-			fired, wait, err := c.fire(ctx, r, t, true)
+			fired, wait, err := c.fire(ctx, r, t, true, false)
 			if err != nil {
 				return st, err
 			}
@@ -466,9 +467,14 @@ func (c *Crons) advance(ctx context.Context, r *cronRecord, now time.Time) (Tick
 			}
 			continue
 		}
-		fired, _, err := c.fire(ctx, r, t, false)
+		late := now.Sub(t) > catchUpLag || firedLate
+		fired, wait, err := c.fire(ctx, r, t, false, late)
 		if err != nil {
 			return st, err
+		}
+		firedLate = fired && late
+		if wait {
+			return st, nil // the previous run has not started: look again in a second
 		}
 		if fired {
 			st.Fired++
@@ -524,7 +530,12 @@ func countMissed(s cronspec.Spec, t, limit time.Time, most int) int {
 // (counted) and a replayed one waits (wait). The run id is the same on
 // every scheduler, so a time that another leader fired already is not
 // fired again.
-func (c *Crons) fire(ctx context.Context, r *cronRecord, t time.Time, replay bool) (fired, wait bool, err error) {
+//
+// catchUp: t is being fired late, or right after an earlier time fired late
+// in the same pass (a new leader catching up): a previous run that has not
+// started yet is waited for (up to catchUpWait here, then again at the
+// next tick, as long as t is within Grace) instead of skipping t.
+func (c *Crons) fire(ctx context.Context, r *cronRecord, t time.Time, replay, catchUp bool) (fired, wait bool, err error) {
 	id := CronRunID(r.Name, t)
 	if !r.Overlap && r.LastRun != "" && r.LastRun != id {
 		active, err := c.runActive(ctx, r.LastRun)
@@ -540,6 +551,19 @@ func (c *Crons) fire(ctx context.Context, r *cronRecord, t time.Time, replay boo
 			}
 			if replay {
 				return false, true, nil
+			}
+			if catchUp {
+				// A time fired late (a failover, a slow tick) whose previous
+				// run, fired late too, has not started yet: it waits for
+				// that run, within Grace, rather than being skipped.
+				switch prev, err := c.awaitStart(ctx, r.LastRun, catchUpWait); {
+				case err != nil:
+					return false, false, err
+				case prev == prevEnded:
+					return c.fire(ctx, r, t, replay, catchUp)
+				case prev == prevPending:
+					return false, true, nil
+				}
 			}
 			r.Skipped++
 			c.log.Warn("cron fire skipped: previous run still active", "cron", r.Name, "time", t, "previous_run_id", r.LastRun)
@@ -567,6 +591,51 @@ func (c *Crons) fire(ctx context.Context, r *cronRecord, t time.Time, replay boo
 func (c *Crons) fired(r *cronRecord, id string, t time.Time) {
 	r.LastRun, r.LastTime = id, t.UTC()
 	r.Fired++
+}
+
+// catchUpWait is how long an on-time fire waits in a tick for the previous
+// run, not started yet, to end (runs fired back to back when a new leader
+// catches up usually take milliseconds).
+const catchUpWait = time.Second
+
+// catchUpLag is how late a fire must be evaluated to count as catching up
+// (a tick evaluates its times a millisecond after they come).
+const catchUpLag = time.Second
+
+type prevRun uint8
+
+const (
+	prevEnded   prevRun = iota // ended (or gone): fire
+	prevPending                // still waiting to start: wait
+	prevRunning                // in progress: an on-time fire is skipped
+)
+
+// awaitStart watches run id for up to d while it is pending and reports
+// what it became.
+func (c *Crons) awaitStart(ctx context.Context, id string, d time.Duration) (prevRun, error) {
+	deadline := time.Now().Add(d)
+	for {
+		run, err := c.p.Get(ctx, id)
+		if errors.Is(err, jetflow.ErrNotFound) {
+			return prevEnded, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case run.State.Terminal():
+			return prevEnded, nil
+		case run.State == jetflow.InProgress:
+			return prevRunning, nil
+		case time.Now().After(deadline):
+			return prevPending, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // runActive reports whether run id is pending or in progress.

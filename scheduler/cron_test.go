@@ -781,3 +781,36 @@ func TestCronLeaderStoppedMidTick(t *testing.T) {
 		t.Fatalf("first run at %s, want the interrupted fire %s", times[0], at)
 	}
 }
+
+// A leader that takes over after a failover finds several times of a cron
+// overdue but within Grace: it fires each of them, one after the other
+// (each waits for the previous run, fired late too, to end), instead of
+// skipping them as "previous run still active". None overlaps another.
+func TestCronCatchUpAfterFailoverLosesNoTick(t *testing.T) {
+	t.Parallel()
+	t0 := time.Now().UTC().Truncate(time.Second).Add(-time.Hour) // past: its runs start at once
+	ts, c, p, clk := cronSetup(t, t0, scheduler.CronConfig{})
+	ex := startCronCounter(t, ts)
+	cronRegister(t, c, scheduler.CronDef{Name: "every-second", Schedule: scheduler.Interval(time.Second), Call: cronFn.With(cronArgs{})})
+	if st := cronTick(t, c); st.Fired != 1 {
+		t.Fatalf("first tick: %+v, want 1 fired", st)
+	}
+	// The leader is gone for 5 s; the new one ticks once.
+	clk.Add(5 * time.Second)
+	if st := cronTick(t, c); st.Fired != 5 || st.Skipped != 0 || st.Missed != 0 {
+		t.Fatalf("catch-up tick: %+v, want the 5 overdue times fired, none skipped", st)
+	}
+	ctx := context.Background()
+	for i := range 6 {
+		id := scheduler.CronRunID("every-second", t0.Add(time.Duration(i)*time.Second))
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		r, err := p.Wait(wctx, id)
+		cancel()
+		if err != nil || r.State != jetflow.Success {
+			t.Fatalf("run %d (%s): %+v %v, want success", i, id, r, err)
+		}
+	}
+	if got := ex.times(t, "every-second"); len(got) != 6 {
+		t.Fatalf("executed times %v, want the 6 from %s", got, t0)
+	}
+}
