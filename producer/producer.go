@@ -110,12 +110,12 @@ func (p *Producer) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts 
 	}
 	if p.direct(r, o) {
 		// The run's message is its record until a worker writes one.
-		if _, err := p.js.PublishMsg(ctx, p.cfg.Message(directEnvelope(r))); err != nil {
+		if err := p.publishDirect(ctx, r); err != nil {
 			return "", fmt.Errorf("producer: publish run %s: %w", r.ID, err)
 		}
 		return r.ID, nil
 	}
-	if _, err := p.store.Create(ctx, r); err != nil {
+	if _, err := p.createRecord(ctx, r); err != nil {
 		if errors.Is(err, kv.ErrExists) {
 			return r.ID, fmt.Errorf("run %s: %w", r.ID, ErrAlreadyExists)
 		}
@@ -221,11 +221,19 @@ func (p *Producer) Release(ctx context.Context, r *jetflow.Run) error {
 // idempotent within the stream's duplicate window (Nats-Msg-Id).
 func (p *Producer) Dispatch(ctx context.Context, r *jetflow.Run) error {
 	e := EnvelopeOf(r)
+	// Both writes are idempotent (the same delayed entry; a message with
+	// the run's Nats-Msg-Id): tried again through an election.
 	if r.ScheduledTime.After(p.now()) {
-		_, err := p.store.PutDelayed(ctx, kv.Delayed{Envelope: e, Due: r.ScheduledTime})
-		return err
+		return p.ride(ctx, func(ctx context.Context, _ bool) error {
+			_, err := p.store.PutDelayed(ctx, kv.Delayed{Envelope: e, Due: r.ScheduledTime})
+			return err
+		})
 	}
-	if _, err := p.js.PublishMsg(ctx, p.cfg.Message(e)); err != nil {
+	err := p.ride(ctx, func(ctx context.Context, _ bool) error {
+		_, err := p.js.PublishMsg(ctx, p.cfg.Message(e))
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("producer: publish run %s: %w", r.ID, err)
 	}
 	return nil

@@ -1,0 +1,126 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A producer rides out what a cluster does for a few seconds when a node
+// dies (a stream or bucket without a leader until its election ends) and
+// what a client does while it reconnects: a write that failed that way is
+// tried again, within the caller's ctx, as long as trying again cannot
+// make a second run. Writes that may have landed with their reply lost are
+// checked before they are written again.
+
+// rideDefault bounds the retries of a call whose ctx has no deadline.
+const rideDefault = 30 * time.Second
+
+// rideAttempt bounds one attempt, so that a request sent to a node that
+// just died does not use up the caller's whole ctx.
+const rideAttempt = 2 * time.Second
+
+// transient reports an error after which the same request may succeed: no
+// stream or bucket leader (an election), no responder, a timeout, a
+// connection being re-established.
+func transient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		// 10008: JetStream system temporarily unavailable (no leader).
+		return api.ErrorCode == 10008 || strings.Contains(api.Description, "temporarily unavailable")
+	}
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
+}
+
+// ride runs op until it succeeds, fails for good, or ctx (at most
+// rideDefault when ctx has no deadline) ends. retried tells op that an
+// earlier attempt may have landed.
+func (p *Producer) ride(ctx context.Context, op func(ctx context.Context, retried bool) error) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rideDefault)
+		defer cancel()
+	}
+	delay := 25 * time.Millisecond
+	for retried := false; ; retried = true {
+		actx, cancel := context.WithTimeout(ctx, rideAttempt)
+		err := op(actx, retried)
+		cancel()
+		if err == nil || !transient(err) || ctx.Err() != nil {
+			if err != nil && ctx.Err() != nil && retried {
+				return fmt.Errorf("%w (gave up retrying: %w)", err, ctx.Err())
+			}
+			return err
+		}
+		p.log.DebugContext(ctx, "transient NATS error; retrying", "error", err, "delay", delay)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+// createRecord creates r's record, riding out elections. A create that
+// landed with its reply lost is found on the next try: the stored record is
+// this one (same creation time and name), not an earlier run's.
+func (p *Producer) createRecord(ctx context.Context, r *jetflow.Run) (uint64, error) {
+	var rev uint64
+	err := p.ride(ctx, func(ctx context.Context, retried bool) error {
+		n, err := p.store.Create(ctx, r)
+		if errors.Is(err, kv.ErrExists) && retried {
+			if cur, gerr := p.store.Get(ctx, r.ID); gerr == nil && cur.Name == r.Name && cur.CreationTime.Equal(r.CreationTime) {
+				n, err = cur.Revision, nil
+			} else if gerr != nil && transient(gerr) {
+				return gerr
+			}
+		}
+		rev = n
+		return err
+	})
+	return rev, err
+}
+
+// publishDirect publishes a run that has no record (its message is its
+// pending record), riding out elections. Before a retry it looks whether
+// the earlier publish landed: its message is queued, or a worker already
+// took it (the record exists: a worker writes it before it acknowledges
+// the message).
+func (p *Producer) publishDirect(ctx context.Context, r *jetflow.Run) error {
+	return p.ride(ctx, func(ctx context.Context, retried bool) error {
+		if retried {
+			queued, err := p.store.Queued(ctx, r.Name, r.ID)
+			if err != nil {
+				return err
+			}
+			if queued {
+				return nil
+			}
+			if _, err := p.store.Get(ctx, r.ID); err == nil {
+				return nil
+			} else if !errors.Is(err, jetflow.ErrNotFound) {
+				return err
+			}
+		}
+		m := p.cfg.Message(directEnvelope(r))
+		if retried {
+			// Deduplicated from here on, should this try land late too.
+			m.Header.Set(nats.MsgIdHdr, r.ID)
+		}
+		_, err := p.js.PublishMsg(ctx, m)
+		return err
+	})
+}
