@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -44,6 +45,9 @@ var (
 type Config struct {
 	// Streams names subjects and buckets; see streams.Config for defaults.
 	Streams streams.Config
+	// Provision is what New does about the streams and buckets. Default
+	// ProvisionAuto: create or update only what is missing or differs.
+	Provision Provisioning
 	// Logger receives debug logs. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
@@ -61,16 +65,51 @@ type Producer struct {
 	now   func() time.Time
 }
 
-// New provisions jetflow's streams and buckets (idempotent) and returns a
+// Provisioning is what New does about jetflow's streams and buckets.
+type Provisioning int
+
+const (
+	// ProvisionAuto looks every stream and bucket up (streams.Check) and
+	// provisions (streams.Provision) only when one is missing or shaped
+	// otherwise than Config.Streams asks. On a provisioned server it
+	// writes nothing, so the producer's NATS user needs no stream-admin
+	// rights; on a new server it creates them, which needs those rights.
+	// The zero-setup default (jetflow dev, examples, tests).
+	ProvisionAuto Provisioning = iota
+	// ProvisionOff only looks them up: one missing or shaped otherwise is
+	// an error matching streams.ErrNotProvisioned, and New writes nothing.
+	// For users without stream-admin rights, on a server provisioned by an
+	// operator (`jetflow provision`, or streams.Provision).
+	ProvisionOff
+)
+
+// New looks up jetflow's streams and buckets, provisions them if
+// cfg.Provision allows and they need it (see Provisioning), and returns a
 // Producer on them.
+//
+// A NATS user that lacks a permission New uses gets the server's
+// permissions violation at once (errors.Is(err,
+// nats.ErrPermissionViolation)), not a timeout. See docs/permissions.md
+// for what each role needs.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Producer, error) {
 	scfg := cfg.Streams.WithDefaults()
-	if err := streams.Provision(ctx, js, scfg); err != nil {
-		return nil, err
-	}
-	st, err := kv.Open(ctx, js, scfg)
+	var st *kv.Store
+	err := natsperm.Do(ctx, js.Conn(), func(ctx context.Context) error {
+		err := streams.Check(ctx, js, cfg.Streams)
+		if errors.Is(err, streams.ErrNotProvisioned) && cfg.Provision == ProvisionAuto {
+			if perr := streams.Provision(ctx, js, cfg.Streams); perr != nil {
+				return fmt.Errorf("provisioning (%v): %w; provision with a user allowed to create streams: jetflow provision, or streams.Provision", err, perr)
+			}
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		st, err = kv.Open(ctx, js, scfg)
+		return err
+	}, "$JS.", "$KV.")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("producer: %w", err)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

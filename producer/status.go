@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -16,74 +17,129 @@ import (
 // run never starts: its record becomes canceled, its delayed entry or queued
 // message is removed, and workers are told. A running run has its context
 // canceled with cause jetflow.ErrCanceled; whatever it returns afterwards is
-// discarded. Canceling a run that has already ended is a no-op (as in
-// Convex). Errors: jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
+// discarded. Canceling a run that has already ended changes nothing and
+// returns nil (as in Convex); CancelRun says which of the two happened.
+// Errors: jetflow.ErrNotFound, jetflow.ErrInvalidRunID, a permissions
+// violation of the server (errors.Is nats.ErrPermissionViolation, at once),
+// and, when the record was canceled but the waiting entry could not be
+// removed (a user without purge rights), an error saying so: the run will
+// not start all the same.
 func (p *Producer) Cancel(ctx context.Context, id string) error {
+	_, err := p.CancelRun(ctx, id)
+	return err
+}
+
+// CancelResult is what CancelRun did.
+type CancelResult struct {
+	// Canceled is true when this call canceled the run, false when the run
+	// had already ended (Run.State says how: success, failed, or canceled
+	// earlier) and nothing changed.
+	Canceled bool
+	// Run is the run's record after the call.
+	Run *jetflow.Run
+}
+
+// CancelRun is Cancel, and says whether it canceled the run or the run had
+// already ended, as River's JobCancel returns the job: an ended run is not
+// an error, and nothing is done to it or its runs.
+func (p *Producer) CancelRun(ctx context.Context, id string) (CancelResult, error) {
 	return p.cancel(ctx, id, 0)
 }
 
-func (p *Producer) cancel(ctx context.Context, id string, depth int) error {
-	if depth > 64 {
-		return nil
-	}
+func (p *Producer) cancel(ctx context.Context, id string, depth int) (CancelResult, error) {
+	var r *jetflow.Run
 	var prev jetflow.State
-	r, err := p.store.Transition(ctx, id, func(r *jetflow.Run) bool {
-		prev = r.State
-		r.State = jetflow.Canceled
-		r.CompletedTime = p.now().UTC()
-		r.Error = jetflow.ErrCanceled.Error()
-		return true
-	})
+	err := natsperm.Do(ctx, p.nc, func(ctx context.Context) error {
+		var err error
+		r, prev, err = p.markCanceled(ctx, id)
+		return err
+	}, "$JS.", "$KV.")
 	if errors.Is(err, kv.ErrTerminal) {
-		return nil
-	}
-	if errors.Is(err, jetflow.ErrNotFound) {
-		// Published without a record and not taken yet: record it as
-		// canceled (create-only: a worker creating it first wins the race,
-		// and then the record exists and the loop above applies).
-		q, ok, qerr := p.store.QueuedRun(ctx, id)
-		if qerr != nil || !ok {
-			// Taken meanwhile: its record is written before its message
-			// goes, so the record is there now, unless there is no run.
-			if _, gerr := p.store.Get(ctx, id); gerr == nil {
-				return p.cancel(ctx, id, depth+1)
-			}
-			if qerr != nil {
-				return qerr
-			}
-			return err
-		}
-		prev = jetflow.Pending
-		q.State, q.CompletedTime, q.Error = jetflow.Canceled, p.now().UTC(), jetflow.ErrCanceled.Error()
-		if _, cerr := p.store.Create(ctx, q); cerr != nil {
-			if errors.Is(cerr, kv.ErrExists) {
-				return p.cancel(ctx, id, depth+1)
-			}
-			return cerr
-		}
-		r, err = q, nil
+		return CancelResult{Run: r}, nil
 	}
 	if err != nil {
-		return err
+		return CancelResult{}, err
 	}
+	res := CancelResult{Canceled: true, Run: r}
+	var errs []error
 	if prev == jetflow.Pending {
-		if ok, rev, _ := p.findDelayed(ctx, r); ok {
-			_ = p.store.RemoveDelayed(ctx, kv.DelayedKey(r.ScheduledTime, r.ID), rev)
+		err := natsperm.Do(ctx, p.nc, func(ctx context.Context) error { return p.unschedule(ctx, r) }, "$JS.", "$KV.")
+		if err != nil {
+			errs = append(errs, fmt.Errorf("producer: run %s is canceled and will not start, but its waiting entry was not removed: %w", id, err))
 		}
-		_ = p.store.Unqueue(ctx, r.Name, r.ID)
 	}
 	if err := p.Complete(ctx, r); err != nil {
 		p.log.WarnContext(ctx, "on-complete of canceled run; repair sweep will", "run_id", id, "error", err)
 	}
 	if err := p.nc.Publish(p.cfg.CancelSubject(), []byte(id)); err != nil {
-		return fmt.Errorf("producer: cancel notice %s: %w", id, err)
+		return res, errors.Join(append(errs, fmt.Errorf("producer: cancel notice %s: %w", id, err))...)
 	}
-	for _, child := range r.Children {
-		if err := p.cancel(ctx, child, depth+1); err != nil && !errors.Is(err, jetflow.ErrNotFound) {
+	if depth < 64 {
+		for _, child := range r.Children {
+			if _, err := p.cancel(ctx, child, depth+1); err != nil && !errors.Is(err, jetflow.ErrNotFound) {
+				return res, errors.Join(append(errs, err)...)
+			}
+		}
+	}
+	return res, errors.Join(errs...)
+}
+
+// markCanceled writes run id's record as canceled and returns it with the
+// state it had. A run published without a record that no worker has taken
+// yet is recorded as canceled (create-only: a worker creating the record
+// first wins the race, and the record is then canceled as any other).
+// Errors: kv.ErrTerminal (with the record) when the run had ended.
+func (p *Producer) markCanceled(ctx context.Context, id string) (*jetflow.Run, jetflow.State, error) {
+	for range 64 {
+		var prev jetflow.State
+		r, err := p.store.Transition(ctx, id, func(r *jetflow.Run) bool {
+			prev = r.State
+			r.State = jetflow.Canceled
+			r.CompletedTime = p.now().UTC()
+			r.Error = jetflow.ErrCanceled.Error()
+			return true
+		})
+		if !errors.Is(err, jetflow.ErrNotFound) {
+			return r, prev, err
+		}
+		q, ok, qerr := p.store.QueuedRun(ctx, id)
+		if qerr != nil || !ok {
+			// Taken meanwhile: its record is written before its message
+			// goes, so the record is there now, unless there is no run.
+			if _, gerr := p.store.Get(ctx, id); gerr == nil {
+				continue
+			}
+			if qerr != nil {
+				return nil, "", qerr
+			}
+			return nil, "", err
+		}
+		q.State, q.CompletedTime, q.Error = jetflow.Canceled, p.now().UTC(), jetflow.ErrCanceled.Error()
+		if _, cerr := p.store.Create(ctx, q); cerr != nil {
+			if errors.Is(cerr, kv.ErrExists) {
+				continue
+			}
+			return nil, "", cerr
+		}
+		return q, jetflow.Pending, nil
+	}
+	return nil, "", fmt.Errorf("producer: cancel %s: the run kept changing", id)
+}
+
+// unschedule removes the delayed entry and the waiting message of a pending
+// run just canceled. Without them the run would not start either (its
+// record is canceled), but they would wait until their time.
+func (p *Producer) unschedule(ctx context.Context, r *jetflow.Run) error {
+	ok, rev, err := p.findDelayed(ctx, r)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if err := p.store.RemoveDelayed(ctx, kv.DelayedKey(r.ScheduledTime, r.ID), rev); err != nil {
 			return err
 		}
 	}
-	return nil
+	return p.store.Unqueue(ctx, r.Name, r.ID)
 }
 
 func (p *Producer) findDelayed(ctx context.Context, r *jetflow.Run) (bool, uint64, error) {

@@ -1,0 +1,115 @@
+package natsperm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+func TestViolation(t *testing.T) {
+	t.Parallel()
+	pv := func(s string) error { return fmt.Errorf("%w: %s", nats.ErrPermissionViolation, s) }
+	pub := pv(`Permissions Violation for Publish to "$JS.API.STREAM.CREATE.JETFLOW_FN"`)
+	sub := pv(`Permissions Violation for Subscription to "_INBOX.abc.*"`)
+	other := pv(`Permissions Violation for Publish to "app.orders"`)
+	for _, tc := range []struct {
+		name         string
+		last, before error
+		prefixes     []string
+		want         bool
+	}{
+		{"none", nil, nil, nil, false},
+		{"not a violation", errors.New("x"), nil, nil, false},
+		{"any subject", pub, nil, nil, true},
+		{"watched prefix", pub, nil, []string{"$JS."}, true},
+		{"other prefix", other, nil, []string{"$JS.", "$KV."}, false},
+		{"inbox subscription", sub, nil, []string{"$JS."}, true},
+		{"seen before", pub, pub, nil, false},
+		{"new one of the same text", pv(`Permissions Violation for Publish to "$JS.API.STREAM.CREATE.JETFLOW_FN"`), pub, nil, true},
+		{"unknown form", pv("something else"), nil, []string{"$JS."}, true},
+	} {
+		got := violation(tc.last, tc.before, "_INBOX", tc.prefixes) != nil
+		if got != tc.want {
+			t.Errorf("%s: %t, want %t", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestDoWithoutConn(t *testing.T) {
+	t.Parallel()
+	want := errors.New("boom")
+	if err := Do(context.Background(), nil, func(context.Context) error { return want }); err != want {
+		t.Fatal(err)
+	}
+}
+
+// A request whose publish the server denies ends at once with the
+// violation, not at its deadline; a permitted one is unaffected.
+func TestDoEndsADeniedRequestAtOnce(t *testing.T) {
+	t.Parallel()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		Users: []*server.User{{Username: "u", Password: "p", Permissions: &server.Permissions{
+			Publish:   &server.SubjectPermission{Allow: []string{"ok.>", "_INBOX.>"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>", "ok.>"}},
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(5 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	defer s.Shutdown()
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo("u", "p"), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe("ok.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	err = Do(ctx, nc, func(ctx context.Context) error {
+		_, err := nc.RequestWithContext(ctx, "denied.api", nil)
+		return err
+	}, "denied.")
+	if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "denied.api") {
+		t.Fatalf("err = %v, want the permissions violation", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("took %s: it waited for the deadline", d)
+	}
+	// The old violation does not end the next call.
+	err = Do(ctx, nc, func(ctx context.Context) error {
+		_, err := nc.RequestWithContext(ctx, "ok.echo", []byte("hi"))
+		return err
+	}, "denied.")
+	if err != nil {
+		t.Fatalf("permitted request: %v", err)
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	t.Parallel()
+	v := fmt.Errorf("%w: Permissions Violation for Publish to \"x\"", nats.ErrPermissionViolation)
+	e := &violationError{v: v, msg: describe(fmt.Errorf("provision: %w", context.Canceled), v)}
+	if e.Error() != "provision: "+v.Error() || !errors.Is(e, nats.ErrPermissionViolation) || errors.Is(e, context.Canceled) {
+		t.Fatalf("%v", e)
+	}
+	if got := describe(errors.New("other"), v); got != v.Error()+" (other)" {
+		t.Fatal(got)
+	}
+}
