@@ -157,17 +157,24 @@ func (h *handler) cancel(ctx context.Context, id string) (cancelResult, error) {
 	if before.State.Terminal() {
 		return cancelResult{Run: before}, nil
 	}
-	if err := h.p.Cancel(ctx, id); err != nil {
+	res, err := h.p.CancelRun(ctx, id)
+	if err != nil && !res.Canceled {
 		if errors.Is(err, jetflow.ErrNotFound) {
 			return cancelResult{}, fmt.Errorf("run %s: %w", id, jetflow.ErrNotFound)
 		}
 		return cancelResult{}, err
 	}
+	if err != nil {
+		// Canceled: the run will not start, but its waiting entry could
+		// not be removed (a NATS user without purge rights).
+		h.log.WarnContext(ctx, "run canceled, waiting entry left", "run_id", id, "error", err)
+	}
 	after, err := h.get(ctx, id)
 	if err != nil {
 		return cancelResult{}, err
 	}
-	return cancelResult{Canceled: after.State == jetflow.Canceled, Run: after}, nil
+	// Canceled is what Cancel did: false when the run ended meanwhile.
+	return cancelResult{Canceled: res.Canceled, Run: after}, nil
 }
 
 // counts scans the record headers of the runs bucket, then counts as

@@ -45,6 +45,19 @@ type Config struct {
 	// RequestTimeout bounds the NATS work of one request (not of the
 	// events stream). Default 15 s.
 	RequestTimeout time.Duration
+	// AllowedHosts are the values of the Host header served besides
+	// loopback ones (localhost, 127.0.0.0/8, [::1], on any port): each a
+	// host name or address (any port) or host:port; "*" serves any Host.
+	// Every other request gets 421 Misdirected Request, whatever its route
+	// and method: a page on another name that resolves to this server (DNS
+	// rebinding) cannot read runs or cancel them. Set it to the names the
+	// dashboard is reached by, e.g. behind a reverse proxy that keeps the
+	// Host. Default: loopback only.
+	AllowedHosts []string
+	// Middleware, when set, wraps every request after the Host check: the
+	// seam for authentication (BearerToken, BasicAuth, or your own, e.g.
+	// an OAuth proxy's header check). Default: none, no login.
+	Middleware func(http.Handler) http.Handler
 }
 
 func (c Config) withDefaults() Config {
@@ -144,7 +157,10 @@ func New(p *producer.Producer, cfg Config) http.Handler {
 			inner.ServeHTTP(w, r)
 		})
 	}
-	h.root = root
+	if cfg.Middleware != nil {
+		root = cfg.Middleware(root)
+	}
+	h.root = checkHost(cfg.AllowedHosts, root)
 	return h
 }
 

@@ -29,8 +29,18 @@
 // escaped by the templates, and the script writes it with textContent only.
 // Responses carry a Content-Security-Policy that allows nothing but the
 // dashboard's own origin, and POST requests from other origins are refused
-// (http.CrossOriginProtection). The dashboard has no login: serve it on a
-// loopback address or behind your own authentication.
+// (http.CrossOriginProtection). Requests whose Host header is neither a
+// loopback name nor in Config.AllowedHosts get 421, on every route: a page
+// on another name that resolves to the dashboard's address (DNS rebinding)
+// cannot read or cancel runs. The dashboard has no login of its own:
+// Config.Middleware is the seam for one (BearerToken, BasicAuth, or yours).
+// Serve it on a loopback address, or with a login, and over TLS (a reverse
+// proxy) beyond one machine.
+//
+//	dashboard.New(p, dashboard.Config{
+//		AllowedHosts: []string{"jetflow.internal.example"},
+//		Middleware:   dashboard.BearerToken(os.Getenv("DASHBOARD_TOKEN")),
+//	})
 //
 // # JSON API
 //
