@@ -26,32 +26,25 @@ type client struct {
 func (c *client) Close() { c.nc.Close() }
 
 // client connects and opens a producer on the server's jetflow streams.
-// producer.New provisions (create or update), so the replicas, storage and
-// duplicate window of streams that exist already are read first and kept:
-// a CLI command never reshapes an application's streams.
+// It never creates or changes them (producer.ProvisionOff): a CLI command
+// needs only the permissions it uses (docs/permissions.md), and streams are
+// provisioned by `jetflow provision`, `jetflow dev` or the application.
 func (c *connFlags) client(ctx context.Context) (*client, error) {
-	nc, js, err := c.connect()
+	nc, js, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	sc := c.streams().WithDefaults()
-	s, err := js.Stream(ctx, sc.FunctionStream())
-	switch {
-	case err == nil:
-		cfg := s.CachedInfo().Config
-		sc.Replicas, sc.Storage, sc.DuplicateWindow = cfg.Replicas, cfg.Storage, cfg.Duplicates
-	case errors.Is(err, jetstream.ErrStreamNotFound):
-	case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
-		nc.Close()
-		return nil, fmt.Errorf("%s: JetStream is not enabled on this server", c.url)
-	default:
-		nc.Close()
-		return nil, fmt.Errorf("%s: %w", c.url, err)
-	}
-	p, err := producer.New(ctx, js, producer.Config{Streams: sc})
+	sc := c.streams()
+	p, err := producer.New(ctx, js, producer.Config{Streams: sc, Provision: producer.ProvisionOff})
 	if err != nil {
 		nc.Close()
-		return nil, err
+		switch {
+		case errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
+			return nil, fmt.Errorf("%s: JetStream is not enabled on this server", c.displayURL())
+		case errors.Is(err, streams.ErrNotProvisioned):
+			return nil, fmt.Errorf("%s: %w (prefix %s): run `jetflow provision`, start `jetflow dev`, or start a worker first", c.displayURL(), err, sc.WithDefaults().Prefix)
+		}
+		return nil, fmt.Errorf("%s: %w", c.displayURL(), err)
 	}
 	return &client{nc: nc, js: js, p: p, sc: sc}, nil
 }

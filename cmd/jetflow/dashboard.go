@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -20,11 +22,13 @@ func init() {
 }
 
 func runDashboard(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "dashboard", "[--listen ADDR] [--base-path /P] [--url URL] [--prefix P]")
+	fs := newFlagSet(ctx, "dashboard", "[--listen ADDR] [--base-path /P] [--allow-host HOST]... [--token T | --basic-auth USER:PASS] [--insecure] [--url URL] [--prefix P]")
 	var cf connFlags
 	cf.add(fs)
-	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the dashboard on (port 0 picks a free one); it has no login, keep it on loopback or behind your own auth")
+	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the dashboard on (port 0 picks a free one); beyond loopback it needs --token or --basic-auth")
 	base := fs.String("base-path", "", "serve under this path, e.g. /jetflow (behind a reverse proxy)")
+	var sec dashboardSecurity
+	sec.add(fs, "")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -35,6 +39,10 @@ func runDashboard(ctx context.Context, args []string) error {
 	if *base != "" && !strings.HasPrefix(*base, "/") {
 		return fmt.Errorf("dashboard: --base-path %q: must start with /", *base)
 	}
+	dcfg, err := sec.config(*listen)
+	if err != nil {
+		return fmt.Errorf("dashboard: %w", err)
+	}
 	c, err := cf.client(ctx)
 	if err != nil {
 		return err
@@ -44,19 +52,111 @@ func runDashboard(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
-	stop, err := startDashboard(ctx, *listen, c.p, dashboard.Config{Crons: crons, BasePath: *base})
+	dcfg.Crons, dcfg.BasePath = crons, *base
+	stop, err := startDashboard(ctx, *listen, c.p, dcfg, sec)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	fmt.Fprintf(stdout(ctx), "  reading runs from %s (prefix %s)\nCtrl-C stops.\n", cf.url, cf.prefix)
+	fmt.Fprintf(stdout(ctx), "  reading runs from %s (prefix %s)\nCtrl-C stops.\n", cf.displayURL(), cf.prefix)
 	<-ctx.Done()
 	return nil
 }
 
+// dashboardSecurity are the dashboard's Host and login flags (named with
+// a prefix in `dev`, where --token etc. would be ambiguous).
+type dashboardSecurity struct {
+	prefix    string
+	allow     stringList
+	token     string
+	basicAuth string
+	insecure  bool
+}
+
+// stringList is a repeatable flag; each value may also be a
+// comma-separated list.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error {
+	for _, x := range strings.Split(v, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			*l = append(*l, x)
+		}
+	}
+	return nil
+}
+
+func (d *dashboardSecurity) add(fs *flag.FlagSet, prefix string) {
+	d.prefix = prefix
+	fs.Var(&d.allow, prefix+"allow-host", "a Host name (or host:port) the dashboard answers besides loopback ones and the --listen address; repeatable; * for any")
+	fs.StringVar(&d.token, prefix+"token", os.Getenv("JETFLOW_DASHBOARD_TOKEN"), "require this bearer token: Authorization: Bearer, or open the URL once with ?token= (env JETFLOW_DASHBOARD_TOKEN)")
+	fs.StringVar(&d.basicAuth, prefix+"basic-auth", os.Getenv("JETFLOW_DASHBOARD_BASIC_AUTH"), "require HTTP basic authentication as USER:PASS (env JETFLOW_DASHBOARD_BASIC_AUTH)")
+	fs.BoolVar(&d.insecure, prefix+"insecure", false, "serve without a login on a non-loopback address (anyone who reaches it can read and cancel runs)")
+}
+
+// config checks the flags against the listen address and returns the
+// dashboard's Host allow-list and login.
+func (d *dashboardSecurity) config(listen string) (dashboard.Config, error) {
+	var cfg dashboard.Config
+	if d.token != "" && d.basicAuth != "" {
+		return cfg, fmt.Errorf("--%stoken and --%sbasic-auth: choose one", d.prefix, d.prefix)
+	}
+	switch {
+	case d.token != "":
+		cfg.Middleware = dashboard.BearerToken(d.token)
+	case d.basicAuth != "":
+		user, pass, ok := strings.Cut(d.basicAuth, ":")
+		if !ok || user == "" || pass == "" {
+			return cfg, fmt.Errorf("--%sbasic-auth: want USER:PASS", d.prefix)
+		}
+		cfg.Middleware = dashboard.BasicAuth(user, pass)
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return cfg, fmt.Errorf("--listen %q: %w", listen, err)
+	}
+	if !isLoopback(host) && cfg.Middleware == nil && !d.insecure {
+		where := host
+		if where == "" || isUnspecified(host) {
+			where = "every interface"
+		}
+		return cfg, fmt.Errorf("listening on %s without a login: anyone who reaches it could read run arguments and results and cancel runs; set --%stoken or --%sbasic-auth (or --%sinsecure to do it anyway)", where, d.prefix, d.prefix, d.prefix)
+	}
+	cfg.AllowedHosts = append(cfg.AllowedHosts, d.allow...)
+	cfg.AllowedHosts = append(cfg.AllowedHosts, listenHosts(host)...)
+	return cfg, nil
+}
+
+// listenHosts are the Host names a browser uses to reach a server
+// listening on host: host itself, or, for every interface, the addresses
+// of this machine's interfaces and its host name.
+func listenHosts(host string) []string {
+	if host != "" && !isUnspecified(host) {
+		return []string{host}
+	}
+	out := []string{"0.0.0.0", "::"}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				out = append(out, ipn.IP.String())
+			}
+		}
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		out = append(out, h)
+	}
+	return out
+}
+
+func isUnspecified(host string) bool {
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
 // startDashboard serves the dashboard of p's runs on addr and prints its
 // URL; stop ends the open pages' event streams and shuts the server down.
-func startDashboard(ctx context.Context, addr string, p *producer.Producer, cfg dashboard.Config) (stop func(), err error) {
+func startDashboard(ctx context.Context, addr string, p *producer.Producer, cfg dashboard.Config, sec dashboardSecurity) (stop func(), err error) {
 	out := stdout(ctx)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(stderr(ctx), &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -77,8 +177,14 @@ func startDashboard(ctx context.Context, addr string, p *producer.Producer, cfg 
 	go func() { served <- srv.Serve(ln) }()
 	url := "http://" + ln.Addr().String() + strings.TrimRight(cfg.BasePath, "/") + "/"
 	fmt.Fprintf(out, "jetflow dashboard: %s\n", url)
-	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !isLoopback(host) {
-		fmt.Fprintf(stderr(ctx), "warning: the dashboard has no login and %s is not a loopback address: anyone who reaches it can see and cancel runs\n", host)
+	switch {
+	case sec.token != "":
+		fmt.Fprintf(out, "  login: open it once with ?token=<the --%stoken value>, or send Authorization: Bearer\n", sec.prefix)
+	case sec.basicAuth != "":
+		fmt.Fprintf(out, "  login: HTTP basic authentication (--%sbasic-auth)\n", sec.prefix)
+	}
+	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !isLoopback(host) && cfg.Middleware == nil {
+		fmt.Fprintf(stderr(ctx), "WARNING: the dashboard has no login and %s is not a loopback address: anyone who reaches it can read run arguments and results and cancel runs\n", host)
 	}
 	return func() {
 		cancelStreams()

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
-	"github.com/jetflow-dev/jetflow/dashboard"
 	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/internal/demo"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -38,7 +37,7 @@ const devOnceLimit = 2 * time.Minute
 const devID = "jetflow-dev"
 
 func runDev(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "dev", "[--data DIR] [--port N] [--sync interval|always] [--once | --for D] [--http ADDR]")
+	fs := newFlagSet(ctx, "dev", "[--data DIR] [--host H] [--port N] [--user U [--password P]] [--tlscert F --tlskey F [--tlsca F]] [--sync interval|always] [--once | --for D] [--http ADDR]")
 	data := fs.String("data", filepath.Join(".jetflow", "data"), "JetStream data directory")
 	host := fs.String("host", "127.0.0.1", "address to listen on")
 	port := fs.Int("port", 4222, "client port; 0 picks a free one (a taken 4222 does too)")
@@ -49,6 +48,13 @@ func runDev(ctx context.Context, args []string) error {
 	forD := fs.Duration("for", 0, "exit after this long (with --once: at most this long)")
 	noDemo := fs.Bool("no-demo", false, "do not schedule the demo runs at start")
 	httpAddr := fs.String("http", "", "also serve the web dashboard on this address, e.g. 127.0.0.1:8080")
+	var sec dashboardSecurity
+	sec.add(fs, "http-")
+	user := fs.String("user", os.Getenv("NATS_USER"), "clients must log in as this user (with --password), or give this token (without); default: no login (env NATS_USER)")
+	password := fs.String("password", os.Getenv("NATS_PASSWORD"), "the password of --user (env NATS_PASSWORD)")
+	tlsCert := fs.String("tlscert", "", "server TLS certificate file (PEM): clients must use TLS")
+	tlsKey := fs.String("tlskey", "", "server TLS private key file (PEM)")
+	tlsCA := fs.String("tlsca", "", "certificate authority file (PEM): clients must present a certificate it signed")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -99,12 +105,32 @@ func runDev(ctx context.Context, args []string) error {
 		fmt.Fprintf(out, "port %d on %s is in use (another NATS server?); using a free port instead\n", listen, *host)
 		listen = 0
 	}
-	srv, err := embedded.Start(embedded.Options{Dir: dir, Host: *host, Port: listen, Sync: syncMode, SyncEvery: *syncEvery, ServerName: devID})
+	opts := embedded.Options{Dir: dir, Host: *host, Port: listen, Sync: syncMode, SyncEvery: *syncEvery, ServerName: devID,
+		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA}
+	switch {
+	case *user != "" && *password != "":
+		opts.User, opts.Password = *user, *password
+	case *user != "":
+		opts.Token = *user
+	case *password != "":
+		return errors.New("dev: --password needs --user")
+	}
+	addSecrets(ctx, *password, opts.Token)
+	srv, err := embedded.Start(opts)
 	if err != nil {
 		return fmt.Errorf("dev: start server: %w", err)
 	}
 	defer srv.Stop()
 	url := srv.ClientURL()
+	if !isLoopback(*host) && !opts.Secured() {
+		where := *host
+		if isUnspecified(*host) || *host == "" {
+			where = "every interface (" + *host + ")"
+		}
+		fmt.Fprintf(stderr(ctx), "\nWARNING: jetflow dev serves NATS with JetStream on %s WITHOUT ANY LOGIN:\n"+
+			"anyone who can reach port %d can read, enqueue, cancel and delete runs and every stream.\n"+
+			"Set --user and --password (or --user TOKEN), with --tlscert and --tlskey, or keep --host 127.0.0.1.\n\n", where, srv.Addr().(*net.TCPAddr).Port)
+	}
 
 	nc, err := srv.Connect()
 	if err != nil {
@@ -162,9 +188,14 @@ func runDev(ctx context.Context, args []string) error {
 		fmt.Fprintln(out, "jetflow dev stopped")
 	}()
 
-	printDevBanner(out, url, dir, syncMode, *syncEvery, *prefix, tr.existing())
+	printDevBanner(out, url, dir, syncMode, *syncEvery, *prefix, tr.existing(), opts)
 	if *httpAddr != "" {
-		stopHTTP, err := startDashboard(withOutput(ctx, out, stderr(ctx)), *httpAddr, p, dashboard.Config{Crons: s.Crons()})
+		dcfg, err := sec.config(*httpAddr)
+		if err != nil {
+			return fmt.Errorf("dev: --http: %w", err)
+		}
+		dcfg.Crons = s.Crons()
+		stopHTTP, err := startDashboard(withOutput(ctx, out, stderr(ctx)), *httpAddr, p, dcfg, sec)
 		if err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
@@ -213,7 +244,7 @@ func runDev(ctx context.Context, args []string) error {
 	}
 }
 
-func printDevBanner(out io.Writer, url, dir string, sync embedded.Sync, every time.Duration, prefix string, existing int) {
+func printDevBanner(out io.Writer, url, dir string, sync embedded.Sync, every time.Duration, prefix string, existing int, o embedded.Options) {
 	mode := "interval: fsync every " + every.String()
 	if sync == embedded.SyncAlways {
 		mode = "always: fsync before every ack"
@@ -230,6 +261,19 @@ func printDevBanner(out io.Writer, url, dir string, sync embedded.Sync, every ti
 	b.WriteString("  scheduler  delayed runs, retries, repair sweep\n\n")
 	b.WriteString("In another terminal:\n")
 	fmt.Fprintf(&b, "  export JETFLOW_URL=%s\n", url)
+	switch {
+	case o.User != "":
+		fmt.Fprintf(&b, "  # and log in: pass --user %s --password <the --password value> (or NATS_USER, NATS_PASSWORD)\n", o.User)
+	case o.Token != "":
+		b.WriteString("  # and log in: pass --user <the token> (or NATS_USER)\n")
+	}
+	if o.TLSCert != "" {
+		b.WriteString("  # with TLS: --tlsca <the CA of the server's certificate>")
+		if o.TLSCA != "" {
+			b.WriteString(" --tlscert <client cert> --tlskey <client key>")
+		}
+		b.WriteString("\n")
+	}
 	if prefix != "jetflow" {
 		fmt.Fprintf(&b, "  # and pass --prefix %s to every command\n", prefix)
 	}

@@ -24,10 +24,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-
-	"github.com/jetflow-dev/jetflow/streams"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // command is one subcommand. Each file registers its own in init(). run
@@ -39,8 +35,21 @@ type command struct {
 
 var commands = map[string]command{}
 
+// longRunning commands keep going after a permissions violation (printed
+// on stderr); others end at once with it.
+var longRunning = map[string]bool{"dev": true, "dashboard": true, "bench": true}
+
 func register(name, usage string, run func(ctx context.Context, args []string) error) {
-	commands[name] = command{usage: usage, run: run}
+	commands[name] = command{usage: usage, run: func(ctx context.Context, args []string) error {
+		st := &runState{}
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		if !longRunning[name] {
+			st.endRun = cancel
+		}
+		ctx = withRunState(ctx, st)
+		return finish(ctx, run(ctx, args))
+	}}
 }
 
 func main() {
@@ -115,37 +124,6 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].usage)
 	}
-}
-
-// connFlags are the flags every client command takes.
-type connFlags struct {
-	url    string
-	prefix string
-}
-
-func (c *connFlags) add(fs *flag.FlagSet) {
-	def := os.Getenv("JETFLOW_URL")
-	if def == "" {
-		def = nats.DefaultURL
-	}
-	fs.StringVar(&c.url, "url", def, "NATS server URL (env JETFLOW_URL)")
-	fs.StringVar(&c.prefix, "prefix", "jetflow", "subject and bucket prefix")
-}
-
-func (c *connFlags) streams() streams.Config { return streams.Config{Prefix: c.prefix} }
-
-// connect dials the server; the caller closes the connection.
-func (c *connFlags) connect() (*nats.Conn, jetstream.JetStream, error) {
-	nc, err := nats.Connect(c.url, nats.Name("jetflow-cli"))
-	if err != nil {
-		return nil, nil, fmt.Errorf("connect %s: %w (is `jetflow dev` running?)", c.url, err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	return nc, js, nil
 }
 
 // parseInterleaved parses flags that may come after positional arguments.

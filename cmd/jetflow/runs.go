@@ -195,19 +195,21 @@ func runsCancel(ctx context.Context, args []string) error {
 		fmt.Fprintf(stdout(ctx), "run %s already ended (%s); nothing to cancel\n", id, before.State)
 		return nil
 	}
-	if err := c.p.Cancel(ctx, id); err != nil {
+	res, err := c.p.CancelRun(ctx, id)
+	if err != nil && !res.Canceled {
 		if errors.Is(err, jetflow.ErrNotFound) {
 			return &notFoundError{"run", id}
 		}
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
-	after, err := c.getRun(ctx, id)
-	if err != nil {
-		return err
-	}
-	switch after.State {
-	case jetflow.Canceled:
+	after := res.Run
+	switch {
+	case res.Canceled:
 		fmt.Fprintf(stdout(ctx), "run %s canceled (was %s)\n", id, before.State)
+		if err != nil {
+			// Canceled, but a part of it failed (a waiting entry left).
+			return err
+		}
 	default:
 		// It ended on its own between the read and the cancel.
 		fmt.Fprintf(stdout(ctx), "run %s ended as %s before it could be canceled\n", id, after.State)
