@@ -7,11 +7,13 @@
 //	id, err = p.RunAfter(ctx, 30*time.Minute, CheckPayment.With(args),
 //		producer.WithID("order-42-payment-check"))
 //	run, err := p.Wait(ctx, id) // or Get, Watch, List
-//	err = p.Cancel(ctx, id)
+//	err = p.Cancel(ctx, id)    // or CancelRun: canceled, or had it ended?
 //
-// New provisions jetflow's streams and buckets (idempotently, from any
-// number of processes). A Producer is safe for concurrent use and does not
-// own the connection it is given.
+// New looks jetflow's streams and buckets up and provisions only what is
+// missing or differs (Config.Provision: ProvisionAuto; ProvisionOff never
+// writes), so a NATS user without stream-admin rights can run a producer
+// on a provisioned server (docs/permissions.md). A Producer is safe for
+// concurrent use and does not own the connection it is given.
 //
 // # Scheduling
 //
