@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -251,7 +252,7 @@ func (c *core) startRun(ctx context.Context, it *Item) error {
 		OnComplete: &jetflow.Callback{Function: DoneFunction, Args: cargs},
 		Pool:       it.Pool, Priority: int(it.Priority), Trace: it.Trace,
 	}
-	if _, err := c.p.Store().Create(ctx, r); err != nil {
+	if _, err := engine.New(c.p.Store()).Write(ctx, engine.Schedule, engine.None, r, 0); err != nil {
 		if !errors.Is(err, kv.ErrExists) {
 			return err
 		}

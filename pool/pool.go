@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -674,7 +675,7 @@ func (pl *Pool) cancelRun(ctx context.Context, it *Item) error {
 		ScheduledTime: now, CreationTime: now, CompletedTime: now, Error: jetflow.ErrCanceled.Error(),
 		Pool: pl.name, Priority: int(it.Priority), MaxAttempts: 1,
 	}
-	if _, err := pl.p.Store().Create(ctx, tomb); err != nil {
+	if _, err := engine.New(pl.p.Store()).Write(ctx, engine.Cancel, engine.None, tomb, 0); err != nil {
 		if errors.Is(err, kv.ErrExists) {
 			// Created meanwhile: cancel it.
 			return pl.p.Cancel(ctx, it.RunID)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 )
 
@@ -174,7 +175,7 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 			ScheduledTime: start.ScheduledTime, CreationTime: start.CreationTime, CompletedTime: now,
 			Parent: start.ID, Error: jetflow.ErrCanceled.Error(), OnComplete: s.OnComplete,
 		}
-		_, err = store.Create(ctx, rec)
+		_, err = engine.New(store).Write(ctx, engine.Cancel, engine.None, rec, 0)
 		if err == nil {
 			if err := r.p.Cancel(ctx, start.ID); err != nil {
 				return err

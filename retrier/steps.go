@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -66,7 +67,7 @@ func (d *driver) start(ctx context.Context, j *worker.Job[spec]) error {
 		ScheduledTime: j.ScheduledTime().UTC(), CreationTime: j.CreationTime().UTC(), StartedTime: now,
 		Parent: j.ID(), Children: []string{first}, OnComplete: s.OnComplete,
 	}
-	_, err = d.p.Store().Create(ctx, rec)
+	_, err = engine.New(d.p.Store()).Write(ctx, engine.Open, engine.None, rec, 0)
 	switch {
 	case errors.Is(err, kv.ErrExists):
 		cur, gerr := d.p.Store().Get(ctx, s.Retrier)
@@ -158,7 +159,7 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	if err := d.schedule(ctx, s, next, due); err != nil {
 		return err
 	}
-	_, err = store.Transition(ctx, sc.Retrier, func(r *jetflow.Run) bool {
+	_, err = engine.New(store).Change(ctx, engine.Beat, sc.Retrier, func(r *jetflow.Run) bool {
 		changed := false
 		if !slices.Contains(r.Children, nextID) {
 			r.Children = append(r.Children, nextID)
@@ -182,11 +183,16 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	return err
 }
 
+// finishStep is the step that ends a retrier's record in each state.
+var finishStep = map[jetflow.State]engine.Step{
+	jetflow.Success: engine.Succeed, jetflow.Failed: engine.Fail, jetflow.Canceled: engine.Cancel,
+}
+
 // finish ends the retrier's record and schedules the user's callback. A
 // record that ended meanwhile (canceled) stands; the callback is scheduled
 // either way (idempotent: one run id).
 func (d *driver) finish(ctx context.Context, sc stepContext, st jetflow.State, result json.RawMessage, msg string) error {
-	r, err := d.p.Store().Transition(ctx, sc.Retrier, func(r *jetflow.Run) bool {
+	r, err := engine.New(d.p.Store()).Change(ctx, finishStep[st], sc.Retrier, func(r *jetflow.Run) bool {
 		r.State = st
 		r.Result = result
 		r.Error = msg

@@ -7,14 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/cronspec"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -373,27 +372,11 @@ func ValidateCronName(name string) error {
 // CronRunID is the id of the run a cron starts for scheduled time t:
 // "cron-<name>-<unix seconds>". Every scheduler computes the same id, so
 // a time fires at most once whatever happens to the leader.
-func CronRunID(name string, t time.Time) string {
-	return "cron-" + name + "-" + strconv.FormatInt(t.Unix(), 10)
-}
+func CronRunID(name string, t time.Time) string { return engine.CronRunID(name, t) }
 
 // ParseCronRunID splits a cron run id into the cron's name and the
 // scheduled time; ok is false for other ids.
-func ParseCronRunID(id string) (name string, t time.Time, ok bool) {
-	rest, found := strings.CutPrefix(id, "cron-")
-	if !found {
-		return "", time.Time{}, false
-	}
-	i := strings.LastIndexByte(rest, '-')
-	if i <= 0 {
-		return "", time.Time{}, false
-	}
-	sec, err := strconv.ParseInt(rest[i+1:], 10, 64)
-	if err != nil || rest[i+1:] == "" || rest[i+1] == '-' || rest[i+1] == '+' {
-		return "", time.Time{}, false
-	}
-	return rest[:i], time.Unix(sec, 0).UTC(), true
-}
+func ParseCronRunID(id string) (name string, t time.Time, ok bool) { return engine.ParseCronRunID(id) }
 
 // Preview returns the first n fire times of a cron with schedule s
 // registered at from, exactly as the evaluator fires them (an interval

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 )
 
@@ -95,7 +95,7 @@ func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 				continue // the parent's attempt is still running
 			case err == nil || errors.Is(err, jetflow.ErrNotFound):
 				r.State, r.Error, r.CompletedTime = jetflow.Canceled, "parent did not succeed", s.now().UTC()
-				if _, err := s.store.Write(ctx, r, r.Revision); err == nil {
+				if _, err := s.runs.Write(ctx, engine.Orphan, jetflow.Pending, r, r.Revision); err == nil {
 					n++
 				}
 				continue
@@ -118,15 +118,10 @@ func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 }
 
 // heldByEndedAttempt reports whether child id was written by an attempt of
-// parent that is over (ids are <parent>-<attempt>-<n>).
+// parent that is over.
 func heldByEndedAttempt(parent *jetflow.Run, id string) bool {
-	rest, ok := strings.CutPrefix(id, parent.ID+"-")
+	attempt, ok := engine.ChildAttempt(parent.ID, id, parent.Attempts+1)
 	if !ok {
-		return false
-	}
-	a, _, _ := strings.Cut(rest, "-")
-	attempt, err := strconv.Atoi(a)
-	if err != nil {
 		return false
 	}
 	return attempt < parent.Attempts || attempt == parent.Attempts && parent.State == jetflow.Pending
@@ -156,7 +151,7 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		if r.Kind == jetflow.AtMostOnce {
 			r.State, r.CompletedTime = jetflow.Failed, s.now().UTC()
 			r.Error = jetflow.ErrWorkerLost.Error()
-			if _, err := s.store.Write(ctx, r, r.Revision); err == nil {
+			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
 				_ = s.p.Complete(ctx, r)
 				n++
 			}

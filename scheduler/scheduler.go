@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -59,7 +60,8 @@ type Scheduler struct {
 	cfg   Config
 	scfg  streams.Config
 	js    jetstream.JetStream
-	store *kv.Store
+	store *kv.Store    // reads
+	runs  *engine.Runs // record writes
 	p     *producer.Producer
 	lease *kv.Lease
 	log   *slog.Logger
@@ -122,7 +124,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	if err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: p.Store(), p: p, log: cfg.Logger, now: cfg.Now}
+	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: p.Store(), runs: engine.New(p.Store()), p: p, log: cfg.Logger, now: cfg.Now}
 	s.lease = kv.NewLease(js, leases, "scheduler", cfg.ID, cfg.LeaseTTL, cfg.Now)
 	if cfg.Crons != nil || cfg.Cron.PageSize != 0 || cfg.Cron.MinInterval != 0 {
 		cc := cfg.Cron

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -140,7 +141,11 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 	r.Children = append([]string(nil), j.kids...)
 	r.Owner = j.w.cfg.ID
 	r.Heartbeat = j.w.now().UTC()
-	rev, err := j.w.writeRecord(ctx, &r, j.rev)
+	step := engine.Beat
+	if !claimed {
+		step = engine.Claim
+	}
+	rev, err := j.w.writeRecord(ctx, step, j.rec.State, &r, j.rev)
 	if errors.Is(err, kv.ErrConflict) {
 		// A write of ours may have landed with its reply lost: the record
 		// is then this very claim, and we go on from its revision.
@@ -199,7 +204,7 @@ func (j *jobCore) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 	j.nkid++
 	n := j.nkid
 	j.mu.Unlock()
-	id := childID(j.env.ID, j.env.Attempt, n)
+	id := engine.ChildID(j.env.ID, j.env.Attempt, n)
 	opts = append(opts, producer.WithHold(), producer.WithID(id))
 	_, err := j.w.p.RunAt(ctx, t, c, opts...)
 	if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
@@ -209,10 +214,4 @@ func (j *jobCore) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 	j.kids = append(j.kids, id)
 	j.mu.Unlock()
 	return id, nil
-}
-
-// childID is deterministic in (parent, attempt, n), so a redelivered attempt
-// finds the children it already wrote instead of writing them again.
-func childID(parent string, attempt, n int) string {
-	return jetflow.DerivedID(fmt.Sprintf("%s-%d-%d", parent, attempt, n))
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,6 +24,7 @@ import (
 type outcomeWrite struct {
 	j    *jobCore
 	m    jetstream.Msg
+	from jetflow.State // the record's state before
 	r    *jetflow.Run
 	rev  uint64
 	sent time.Time
@@ -54,9 +56,12 @@ func (w *Worker) startOutcomes() (*nats.Subscription, error) {
 }
 
 // succeedAsync publishes the success record r over revision rev of j's run.
-func (w *Worker) succeedAsync(j *jobCore, m jetstream.Msg, r *jetflow.Run, rev uint64) {
-	ow := &outcomeWrite{j: j, m: m, r: r, rev: rev, sent: w.now()}
-	msg, err := w.store.RecordMsg(r, rev)
+func (w *Worker) succeedAsync(j *jobCore, m jetstream.Msg, from jetflow.State, r *jetflow.Run, rev uint64) {
+	if rev == 0 {
+		from = engine.None
+	}
+	ow := &outcomeWrite{j: j, m: m, from: from, r: r, rev: rev, sent: w.now()}
+	msg, err := w.runs.WriteMsg(engine.Succeed, from, r, rev)
 	if err != nil {
 		go w.outcomeFallback(ow)
 		return
@@ -147,7 +152,7 @@ func (w *Worker) succeeded(ow *outcomeWrite) {
 // written.
 func (w *Worker) outcomeFallback(ow *outcomeWrite) {
 	ctx := context.Background()
-	if _, err := w.writeOutcome(ctx, ow.r, ow.rev, true); err != nil {
+	if _, err := w.writeOutcome(ctx, engine.Succeed, ow.from, ow.r, ow.rev, true); err != nil {
 		j := ow.j
 		w.outcomeLost(ctx, j, w.finish(j, ow.m), err)
 		w.inflight.Done()

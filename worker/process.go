@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -173,7 +174,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		r.StartedTime = j.started
 		r.Owner = w.cfg.ID
 		r.Heartbeat = j.started
-		rev, err := w.writeRecord(ctx, &r, j.rev)
+		rev, err := w.writeRecord(ctx, engine.Claim, j.rec.State, &r, j.rev)
 		if err != nil {
 			// Canceled, or another worker claimed it: not ours to run.
 			w.log.Debug("claim lost", "function", e.name, "run_id", env.ID, "error", err)
@@ -219,7 +220,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 			ScheduledTime: env.Scheduled, CreationTime: env.Created, Attempts: env.Attempt - 1,
 			MaxAttempts: env.MaxAttempts, Timeout: env.Timeout, Parent: env.Parent, Trace: env.Trace,
 		}
-		if _, err := w.store.Create(ctx, r); err != nil {
+		if _, err := w.runs.Write(ctx, engine.Schedule, engine.None, r, 0); err != nil {
 			w.settle(m, nakAfter(time.Second))
 			return false
 		}
@@ -255,7 +256,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		r.State = jetflow.Failed
 		r.Error = jetflow.ErrWorkerLost.Error()
 		r.CompletedTime = w.now().UTC()
-		if _, err := w.store.Write(ctx, r, r.Revision); err == nil {
+		if _, err := w.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
 			telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
 			w.complete(ctx, r)
 		}
@@ -269,7 +270,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		if j.env.Attempt > j.maxAttempts() {
 			r.State, r.CompletedTime = jetflow.Failed, w.now().UTC()
 			r.Error = fmt.Sprintf("%v: attempt %d lost, no attempts left", jetflow.ErrWorkerLost, r.Attempts)
-			if _, err := w.store.Write(ctx, r, r.Revision); err == nil {
+			if _, err := w.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
 				telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
 				w.complete(ctx, r)
 			}
@@ -330,7 +331,7 @@ const maxReason = 2048
 // message may not touch another run) or is unusable; it is then
 // dlq-<stream>-<sequence>.
 func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md *jetstream.MsgMetadata, reason error) {
-	dlq := fmt.Sprintf("dlq-%s-%d", md.Stream, md.Sequence.Stream)
+	dlq := engine.DeadLetterID(md.Stream, md.Sequence.Stream)
 	_, id, _ := w.scfg.ParseFunctionSubject(m.Subject())
 	if jetflow.ValidateRunID(id) != nil || !msgIDFits(m.Headers().Get(streams.HeaderMsgID), streams.Envelope{ID: id, Attempt: 1}) {
 		id = dlq
@@ -349,10 +350,10 @@ func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md
 		ScheduledTime: md.Timestamp.UTC(), CreationTime: md.Timestamp.UTC(), CompletedTime: now, Permanent: true,
 		Error: fmt.Sprintf("%v: subject %s: %s", jetflow.ErrBadMessage, subject, why),
 	}
-	_, err := w.store.Create(ctx, r)
+	_, err := w.runs.Write(ctx, engine.DeadLetter, engine.None, r, 0)
 	if errors.Is(err, kv.ErrExists) && id != dlq {
 		r.ID = dlq
-		_, err = w.store.Create(ctx, r)
+		_, err = w.runs.Write(ctx, engine.DeadLetter, engine.None, r, 0)
 	}
 	if err != nil && !errors.Is(err, kv.ErrExists) {
 		w.log.Warn("dead letter write failed", "function", e.name, "run_id", r.ID, "error", err)
@@ -457,6 +458,7 @@ func (w *Worker) call(ctx context.Context, j *jobCore) (err error) {
 func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 	j.mu.Lock()
 	r := j.rec // no other write of the record follows: it becomes the outcome
+	from := r.State
 	r.State = jetflow.Success
 	r.Attempts = j.env.Attempt
 	r.CompletedTime = w.now().UTC()
@@ -474,7 +476,7 @@ func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 	// The run stays in w.running until its outcome is stored, so that its
 	// message keeps its heartbeat and a duplicate delivery finds it.
 	w.inflight.Add(1)
-	w.succeedAsync(j, m, r, rev)
+	w.succeedAsync(j, m, from, r, rev)
 }
 
 // writeOutcome writes the outcome of an attempt (retried: a write of it may
@@ -484,11 +486,11 @@ func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 // because the write of its outcome failed once. A conflict whose stored
 // record is the one this worker wrote (a write that landed but whose reply
 // was lost) counts as written.
-func (w *Worker) writeOutcome(ctx context.Context, r *jetflow.Run, rev uint64, retried bool) (uint64, error) {
+func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflow.State, r *jetflow.Run, rev uint64, retried bool) (uint64, error) {
 	delay := 50 * time.Millisecond
 	deadline := w.now().Add(2 * time.Minute)
 	for {
-		n, err := w.writeRecord(ctx, r, rev)
+		n, err := w.writeRecord(ctx, step, from, r, rev)
 		if err == nil {
 			return n, nil
 		}
@@ -514,19 +516,19 @@ func (w *Worker) writeOutcome(ctx context.Context, r *jetflow.Run, rev uint64, r
 	}
 }
 
-// writeRecord writes r over revision rev of its record; rev 0 creates the
-// record (a run whose message was its only record so far). Losing the race
-// is ErrConflict either way.
-func (w *Worker) writeRecord(ctx context.Context, r *jetflow.Run, rev uint64) (uint64, error) {
+// writeRecord writes r, whose record was in state from at revision rev,
+// after step; rev 0 creates the record (a run whose message was its only
+// record so far). Losing the race is ErrConflict either way.
+func (w *Worker) writeRecord(ctx context.Context, step engine.Step, from jetflow.State, r *jetflow.Run, rev uint64) (uint64, error) {
 	if rev != 0 {
-		return w.store.Write(ctx, r, rev)
+		return w.runs.Write(ctx, step, from, r, rev)
 	}
 	if r.State != jetflow.Success {
 		// The args of a run published without a record are whatever its
 		// producer sent; a success means the handler decoded them.
 		r.Args = w.recordArgs(r.Args)
 	}
-	n, err := w.store.Create(ctx, r)
+	n, err := w.runs.Write(ctx, step, engine.None, r, 0)
 	if errors.Is(err, kv.ErrExists) {
 		return 0, fmt.Errorf("%w: %w", kv.ErrConflict, err)
 	}
@@ -572,7 +574,7 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 			}
 			continue
 		}
-		_, _ = w.store.Transition(ctx, id, func(r *jetflow.Run) bool {
+		_, _ = w.runs.Change(ctx, engine.Orphan, id, func(r *jetflow.Run) bool {
 			if r.HeldBy == "" {
 				return false
 			}
@@ -588,6 +590,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	met := telemetry.M()
 	j.mu.Lock()
 	r := *j.rec
+	from := j.rec.State
 	r.Attempts = j.env.Attempt
 	r.Error = herr.Error()
 	r.Progress = j.progress
@@ -604,7 +607,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 		r.State = jetflow.Failed
 		r.Permanent = jetflow.IsPermanent(herr)
 		r.CompletedTime = w.now().UTC()
-		if _, err := w.writeOutcome(ctx, &r, rev, false); err != nil {
+		if _, err := w.writeOutcome(ctx, engine.Fail, from, &r, rev, false); err != nil {
 			w.outcomeLost(ctx, j, m, err)
 			return
 		}
@@ -622,7 +625,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	r.ScheduledTime = w.now().UTC().Add(delay)
 	r.StartedTime = time.Time{}
 	r.Children = nil
-	newRev, err := w.writeOutcome(ctx, &r, rev, false)
+	newRev, err := w.writeOutcome(ctx, engine.Retry, from, &r, rev, false)
 	if err != nil {
 		w.outcomeLost(ctx, j, m, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -119,7 +120,8 @@ type Worker struct {
 	scfg  streams.Config
 	js    jetstream.JetStream
 	nc    *nats.Conn
-	store *kv.Store
+	store *kv.Store    // reads
+	runs  *engine.Runs // every record write
 	p     *producer.Producer
 	log   *slog.Logger
 	now   func() time.Time
@@ -188,7 +190,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		return nil, err
 	}
 	return &Worker{
-		cfg: cfg, scfg: cfg.Streams.WithDefaults(), js: js, nc: js.Conn(), store: p.Store(), p: p,
+		cfg: cfg, scfg: cfg.Streams.WithDefaults(), js: js, nc: js.Conn(), store: p.Store(), runs: engine.New(p.Store()), p: p,
 		log: cfg.Logger, now: cfg.Now,
 		fns: map[string]*fnEntry{}, running: map[string]*active{}, canceled: map[string]time.Time{},
 		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)},
