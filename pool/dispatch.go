@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/internal/elect"
 	"maps"
 	"slices"
 	"strings"
@@ -66,73 +66,27 @@ func (pl *Pool) stat(f func(s *DispatcherStats)) {
 	pl.mu.Unlock()
 }
 
-type term struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
+// run campaigns for the pool's lease until ctx ends; each term runs a
+// dispatcher.
 func (pl *Pool) run(ctx context.Context) {
-	every := pl.cfg.LeaseTTL / 5
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var cur *term
-	end := func() {
-		if cur != nil {
-			cur.cancel()
-			<-cur.done
-			cur = nil
-		}
-		pl.stat(func(s *DispatcherStats) { s.Leader, s.Loaded, s.Queued = false, false, 0 })
-	}
-	defer func() {
-		end()
-		rctx, c := context.WithTimeout(context.Background(), 2*time.Second)
-		pl.lease.Release(rctx)
-		c()
-	}()
-	var renewed time.Time // last successful acquire or renewal
-	for {
-		actx, c := context.WithTimeout(ctx, every)
-		err := pl.lease.Acquire(actx)
-		c()
-		if err == nil {
-			renewed = pl.now()
-		} else if cur != nil && !errors.Is(err, kv.ErrNotLeader) && pl.now().Sub(renewed) < pl.cfg.LeaseTTL/2 {
-			// A slow or failed renewal, not a lost lease: the lease is ours
-			// for a while yet, keep working and try again.
-			pl.log.Debug("pool lease renewal", "pool", pl.name, "error", err)
-			err = nil
-		}
-		if cur != nil {
-			select {
-			case <-cur.done: // the term ended by itself (watch closed)
-				end()
-			default:
-			}
-		}
-		switch {
-		case err == nil && cur == nil:
-			tctx, tcancel := context.WithCancel(ctx)
-			cur = &term{cancel: tcancel, done: make(chan struct{})}
-			pl.stat(func(s *DispatcherStats) { s.Leader = true; s.Terms++ })
-			go func(done chan struct{}) {
-				defer close(done)
-				d := newDispatcher(pl)
-				if err := d.loop(tctx); err != nil && tctx.Err() == nil {
-					pl.log.Warn("pool dispatcher stopped", "pool", pl.name, "error", err)
+	e := &elect.Elector{Lease: pl.lease, TTL: pl.cfg.LeaseTTL, Now: pl.now, Log: pl.log, Name: "pool " + pl.name,
+		OnTerm: func(leader bool) {
+			pl.stat(func(s *DispatcherStats) {
+				if leader {
+					s.Leader = true
+					s.Terms++
+				} else {
+					s.Leader, s.Loaded, s.Queued = false, false, 0
 				}
-				d.wg.Wait()
-			}(cur.done)
-		case err != nil && cur != nil:
-			pl.log.Warn("pool dispatcher lost the lease", "pool", pl.name, "error", err)
-			end()
+			})
+		}}
+	e.Run(ctx, func(ctx context.Context) {
+		d := newDispatcher(pl)
+		if err := d.loop(ctx); err != nil && ctx.Err() == nil {
+			pl.log.Warn("pool dispatcher stopped", "pool", pl.name, "error", err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+		d.wg.Wait()
+	})
 }
 
 // entry is a queue entry in the dispatcher's memory.

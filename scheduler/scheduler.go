@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/elect"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -173,61 +174,10 @@ func (s *Scheduler) setLeader(v bool) {
 	s.mu.Unlock()
 }
 
-type term struct {
-	cancel context.CancelFunc
-	done   chan struct{}
-}
-
+// run campaigns for the lease until ctx ends; each term leads.
 func (s *Scheduler) run(ctx context.Context) {
-	every := s.cfg.LeaseTTL / 5
-	t := time.NewTicker(every)
-	defer t.Stop()
-	var cur *term
-	endTerm := func() {
-		if cur != nil {
-			cur.cancel()
-			<-cur.done
-			cur = nil
-		}
-		s.setLeader(false)
-	}
-	defer func() {
-		endTerm()
-		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s.lease.Release(rctx)
-		cancel()
-	}()
-	var lastRenew time.Time
-	for {
-		actx, cancel := context.WithTimeout(ctx, s.cfg.LeaseTTL/2)
-		err := s.lease.Acquire(actx)
-		cancel()
-		switch {
-		case err == nil:
-			lastRenew = s.now()
-			if cur == nil {
-				tctx, tcancel := context.WithCancel(ctx)
-				cur = &term{cancel: tcancel, done: make(chan struct{})}
-				s.setLeader(true)
-				s.log.Info("scheduler is leader", "id", s.cfg.ID)
-				go func(done chan struct{}) {
-					defer close(done)
-					s.lead(tctx)
-				}(cur.done)
-			}
-		case cur != nil && (errors.Is(err, ErrNotLeader) || s.now().Sub(lastRenew) > s.cfg.LeaseTTL*3/4):
-			// Step down before the lease can pass to another scheduler.
-			s.log.Warn("scheduler lost the lease", "id", s.cfg.ID, "error", err)
-			endTerm()
-		case cur != nil:
-			s.log.Debug("lease renewal failed; retrying", "id", s.cfg.ID, "error", err)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	e := &elect.Elector{Lease: s.lease, TTL: s.cfg.LeaseTTL, Now: s.now, Log: s.log, Name: "scheduler " + s.cfg.ID, OnTerm: s.setLeader}
+	e.Run(ctx, s.lead)
 }
 
 // item is a delayed entry waiting in memory.
