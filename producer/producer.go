@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -57,7 +58,8 @@ type Config struct {
 // Producer schedules runs and reads their status. It is safe for concurrent
 // use. It does not own the NATS connection it is given.
 type Producer struct {
-	store *kv.Store
+	store *kv.Store    // reads
+	runs  *engine.Runs // record writes
 	cfg   streams.Config
 	js    jetstream.JetStream
 	nc    *nats.Conn
@@ -117,7 +119,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Producer, er
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Producer{store: st, cfg: scfg, js: js, nc: js.Conn(), log: cfg.Logger, now: cfg.Now}, nil
+	return &Producer{store: st, runs: engine.New(st), cfg: scfg, js: js, nc: js.Conn(), log: cfg.Logger, now: cfg.Now}, nil
 }
 
 // Store is the status table the producer writes to.
@@ -248,7 +250,7 @@ func EnvelopeOf(r *jetflow.Run) streams.Envelope {
 func (p *Producer) Release(ctx context.Context, r *jetflow.Run) error {
 	if r.HeldBy != "" {
 		r.HeldBy = ""
-		if _, err := p.store.Write(ctx, r, r.Revision); err != nil {
+		if _, err := p.runs.Write(ctx, engine.Release, jetflow.Pending, r, r.Revision); err != nil {
 			return err
 		}
 	}
@@ -372,7 +374,7 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 	}
 	msgs := make([]*nats.Msg, len(runs))
 	for i, r := range runs {
-		m, err := p.store.RecordMsg(r, 0)
+		m, err := p.runs.WriteMsg(engine.Schedule, engine.None, r, 0)
 		if err != nil {
 			return nil, err
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -80,7 +81,7 @@ func (p *Producer) ride(ctx context.Context, op func(ctx context.Context, retrie
 func (p *Producer) createRecord(ctx context.Context, r *jetflow.Run) (uint64, error) {
 	var rev uint64
 	err := p.ride(ctx, func(ctx context.Context, retried bool) error {
-		n, err := p.store.Create(ctx, r)
+		n, err := p.runs.Write(ctx, engine.Schedule, engine.None, r, 0)
 		if errors.Is(err, kv.ErrExists) && retried {
 			if cur, gerr := p.store.Get(ctx, r.ID); gerr == nil && cur.Name == r.Name && cur.CreationTime.Equal(r.CreationTime) {
 				n, err = cur.Revision, nil

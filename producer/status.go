@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go/jetstream"
@@ -92,7 +93,7 @@ func (p *Producer) cancel(ctx context.Context, id string, depth int) (CancelResu
 func (p *Producer) markCanceled(ctx context.Context, id string) (*jetflow.Run, jetflow.State, error) {
 	for range 64 {
 		var prev jetflow.State
-		r, err := p.store.Transition(ctx, id, func(r *jetflow.Run) bool {
+		r, err := p.runs.Change(ctx, engine.Cancel, id, func(r *jetflow.Run) bool {
 			prev = r.State
 			r.State = jetflow.Canceled
 			r.CompletedTime = p.now().UTC()
@@ -115,7 +116,7 @@ func (p *Producer) markCanceled(ctx context.Context, id string) (*jetflow.Run, j
 			return nil, "", err
 		}
 		q.State, q.CompletedTime, q.Error = jetflow.Canceled, p.now().UTC(), jetflow.ErrCanceled.Error()
-		if _, cerr := p.store.Create(ctx, q); cerr != nil {
+		if _, cerr := p.runs.Write(ctx, engine.Cancel, engine.None, q, 0); cerr != nil {
 			if errors.Is(cerr, kv.ErrExists) {
 				continue
 			}
