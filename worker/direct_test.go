@@ -693,15 +693,31 @@ var claimFirst = jetflow.Define[echoArgs]("claim.first")
 func TestClaimFirstWhenClaimAfterNegative(t *testing.T) {
 	t.Parallel()
 	e := setup(t, worker.Config{ID: "w-first"})
-	worker.Handle(e.W, claimFirst, func(ctx context.Context, j *worker.Job[echoArgs]) error { return nil }, worker.Options{ClaimAfter: -1})
+	seen := make(chan *jetflow.Run, 1)
+	worker.Handle(e.W, claimFirst, storedWhileRunning(e, seen), worker.Options{ClaimAfter: -1})
 	e.start(t)
-	rv := watchRevisions(t, e)
 	id, err := e.P.Enqueue(context.Background(), claimFirst.With(echoArgs{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := rv.until(t, id); !slices.Equal(st, []jetflow.State{jetflow.InProgress, jetflow.Success}) {
-		t.Fatalf("revisions %v, want [inProgress success]", st)
+	if r := recv(t, seen, "the handler's look at its record"); r == nil || r.State != jetflow.InProgress || r.Owner != "w-first" {
+		t.Fatalf("record while the handler ran: %+v, want claimed by w-first", r)
+	}
+	if r := e.wait(t, id); r.State != jetflow.Success {
+		t.Fatalf("final %+v", r)
+	}
+}
+
+// storedWhileRunning is a handler that sends the stored record of its run
+// (nil if none) as it starts: a run claimed first is inProgress by then.
+func storedWhileRunning(e *env, seen chan<- *jetflow.Run) func(ctx context.Context, j *worker.Job[echoArgs]) error {
+	return func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		r, err := e.P.Store().Get(ctx, j.ID())
+		if err != nil {
+			r = nil
+		}
+		seen <- r
+		return nil
 	}
 }
 
@@ -709,18 +725,20 @@ var claimAMO = jetflow.Define[echoArgs]("claim.amo", jetflow.WithKind(jetflow.At
 
 func TestClaimFirstForAtMostOnce(t *testing.T) {
 	t.Parallel()
-	e := setup(t, worker.Config{})
+	e := setup(t, worker.Config{ID: "w-amo"})
+	seen := make(chan *jetflow.Run, 1)
 	// Neither the default nor NoClaim nor a long ClaimAfter delays the claim.
-	worker.Handle(e.W, claimAMO, func(ctx context.Context, j *worker.Job[echoArgs]) error { return nil },
-		worker.Options{NoClaim: true, ClaimAfter: time.Hour})
+	worker.Handle(e.W, claimAMO, storedWhileRunning(e, seen), worker.Options{NoClaim: true, ClaimAfter: time.Hour})
 	e.start(t)
-	rv := watchRevisions(t, e)
 	id, err := e.P.Enqueue(context.Background(), claimAMO.With(echoArgs{}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st := rv.until(t, id); !slices.Equal(st, []jetflow.State{jetflow.InProgress, jetflow.Success}) {
-		t.Fatalf("revisions %v, want [inProgress success]", st)
+	if r := recv(t, seen, "the handler's look at its record"); r == nil || r.State != jetflow.InProgress || r.Owner != "w-amo" {
+		t.Fatalf("record while the handler ran: %+v, want claimed by w-amo", r)
+	}
+	if r := e.wait(t, id); r.State != jetflow.Success {
+		t.Fatalf("final %+v", r)
 	}
 }
 
