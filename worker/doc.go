@@ -34,7 +34,11 @@
 // first, before it starts, when the function stream is replicated), and a
 // redelivered one before it starts; a shorter run goes from pending
 // straight to its outcome, one write less. ClaimAfter < 0 claims every run
-// first.
+// first. After its connection broke (a server crash redelivers the messages
+// in flight at once, as first deliveries), a worker claims the runs it has
+// in flight as soon as it reconnects, and claims first every delivery of a
+// message stored before the reconnect, waiting up to Config.ReplayGrace for
+// an unclaimed one, so that a run is never started twice for one attempt.
 //
 // The outcome is written with a compare-and-swap on the record's revision
 // (a success without waiting: the message is acknowledged when the server

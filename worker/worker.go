@@ -82,8 +82,11 @@ type Options struct {
 	// then; a shorter run goes from pending straight to its outcome, one
 	// write less per run (as Convex never shows a mutation in progress).
 	// Until its claim, a retryable run is protected from a second
-	// concurrent handler elsewhere by its message's ack deadline alone
-	// (AckWait, kept alive by this worker); a Cancel that lands before the
+	// concurrent handler elsewhere by its message's ack deadline (AckWait,
+	// kept alive by this worker), and after a server crash, which
+	// redelivers at once, by the replay guard (Config.ReplayGrace: every
+	// worker claims its runs in flight when it reconnects, and a possible
+	// replay elsewhere waits for that claim); a Cancel that lands before the
 	// claim cancels the handler's context when its notice arrives, and its
 	// outcome is discarded in any case. Negative: claim before the handler
 	// starts. Default: DefaultClaimAfter on a single server; claim first
