@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/bench"
 	"github.com/jetflow-dev/jetflow/embedded"
-	"github.com/jetflow-dev/jetflow/internal/bench"
 )
 
 func init() {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetflow-dev/jetflow/internal/demo"
+	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/demo"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 )
 

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/demo"
 	"github.com/jetflow-dev/jetflow/embedded"
-	"github.com/jetflow-dev/jetflow/internal/demo"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"

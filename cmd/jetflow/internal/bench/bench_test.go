@@ -104,7 +104,7 @@ func BenchmarkEnqueue(b *testing.B) {
 // them, until every record is success. ns/op includes starting the worker;
 // runs/s is from the first enqueue to the last record. For profiles:
 //
-//	go test -run '^$' -bench EndToEnd -benchtime 100000x -cpuprofile cpu.out ./internal/bench
+//	go test -run '^$' -bench EndToEnd -benchtime 100000x -cpuprofile cpu.out ./cmd/jetflow/internal/bench
 func BenchmarkEndToEnd(b *testing.B) {
 	url := benchServer(b)
 	b.ResetTimer()

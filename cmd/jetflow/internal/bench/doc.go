@@ -30,6 +30,6 @@
 // as in ../shared/reference/run-lifecycle-cost.md. The command is
 // `jetflow bench`; the Go benchmarks in this package serve profiling:
 //
-//	go test -run '^$' -bench EndToEnd -benchtime 100000x -cpuprofile cpu.out ./internal/bench
+//	go test -run '^$' -bench EndToEnd -benchtime 100000x -cpuprofile cpu.out ./cmd/jetflow/internal/bench
 //	go tool pprof -top -cum cpu.out
 package bench

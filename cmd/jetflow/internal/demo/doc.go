@@ -3,6 +3,7 @@
 // progress), demo.flaky (fails its first attempts on purpose, to show
 // retries with backoff) and demo.report (at-most-once).
 //
-// It is application code, like examples/: it sits beside cmd/jetflow in the
-// import order and uses the roles (producer, worker) the way a service does.
+// It is application code, like examples/: it belongs to cmd/jetflow (its
+// internal/), above the roles, and uses them (producer, worker) the way a
+// service does.
 package demo
