@@ -394,6 +394,12 @@ func (d *dispatcher) fire(ctx context.Context) {
 // It reports whether the entry is done with (published or obsolete).
 func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	s := d.s
+	// Each request is bounded: one sent to a node that just died (a
+	// cluster electing a new leader) is given up after publishTimeout and
+	// the entry tried again a second later, rather than after JetStream's
+	// default 5 s.
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
 	r, err := s.store.Get(ctx, it.d.ID)
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
@@ -419,6 +425,9 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	s.mu.Unlock()
 	return true
 }
+
+// publishTimeout bounds the requests of one delayed dispatch.
+const publishTimeout = 2 * time.Second
 
 func (d *dispatcher) retry(_ context.Context, it *item) {
 	it.due = d.s.now().Add(time.Second)
