@@ -27,6 +27,10 @@ import (
 type Config struct {
 	// Streams names subjects and buckets (default prefix "jetflow").
 	Streams streams.Config
+	// Provision: what New does about missing streams and buckets. Default
+	// producer.ProvisionAuto (create what is missing; writes nothing on a
+	// provisioned server).
+	Provision producer.Provisioning
 	// Logger for warnings and debug output. Default: discard.
 	Logger *slog.Logger
 	// ID names this worker in the functions registry. Default: generated.
@@ -161,8 +165,10 @@ type active struct {
 	claimed bool
 }
 
-// New returns a worker on js. It provisions streams and buckets
-// (idempotent). Register handlers with Handle, then Start.
+// New returns a worker on js. It looks jetflow's streams and buckets up and
+// creates what is missing unless Config.Provision says not to (see
+// producer.Provisioning; docs/permissions.md lists what a worker's NATS
+// user needs). Register handlers with Handle, then Start.
 func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -188,7 +194,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	p, err := producer.New(ctx, js, producer.Config{Streams: cfg.Streams, Logger: cfg.Logger, Now: cfg.Now})
+	p, err := producer.New(ctx, js, producer.Config{Streams: cfg.Streams, Provision: cfg.Provision, Logger: cfg.Logger, Now: cfg.Now})
 	if err != nil {
 		return nil, err
 	}
