@@ -18,9 +18,6 @@ import (
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 )
 
 func decodeArgs(data []byte, v any) error {
@@ -367,16 +364,8 @@ func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md
 
 func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 	e, env := j.fn, j.env
-	ctx := telemetry.Extract(bg, env.Trace)
-	span := trace.SpanFromContext(ctx) // records nothing unless tracing is on
-	if telemetry.Tracing() {
-		ctx, span = telemetry.Tracer().Start(ctx, "jetflow.run "+e.name, trace.WithSpanKind(trace.SpanKindConsumer),
-			trace.WithAttributes(attribute.String("jetflow.run_id", env.ID), attribute.Int("jetflow.attempt", env.Attempt)))
-		defer span.End()
-	}
+	ctx := telemetry.Extract(bg, env.Trace) // the producer's trace context
 	met := telemetry.M()
-	met.Started.Add(ctx, 1, e.attr)
-	met.Lateness.Record(ctx, j.started.Sub(env.Scheduled).Seconds(), e.attr)
 
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -437,12 +426,11 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		w.succeed(j, m)
 		return
 	}
-	span.RecordError(herr)
-	span.SetStatus(codes.Error, herr.Error())
 	w.fail(bg, j, m, herr)
 }
 
-// call runs the handler, turning a panic into a permanent failure with its
+// call runs the handler through the middleware (telemetry's, then
+// Config.Middleware), turning a panic into a permanent failure with its
 // stack.
 func (w *Worker) call(ctx context.Context, j *jobCore) (err error) {
 	defer func() {
@@ -450,7 +438,7 @@ func (w *Worker) call(ctx context.Context, j *jobCore) (err error) {
 			err = jetflow.Permanent(fmt.Errorf("%w: %v\n%s", jetflow.ErrPanic, p, debug.Stack()))
 		}
 	}()
-	return j.fn.run(ctx, j)
+	return j.fn.handle(ctx, j)
 }
 
 // succeed writes the success of j's attempt; the write completes

@@ -27,6 +27,9 @@ import (
 type Config struct {
 	// Streams names subjects and buckets (default prefix "jetflow").
 	Streams streams.Config
+	// Middleware wraps every handler of this worker, the first outermost
+	// (inside jetflow's own telemetry middleware). Default none.
+	Middleware []Middleware
 	// Provision: what New does about missing streams and buckets. Default
 	// producer.ProvisionAuto (create what is missing; writes nothing on a
 	// provisioned server).
@@ -151,9 +154,11 @@ type fnEntry struct {
 	kind jetflow.Kind
 	opts Options
 	run  func(ctx context.Context, j *jobCore) error
-	work chan jetstream.Msg // to the runners
-	cc   jetstream.ConsumeContext
-	attr metric.MeasurementOption
+	// handle is run wrapped in the middleware, built at Start.
+	handle HandlerFunc
+	work   chan jetstream.Msg // to the runners
+	cc     jetstream.ConsumeContext
+	attr   metric.MeasurementOption
 }
 
 // active is a run in progress in this process.
@@ -338,6 +343,11 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("worker: consume %s: %w", e.name, err)
 		}
 		e.cc = cc
+	}
+	for _, e := range fns {
+		run := e.run
+		e.handle = chain(func(ctx context.Context, r Run) error { return run(ctx, r.(*jobCore)) },
+			append([]Middleware{telemetryMiddleware}, w.cfg.Middleware...)...)
 	}
 	// The runners start once every consumer is in place (dispatch waits for
 	// them), so that a failed Start leaves no goroutine behind.

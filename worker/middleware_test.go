@@ -1,0 +1,84 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/worker"
+)
+
+var mwFn = jetflow.Define[echoArgs]("middleware.work")
+
+// Middleware wraps every handler, the first outermost; it sees the run,
+// can refuse it (the error is the run's outcome) and a panic in it fails
+// the run like one in a handler.
+func TestMiddlewareWrapsHandlers(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var order []string
+	trace := func(name string) worker.Middleware {
+		return func(next worker.HandlerFunc) worker.HandlerFunc {
+			return func(ctx context.Context, run worker.Run) error {
+				mu.Lock()
+				order = append(order, name+">"+run.ID())
+				mu.Unlock()
+				if run.ID() == "refused" && name == "outer" {
+					return jetflow.Permanent(errors.New("refused by middleware"))
+				}
+				if run.ID() == "panics" && name == "inner" {
+					panic("middleware panic")
+				}
+				err := next(ctx, run)
+				mu.Lock()
+				order = append(order, name+"<"+run.ID())
+				mu.Unlock()
+				return err
+			}
+		}
+	}
+	e := setup(t, worker.Config{Middleware: []worker.Middleware{trace("outer"), trace("inner")}})
+	ran := map[string]int{}
+	worker.Handle(e.W, mwFn, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		mu.Lock()
+		ran[j.ID()]++
+		order = append(order, "handler "+j.ID())
+		mu.Unlock()
+		return nil
+	})
+	e.start(t)
+	ctx := context.Background()
+	for _, id := range []string{"ok", "refused", "panics"} {
+		if _, err := e.P.Enqueue(ctx, mwFn.With(echoArgs{}), producer.WithID(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := e.wait(t, "ok"); r.State != jetflow.Success {
+		t.Fatalf("ok: %+v", r)
+	}
+	if r := e.wait(t, "refused"); r.State != jetflow.Failed || !strings.Contains(r.Error, "refused by middleware") {
+		t.Fatalf("refused: %s %q", r.State, r.Error)
+	}
+	if r := e.wait(t, "panics"); r.State != jetflow.Failed || !strings.Contains(r.Error, "middleware panic") {
+		t.Fatalf("panics: %s %q", r.State, r.Error)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if ran["ok"] != 1 || ran["refused"] != 0 || ran["panics"] != 0 {
+		t.Fatalf("handler calls %v", ran)
+	}
+	want := []string{"outer>ok", "inner>ok", "handler ok", "inner<ok", "outer<ok"}
+	var got []string
+	for _, s := range order {
+		if strings.HasSuffix(s, "ok") {
+			got = append(got, s)
+		}
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("order %v, want %v", got, want)
+	}
+}
