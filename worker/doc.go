@@ -62,7 +62,19 @@
 // never crashes it and is never dropped: it becomes a failed record whose
 // error names jetflow.ErrBadMessage and the reason. Messages published by
 // other producers, in any language, are welcome: the worker creates their
-// record (docs/wire-format.md).
+// record (docs/wire-format.md). A body too large for a record, binary or
+// not, is recorded with a summary of its args (size, SHA-256, its first
+// bytes). Every ack, nak and term goes through one place, which logs and
+// counts (jetflow.deliveries.settle_failed) those the server did not take.
+//
+// # Middleware
+//
+// Config.Middleware wraps every handler of the worker, the first outermost,
+// as River's worker middleware does: logging, metrics, auth context, rate
+// limits. A middleware receives the Run (id, name, attempt, times) and calls
+// next; an error it returns is the run's outcome, a panic in it is recovered
+// like a handler's. jetflow's own span, started counter and lateness
+// histogram are a middleware too, outside the application's.
 //
 // # Lifecycle
 //
