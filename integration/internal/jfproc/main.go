@@ -1,14 +1,21 @@
-// Command jfproc runs one jetflow role (worker, scheduler or producer) as its
-// own OS process, so that integration tests can SIGKILL, SIGSTOP and restart
-// it. It reports what it does as marker lines on stdout, one per event:
+// Command jfproc runs one jetflow role (worker, scheduler, producer, or load:
+// a producer of the fault tests' mix of runs) as its own OS process, so that
+// integration tests can SIGKILL, SIGSTOP and restart it. It reports what it does as marker lines on stdout, one per event:
 //
 //	READY <role> <id>                 the role has started
 //	STARTED <run id> <attempt>        a handler began
 //	SUCCESS <run id> <attempt>        a handler is about to return nil
 //	LEADER <id>                       the scheduler holds the lease
 //	STANDBY <id>                      the scheduler lost (or waits for) the lease
-//	ENQUEUED <run id>                 the producer scheduled a run
-//	DONE                              the producer has scheduled every run
+//	ENQUEUED <run id> [<class>]       the producer (or load) scheduled a run
+//	FAILED <i> <class> <ms> <error>   a load call failed (without -retry)
+//	DONE [<accepted> <failed>]        the producer has scheduled every run
+//	STATS heap=<bytes> goroutines=<n> the worker's heap after a GC (on
+//	                                  SIGUSR1, and every -stats-every)
+//
+// With -ledger, every handler execution appends "<run id> <attempt> <pid>"
+// to that file (O_APPEND, fsynced) when it starts, before it returns: the
+// record of side effects the fault tests count.
 //
 // Logs (slog, text) go to stderr. SIGINT and SIGTERM stop the role
 // gracefully; the test decides whether a process dies any other way.
@@ -22,7 +29,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -35,9 +45,19 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Args are the arguments of every function jfproc serves.
+// Args are the arguments of every function jfproc serves. The optional
+// fields script the handler (the load role sets them).
 type Args struct {
 	N int `json:"n"`
+	// Fail: attempts up to Fail return an error (retried).
+	Fail int `json:"fail,omitempty"`
+	// Perm: the handler fails permanently.
+	Perm bool `json:"perm,omitempty"`
+	// Children: the handler schedules this many runs of Child, due now.
+	Children int    `json:"children,omitempty"`
+	Child    string `json:"child,omitempty"`
+	// WorkMs: the handler works this long (milliseconds) before returning.
+	WorkMs int `json:"workMs,omitempty"`
 }
 
 // Result is what a handler stores on success: which process ran it.
@@ -69,15 +89,28 @@ type config struct {
 	spread time.Duration
 	after  time.Duration
 	idPfx  string
+
+	ledger     string
+	statsEvery time.Duration
+
+	// load role
+	parallel    int
+	retry       bool
+	callTimeout time.Duration
+	fnRetry     string
+	fnAMO       string
+	fnChild     string
+	maxDelay    time.Duration
+	workMs      int
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.url, "url", nats.DefaultURL, "NATS URLs, comma separated")
-	flag.StringVar(&c.role, "role", "worker", "worker, scheduler or producer")
+	flag.StringVar(&c.role, "role", "worker", "worker, scheduler, producer or load (a mix of runs for the fault tests)")
 	flag.StringVar(&c.id, "id", "", "worker or scheduler id (default: generated)")
-	flag.StringVar(&c.function, "function", "it.work", "function name")
-	flag.StringVar(&c.kind, "kind", "retryable", "retryable or atmostonce")
+	flag.StringVar(&c.function, "function", "it.work", "function name; a worker serves a comma-separated list, each name optionally followed by :retryable or :atmostonce")
+	flag.StringVar(&c.kind, "kind", "retryable", "retryable or atmostonce (functions without a :kind suffix)")
 	flag.IntVar(&c.replicas, "replicas", 1, "replicas of streams and buckets")
 	flag.DurationVar(&c.ackWait, "ack-wait", 2*time.Second, "worker AckWait")
 	flag.DurationVar(&c.lostAfter, "lost-after", 0, "worker LostAfter (0: the default)")
@@ -93,6 +126,16 @@ func main() {
 	flag.DurationVar(&c.after, "after", 0, "producer: delay of the first run")
 	flag.DurationVar(&c.spread, "spread", 0, "producer: due times spread over this span")
 	flag.StringVar(&c.idPfx, "id-prefix", "run", "producer: run ids are <prefix>-<i>")
+	flag.StringVar(&c.ledger, "ledger", "", "worker: append \"<run id> <attempt> <pid>\" to this file at each handler start (fsynced)")
+	flag.DurationVar(&c.statsEvery, "stats-every", 0, "worker: print a STATS line this often (0: only on SIGUSR1)")
+	flag.IntVar(&c.parallel, "parallel", 4, "load: concurrent calls")
+	flag.BoolVar(&c.retry, "retry", true, "load: retry a failed call until it returns an id (else report it FAILED)")
+	flag.DurationVar(&c.callTimeout, "call-timeout", 5*time.Second, "load: context timeout of one call")
+	flag.StringVar(&c.fnRetry, "fn-retry", "ft.retry", "load: retryable function")
+	flag.StringVar(&c.fnAMO, "fn-amo", "ft.amo", "load: at-most-once function")
+	flag.StringVar(&c.fnChild, "fn-child", "ft.child", "load: function of the children runs schedule")
+	flag.DurationVar(&c.maxDelay, "max-delay", 3*time.Second, "load: longest delay of a delayed run")
+	flag.IntVar(&c.workMs, "work-ms", 0, "load: handler work (ms) of each run")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -126,18 +169,11 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	scfg := streams.Config{Replicas: c.replicas}
-	kind := jetflow.Retryable
-	switch c.kind {
-	case "retryable":
-	case "atmostonce":
-		kind = jetflow.AtMostOnce
-	default:
-		return fmt.Errorf("unknown kind %q", c.kind)
-	}
-	fn, err := jetflow.NewFunction[Args](c.function, jetflow.WithKind(kind))
+	fns, err := functions(c.function, c.kind)
 	if err != nil {
 		return err
 	}
+	fn := fns[0]
 	// Provisioning needs a JetStream leader; on a cluster just formed it may
 	// take a moment.
 	setup := func(f func(ctx context.Context) error) error {
@@ -155,18 +191,92 @@ func run(ctx context.Context, c config) error {
 	}
 	switch c.role {
 	case "worker":
-		return runWorker(ctx, c, js, scfg, fn, log, setup)
+		return runWorker(ctx, c, js, scfg, fns, log, setup)
 	case "scheduler":
 		return runScheduler(ctx, c, js, scfg, log, setup)
 	case "producer":
 		return runProducer(ctx, c, js, scfg, fn, setup)
+	case "load":
+		return runLoad(ctx, c, js, scfg, setup)
 	}
 	return fmt.Errorf("unknown role %q", c.role)
 }
 
-func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg streams.Config, fn jetflow.Function[Args], log *slog.Logger, setup func(func(context.Context) error) error) error {
+// functions parses -function: names separated by commas, each optionally
+// followed by ":retryable" or ":atmostonce" (default kind: -kind).
+func functions(list, defKind string) ([]jetflow.Function[Args], error) {
+	var fns []jetflow.Function[Args]
+	for _, spec := range strings.Split(list, ",") {
+		name, k, _ := strings.Cut(spec, ":")
+		if k == "" {
+			k = defKind
+		}
+		kind := jetflow.Retryable
+		switch k {
+		case "retryable":
+		case "atmostonce":
+			kind = jetflow.AtMostOnce
+		default:
+			return nil, fmt.Errorf("unknown kind %q", k)
+		}
+		fn, err := jetflow.NewFunction[Args](name, jetflow.WithKind(kind))
+		if err != nil {
+			return nil, err
+		}
+		fns = append(fns, fn)
+	}
+	return fns, nil
+}
+
+// ledger appends one fsynced line per handler execution.
+type ledger struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+func openLedger(path string) (*ledger, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &ledger{f: f}, nil
+}
+
+// note writes "<run id> <attempt> <pid>" in one write and syncs it: a
+// SIGKILL right after leaves the whole line on disk or none of it.
+func (l *ledger) note(id string, attempt int) error {
+	if l == nil {
+		return nil
+	}
+	line := fmt.Sprintf("%s %d %d\n", id, attempt, os.Getpid())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, err := l.f.WriteString(line); err != nil {
+		return err
+	}
+	return l.f.Sync()
+}
+
+// stats prints the heap after a GC and the goroutine count.
+func stats() {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	marker("STATS heap=%d goroutines=%d", ms.HeapAlloc, runtime.NumGoroutine())
+}
+
+func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg streams.Config, fns []jetflow.Function[Args], log *slog.Logger, setup func(func(context.Context) error) error) error {
+	led, err := openLedger(c.ledger)
+	if err != nil {
+		return err
+	}
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
 	var w *worker.Worker
-	err := setup(func(ctx context.Context) error {
+	err = setup(func(ctx context.Context) error {
 		var err error
 		w, err = worker.New(ctx, js, worker.Config{Streams: scfg, Logger: log, ID: c.id, AckWait: c.ackWait, LostAfter: c.lostAfter, Concurrency: c.concurrency})
 		return err
@@ -175,7 +285,11 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 		return err
 	}
 	id := c.id
-	worker.Handle(w, fn, func(ctx context.Context, j *worker.Job[Args]) error {
+	h := func(ctx context.Context, j *worker.Job[Args]) error {
+		if err := led.note(j.ID(), j.Attempt()); err != nil {
+			log.Error("ledger", "error", err)
+			os.Exit(3) // a missing ledger line would make the test's count wrong
+		}
 		marker("STARTED %s %d", j.ID(), j.Attempt())
 		if c.blockFirst && j.Attempt() == 1 {
 			select {} // until the test kills this process
@@ -192,24 +306,62 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 				}
 			}
 		}
-		if c.work > 0 {
+		work := c.work + time.Duration(j.Args.WorkMs)*time.Millisecond
+		if work > 0 {
 			select {
 			case <-ctx.Done():
 				return context.Cause(ctx)
-			case <-time.After(c.work):
+			case <-time.After(work):
 			}
+		}
+		if j.Args.Children > 0 {
+			child, err := jetflow.NewFunction[Args](j.Args.Child)
+			if err != nil {
+				return jetflow.Permanent(err)
+			}
+			for k := range j.Args.Children {
+				if _, err := j.Enqueue(ctx, child.With(Args{N: k})); err != nil {
+					return fmt.Errorf("schedule child %d: %w", k, err)
+				}
+			}
+		}
+		if j.Attempt() <= j.Args.Fail {
+			return fmt.Errorf("fault: attempt %d fails", j.Attempt())
+		}
+		if j.Args.Perm {
+			return jetflow.Permanent(errors.New("fault: permanent"))
 		}
 		if err := j.SetResult(Result{Worker: id, Attempt: j.Attempt()}); err != nil {
 			return err
 		}
 		marker("SUCCESS %s %d", j.ID(), j.Attempt())
 		return nil
-	}, worker.Options{ClaimAfter: c.claimAfter})
+	}
+	for _, fn := range fns {
+		worker.Handle(w, fn, h, worker.Options{ClaimAfter: c.claimAfter})
+	}
 	if err := setup(w.Start); err != nil {
 		return err
 	}
 	marker("READY worker %s", id)
-	<-ctx.Done()
+	var tick <-chan time.Time
+	if c.statsEvery > 0 {
+		t := time.NewTicker(c.statsEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-usr1:
+			stats()
+			continue
+		case <-tick:
+			stats()
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	return w.Stop(sctx)
@@ -288,5 +440,127 @@ func runProducer(ctx context.Context, c config, js jetstream.JetStream, scfg str
 		marker("ENQUEUED %s", rid)
 	}
 	marker("DONE")
+	return nil
+}
+
+// loadClasses is the mix the load role cycles through: run i has class
+// loadClasses[i%len]. Each class says the kind, the timing, whether the id
+// is a key (producer.WithID) and what the handler does.
+var loadClasses = []string{
+	"now", "key", "after", "at", "kids", "fail1", "amo-now", "amo-key",
+	"now", "after-key", "amo-after", "kids-after", "perm", "amo-kids", "now", "fail1-key",
+	"amo-now", "after", "key", "amo-at",
+}
+
+// runLoad schedules -count runs of the load mix with -parallel goroutines,
+// paced over -spread. With -retry a call that fails is made again until it
+// returns an id (ErrAlreadyExists means an earlier try was written);
+// without, each failed call is reported and its run not counted.
+func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams.Config, setup func(func(context.Context) error) error) error {
+	var p *producer.Producer
+	err := setup(func(ctx context.Context) error {
+		var err error
+		p, err = producer.New(ctx, js, producer.Config{Streams: scfg})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	retryFn, err := jetflow.NewFunction[Args](c.fnRetry)
+	if err != nil {
+		return err
+	}
+	amoFn, err := jetflow.NewFunction[Args](c.fnAMO, jetflow.WithKind(jetflow.AtMostOnce))
+	if err != nil {
+		return err
+	}
+	marker("READY load %s", c.id)
+	start := time.Now()
+	var next, accepted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range max(c.parallel, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= c.count {
+					return
+				}
+				if c.count > 1 && c.spread > 0 {
+					at := start.Add(c.spread * time.Duration(i) / time.Duration(c.count))
+					select {
+					case <-time.After(time.Until(at)):
+					case <-ctx.Done():
+						return
+					}
+				}
+				class := loadClasses[i%len(loadClasses)]
+				a := Args{N: i, WorkMs: c.workMs}
+				fn := retryFn
+				var opts []producer.Option
+				if strings.HasPrefix(class, "amo-") {
+					fn = amoFn
+				} else {
+					opts = append(opts, producer.WithMaxAttempts(10))
+				}
+				keyed := strings.Contains(class, "key") || strings.HasSuffix(class, "-at") || class == "at"
+				if keyed {
+					opts = append(opts, producer.WithID(fmt.Sprintf("%s-%d", c.idPfx, i)))
+				}
+				if strings.Contains(class, "kids") {
+					a.Children, a.Child = 2, c.fnChild
+					if class == "amo-kids" {
+						a.Children = 1
+					}
+				}
+				if strings.HasPrefix(class, "fail1") {
+					a.Fail = 1
+				}
+				if class == "perm" {
+					a.Perm = true
+				}
+				var due time.Time // zero: now
+				if strings.Contains(class, "after") || strings.HasSuffix(class, "at") {
+					span := max(c.maxDelay-200*time.Millisecond, time.Millisecond)
+					due = time.Now().Add(200*time.Millisecond + time.Duration(i*7919)%span)
+				}
+				for try := 0; ; try++ {
+					t0 := time.Now()
+					cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+					var id string
+					var err error
+					if !due.IsZero() && strings.Contains(class, "after") {
+						id, err = p.RunAfter(cctx, time.Until(due), fn.With(a), opts...)
+					} else {
+						id, err = p.RunAt(cctx, due, fn.With(a), opts...)
+					}
+					cancel()
+					if errors.Is(err, producer.ErrAlreadyExists) && try > 0 {
+						err = nil // an earlier try was written
+					}
+					if err == nil {
+						accepted.Add(1)
+						marker("ENQUEUED %s %s", id, class)
+						break
+					}
+					if ctx.Err() != nil {
+						return
+					}
+					if !c.retry {
+						failed.Add(1)
+						marker("FAILED %d %s %d %s", i, class, time.Since(t0).Milliseconds(), strings.ReplaceAll(err.Error(), "\n", " "))
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	marker("DONE %d %d", accepted.Load(), failed.Load())
 	return nil
 }

@@ -1,0 +1,167 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// streamLeader returns the node leading stream.
+func streamLeader(t *testing.T, js jetstream.JetStream, stream string, nodes []*natsServer) *natsServer {
+	t.Helper()
+	var leader string
+	retry(t, 60*time.Second, stream+" leader", func(ctx context.Context) error {
+		s, err := js.Stream(ctx, stream)
+		if err != nil {
+			return err
+		}
+		if ci := s.CachedInfo().Cluster; ci != nil && ci.Leader != "" {
+			leader = ci.Leader
+			return nil
+		}
+		return fmt.Errorf("no leader")
+	})
+	for _, n := range nodes {
+		if n.name == leader {
+			return n
+		}
+	}
+	t.Fatalf("leader %q of %s is not one of the nodes", leader, stream)
+	return nil
+}
+
+// waitCurrent waits until node is a current replica (or the leader) of
+// each stream.
+func waitCurrent(t *testing.T, js jetstream.JetStream, node *natsServer, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		retry(t, 90*time.Second, node.name+" current on "+name, func(ctx context.Context) error {
+			s, err := js.Stream(ctx, name)
+			if err != nil {
+				return err
+			}
+			ci := s.CachedInfo().Cluster
+			if ci == nil || ci.Leader == "" {
+				return fmt.Errorf("no leader")
+			}
+			if ci.Leader == node.name {
+				return nil
+			}
+			for _, r := range ci.Replicas {
+				if r.Name == node.name && r.Current && !r.Offline && r.Lag == 0 {
+					return nil
+				}
+			}
+			return fmt.Errorf("%s not current", node.name)
+		})
+	}
+}
+
+// (e) On three nats-server processes with R3 streams and buckets, the
+// node leading the function stream or the runs bucket is SIGKILLed under
+// load, and started again once a new leader is elected: producer calls
+// whose context allows 10 s succeed through the elections, nothing is lost
+// or run twice, and no delayed run starts more than 10 s after it is due.
+func TestFaultClusterFailover(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	kills := pick(2, 4)
+	n := pick(400, 2000)
+	spread := pick(24*time.Second, 80*time.Second)
+
+	nodes := startCluster(t)
+	url := clusterURL(nodes)
+	scfg := streams.Config{Replicas: 3}
+	e := newLoadEnv(t, url, scfg, "--replicas", "3")
+	workers := []*proc{e.worker("w1"), e.worker("w2")}
+	// The scheduler's defaults: lease, repair interval and grace.
+	sflags := []string{"--lease-ttl", "5s", "--repair-interval", "30s", "--repair-grace", "10s"}
+	scheds := []*proc{e.scheduler("s1", sflags...), e.scheduler("s2", sflags...)}
+	def := scfg.WithDefaults()
+	all := []string{def.FunctionStream(), streams.KVStream(def.RunsBucket()), streams.KVStream(def.DelayedBucket())}
+	start := time.Now()
+	e.load("e1", n, spread, "--retry=false", "--call-timeout", "10s")
+
+	var victims []string
+	every := spread / time.Duration(kills+1)
+	for k := range kills {
+		sleepUntil(start.Add(every * time.Duration(k+1)))
+		stream := all[k%2] // the function stream, then the runs bucket
+		victim := streamLeader(t, e.js, stream, nodes)
+		victim.stop(syscall.SIGKILL)
+		t0 := time.Now()
+		// Started again once the others have elected a new leader.
+		testserver.Eventually(t, 60*time.Second, "new leader of "+stream, func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			s, err := e.js.Stream(ctx, stream)
+			if err != nil {
+				return false
+			}
+			ci := s.CachedInfo().Cluster
+			return ci != nil && ci.Leader != "" && ci.Leader != victim.name
+		})
+		victims = append(victims, fmt.Sprintf("%s(%s,%s)", victim.name, strings.TrimPrefix(stream, "KV_"), time.Since(t0).Round(100*time.Millisecond)))
+		victim.start()
+		waitCurrent(t, e.js, victim, all...)
+	}
+	e.loadDone(spread + 3*time.Minute)
+	classes, callFailures := e.accepted()
+	c := e.check(pick(2*time.Minute, 4*time.Minute))
+
+	// Lateness of delayed runs: started after their due time.
+	var delayed, late int
+	var maxLate time.Duration
+	var lateEg []string
+	for id, class := range classes {
+		if !strings.Contains(class, "after") && !strings.HasSuffix(class, "at") {
+			continue
+		}
+		r := c.recs[id]
+		if r == nil || r.StartedTime.IsZero() {
+			continue
+		}
+		delayed++
+		d := r.StartedTime.Sub(r.ScheduledTime)
+		maxLate = max(maxLate, d)
+		if d > 10*time.Second {
+			late++
+			if len(lateEg) < 5 {
+				lateEg = append(lateEg, fmt.Sprintf("%s(%s)", id, d.Round(100*time.Millisecond)))
+			}
+		}
+	}
+	var failEg []string
+	for _, l := range e.loads[0].snapshot() {
+		if strings.HasPrefix(l, "FAILED ") && len(failEg) < 3 {
+			failEg = append(failEg, l)
+		}
+	}
+
+	f := newFigures()
+	f.set("kills", kills)
+	f.set("victims", strings.Join(victims, ","))
+	f.set("calls", n)
+	f.set("call_failures", callFailures)
+	c.report(t, f)
+	f.set("delayed", delayed)
+	f.set("late_over_10s", late)
+	f.set("max_late", maxLate)
+	f.set("wall", time.Since(began))
+	f.print(t, "e cluster-failover")
+	alive(t, append(workers, scheds...)...)
+	if callFailures > 0 {
+		t.Errorf("%d of %d producer calls with a 10 s context failed, e.g. %v", callFailures, n, failEg)
+	}
+	if late > 0 {
+		t.Errorf("%d of %d delayed runs started more than 10 s late, e.g. %v", late, delayed, lateEg)
+	}
+	c.assert(t, e)
+}
