@@ -2,20 +2,16 @@ package dashboard
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
-	"github.com/jetflow-dev/jetflow/scheduler"
-	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -201,67 +197,28 @@ func (h *handler) counts(ctx context.Context, function string) (counts, error) {
 	return c, err
 }
 
-// functions reads the functions registry: key <worker id>.<function>, value
-// worker.FunctionInfo with a TTL the worker renews, so entries of workers
-// that are gone have expired. Sorted by function, then worker.
-func (h *handler) functions(ctx context.Context) ([]worker.FunctionInfo, error) {
+// functions reads the functions registry (kv.ReadFunctions): entries of
+// workers that are gone have expired. Sorted by function, then worker. No
+// bucket yet (no worker ever started) is no function.
+func (h *handler) functions(ctx context.Context) ([]kv.FunctionInfo, error) {
 	st := h.p.Store()
-	bucket, err := st.JetStream().KeyValue(ctx, st.Config().FunctionsBucket())
+	fns, err := kv.ReadFunctions(ctx, st.JetStream(), st.Config(), "")
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return []worker.FunctionInfo{}, nil
+		return []kv.FunctionInfo{}, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("functions bucket: %w", err)
-	}
-	kw, err := bucket.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("functions bucket: %w", err)
-	}
-	defer func() { _ = kw.Stop() }()
-	out := []worker.FunctionInfo{}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-kw.Updates():
-			if !ok || e == nil {
-				sort.Slice(out, func(i, j int) bool {
-					if out[i].Name != out[j].Name {
-						return out[i].Name < out[j].Name
-					}
-					return out[i].Worker < out[j].Worker
-				})
-				return out, nil
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var fi worker.FunctionInfo
-			if err := json.Unmarshal(e.Value(), &fi); err != nil {
-				continue
-			}
-			wid, fn, _ := strings.Cut(e.Key(), ".")
-			if fi.Name == "" {
-				fi.Name = fn
-			}
-			if fi.Worker == "" {
-				fi.Worker = wid
-			}
-			out = append(out, fi)
-		}
-	}
+	return fns, err
 }
 
 // errNoCrons answers the crons endpoints of a dashboard without Config.Crons.
 var errNoCrons = fmt.Errorf("crons are not configured on this dashboard (Config.Crons): %w", jetflow.ErrNotFound)
 
-func (h *handler) crons(ctx context.Context) ([]*scheduler.CronInfo, error) {
+func (h *handler) crons(ctx context.Context) ([]*kv.CronInfo, error) {
 	if h.cfg.Crons == nil {
 		return nil, errNoCrons
 	}
 	list, err := h.cfg.Crons.List(ctx)
 	if list == nil {
-		list = []*scheduler.CronInfo{}
+		list = []*kv.CronInfo{}
 	}
 	return list, err
 }

@@ -13,15 +13,25 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
-	"github.com/jetflow-dev/jetflow/scheduler"
 )
 
 // CronLister lists crons for the crons page and /api/crons.
-// *scheduler.Crons implements it (Scheduler.Crons, scheduler.NewCrons).
+// *scheduler.Crons implements it (Scheduler.Crons, scheduler.NewCrons), and
+// so does CronsOf, which reads the crons bucket without the scheduler
+// (scheduler.CronInfo is kv.CronInfo).
 type CronLister interface {
-	List(ctx context.Context) ([]*scheduler.CronInfo, error)
+	List(ctx context.Context) ([]*kv.CronInfo, error)
 }
+
+// CronsOf is a CronLister reading the crons bucket of p's streams (see
+// kv.Store.Crons): for a dashboard in a process without a scheduler.
+func CronsOf(p *producer.Producer) CronLister { return storeCrons{p.Store()} }
+
+type storeCrons struct{ s *kv.Store }
+
+func (c storeCrons) List(ctx context.Context) ([]*kv.CronInfo, error) { return c.s.Crons(ctx) }
 
 // Config configures the dashboard. The zero value is usable.
 type Config struct {

@@ -48,8 +48,8 @@
 //	GET  /api/runs/<id>                             the run record
 //	POST /api/runs/<id>/cancel                      {"canceled": bool, "run": {...}}
 //	GET  /api/counts?function=                      {"pending": n, ..., "total": n}
-//	GET  /api/functions                             {"functions": [worker.FunctionInfo...]}
-//	GET  /api/crons                                 {"crons": [scheduler.CronInfo...]} (Config.Crons)
+//	GET  /api/functions                             {"functions": [kv.FunctionInfo...]}
+//	GET  /api/crons                                 {"crons": [kv.CronInfo...]} (Config.Crons)
 //	GET  /api/events?function=|run=                 Server-Sent Events
 //
 // Errors are JSON, {"error": "..."}, with the status that fits: 400 for a

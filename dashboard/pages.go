@@ -15,9 +15,8 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
-	"github.com/jetflow-dev/jetflow/scheduler"
-	"github.com/jetflow-dev/jetflow/worker"
 )
 
 // pages are the parsed page templates of one handler (links carry its
@@ -269,7 +268,7 @@ func (h *handler) runPage(w http.ResponseWriter, r *http.Request) {
 
 type functionsData struct {
 	common
-	Functions []worker.FunctionInfo
+	Functions []kv.FunctionInfo
 }
 
 func (h *handler) functionsPage(w http.ResponseWriter, r *http.Request) {
@@ -285,7 +284,7 @@ func (h *handler) functionsPage(w http.ResponseWriter, r *http.Request) {
 
 type cronsData struct {
 	common
-	Crons []*scheduler.CronInfo
+	Crons []*kv.CronInfo
 }
 
 func (h *handler) cronsPage(w http.ResponseWriter, r *http.Request) {

@@ -20,6 +20,25 @@
 // id>, so the scheduler reads one second's entries with a key filter. Each
 // value is a Delayed: the envelope that starts the run and its due time.
 //
+// # Functions bucket
+//
+// <prefix>_functions holds, under <worker id>.<function>, a FunctionInfo
+// that each worker writes with a Nats-TTL of FunctionTTL and renews while
+// it runs. ReadFunctions reads it (the CLI, the dashboard).
+//
+// # Crons bucket
+//
+// <prefix>_crons holds each cron under def.<name> (a CronRecord, written by
+// the scheduler package) and the evaluator's index and bookkeeping under
+// due.* and meta.*. Store.Crons reads the crons as CronInfo, without the
+// scheduler.
+//
+// # Raw writes
+//
+// A write the KV API cannot make (a compare-and-swap with headers, a TTL
+// per key, a pipelined or batched write) is built by PutMsg, with PutExpect
+// and PutTTL: one builder for every bucket.
+//
 // The layout is also written down, for other languages, in
 // docs/wire-format.md.
 package kv

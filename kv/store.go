@@ -352,7 +352,7 @@ const (
 // is proportional to the records kept (terminal ones until their retention
 // ends); it serves List and the repair sweep, never the hot path.
 func (s *Store) Scan(ctx context.Context, visit func(Header)) error {
-	return s.scan(ctx, streams.KVStream(s.cfg.RunsBucket()), s.runsPfx+">", func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+	return s.scan(ctx, streams.KVStream(s.cfg.RunsBucket()), s.runsPfx+">", true, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
 		h := m.Headers()
 		if h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != "" {
 			return
@@ -395,9 +395,9 @@ func (s *Store) ScanQueued(ctx context.Context, fn string, visit func(fn, id str
 	return nil
 }
 
-// scan visits the last message of each subject of stream on filter, headers
-// only, with one ordered consumer.
-func (s *Store) scan(ctx context.Context, stream, filter string, visit func(jetstream.Msg, *jetstream.MsgMetadata)) error {
+// scan visits the last message of each subject of stream on filter (its
+// headers only if headersOnly), with one ordered consumer.
+func (s *Store) scan(ctx context.Context, stream, filter string, headersOnly bool, visit func(jetstream.Msg, *jetstream.MsgMetadata)) error {
 	st, err := s.js.Stream(ctx, stream)
 	if err != nil {
 		return err
@@ -410,11 +410,14 @@ func (s *Store) scan(ctx context.Context, stream, filter string, visit func(jets
 	c, err := st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{filter},
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		HeadersOnly:       true,
+		HeadersOnly:       headersOnly,
 		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return err
+	}
+	if ci := c.CachedInfo(); ci != nil && ci.NumPending == 0 {
+		return nil // nothing matches filter
 	}
 	it, err := c.Messages(jetstream.PullMaxMessages(1000))
 	if err != nil {

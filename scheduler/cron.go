@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/cronspec"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -97,15 +97,15 @@ func notFound(name string) error {
 }
 
 // CronOrigin says where a cron was defined.
-type CronOrigin string
+type CronOrigin = kv.CronOrigin
 
 const (
 	// OriginCode: defined in code (CronConfig.Crons) and synced by the
 	// leader at the start of its term; removed when it leaves the code.
-	OriginCode CronOrigin = "code"
+	OriginCode = kv.CronOriginCode
 	// OriginRuntime: registered at run time with Register; stays until
 	// deleted.
-	OriginRuntime CronOrigin = "runtime"
+	OriginRuntime = kv.CronOriginRuntime
 )
 
 // CronDef defines a cron: a unique name, a schedule and the call it makes.
@@ -142,41 +142,12 @@ type CronDef struct {
 }
 
 // CronRun is the last run a cron started.
-type CronRun struct {
-	// Time is the scheduled fire time.
-	Time time.Time `json:"time"`
-	// RunID is the run's id: "cron-<name>-<unix seconds of Time>".
-	RunID string `json:"runId"`
-	// State and Error are the run's outcome, read from its record. State
-	// is "" when the record has expired.
-	State jetflow.State `json:"state,omitempty"`
-	Error string        `json:"error,omitempty"`
-}
+type CronRun = kv.CronRun
 
-// CronInfo is what a cron is and what it did.
-type CronInfo struct {
-	Name     string          `json:"name"`
-	Origin   CronOrigin      `json:"origin"`
-	Schedule Schedule        `json:"schedule"`
-	Function string          `json:"function"`
-	Kind     jetflow.Kind    `json:"kind,omitempty"`
-	Args     json.RawMessage `json:"args,omitempty"`
-	Overlap  bool            `json:"overlap,omitempty"`
-	CatchUp  int             `json:"catchUp,omitempty"`
-	// Enabled is false while paused.
-	Enabled bool `json:"enabled"`
-	// Next is the next scheduled fire time; zero while paused.
-	Next time.Time `json:"next,omitzero"`
-	// Last is the last run started, nil before the first.
-	Last *CronRun `json:"last,omitempty"`
-	// Fired counts runs started, Skipped fires skipped because the previous
-	// run had not ended, Missed fires lost to downtime and not replayed.
-	Fired   int64     `json:"fired"`
-	Skipped int64     `json:"skipped"`
-	Missed  int64     `json:"missed"`
-	Created time.Time `json:"created"`
-	Updated time.Time `json:"updated"`
-}
+// CronInfo is what a cron is and what it did: its definition, state and
+// last run. It is kv.CronInfo, the reader's type, so that the dashboard and
+// the CLI read crons without the scheduler.
+type CronInfo = kv.CronInfo
 
 // CronConfig configures a Crons. Every zero field takes the default named.
 type CronConfig struct {
@@ -260,12 +231,13 @@ func (c CronConfig) withDefaults() CronConfig {
 // cron_store.go), a page of PageSize entries at a time: its cost follows
 // the crons due, not the crons registered.
 type Crons struct {
-	cfg  CronConfig
-	js   jetstream.JetStream
-	p    *producer.Producer
-	log  *slog.Logger
-	now  func() time.Time
-	code []cronRecord // validated code-defined crons, nil if not managed
+	cfg   CronConfig
+	js    jetstream.JetStream
+	p     *producer.Producer
+	store *kv.Store // reads
+	log   *slog.Logger
+	now   func() time.Time
+	code  []cronRecord // validated code-defined crons, nil if not managed
 
 	openMu sync.Mutex
 	kv     jetstream.KeyValue
@@ -296,7 +268,7 @@ func NewCrons(ctx context.Context, js jetstream.JetStream, cfg CronConfig) (*Cro
 
 func newCrons(js jetstream.JetStream, p *producer.Producer, cfg CronConfig) (*Crons, error) {
 	cfg = cfg.withDefaults()
-	c := &Crons{cfg: cfg, js: js, p: p, log: cfg.Logger, now: cfg.Now}
+	c := &Crons{cfg: cfg, js: js, p: p, store: p.Store(), log: cfg.Logger, now: cfg.Now}
 	if cfg.Crons != nil {
 		c.code = make([]cronRecord, 0, len(cfg.Crons))
 		seen := map[string]bool{}
@@ -597,25 +569,10 @@ func (c *Crons) Get(ctx context.Context, name string) (*CronInfo, error) {
 	return c.info(ctx, r, true)
 }
 
-// List returns every cron, by name, with the outcome of each last run.
-// Its cost is proportional to the crons registered.
-func (c *Crons) List(ctx context.Context) ([]*CronInfo, error) {
-	var recs []*cronRecord
-	err := c.scanDefs(ctx, func(r *cronRecord, _ uint64) { recs = append(recs, r) })
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
-	out := make([]*CronInfo, 0, len(recs))
-	for _, r := range recs {
-		ci, err := c.info(ctx, r, true)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, ci)
-	}
-	return out, nil
-}
+// List returns every cron, by name, with the outcome of each last run
+// (kv.Store.Crons, the one reader of the crons bucket). Its cost is
+// proportional to the crons registered.
+func (c *Crons) List(ctx context.Context) ([]*CronInfo, error) { return c.store.Crons(ctx) }
 
 // Pause disables cron name: it does not fire until resumed. Pausing a
 // paused cron is a no-op. Errors: ErrCronNotFound.
@@ -715,22 +672,5 @@ func (c *Crons) modify(ctx context.Context, name string, change func(r *cronReco
 
 // info turns a record into a CronInfo, reading the last run's outcome.
 func (c *Crons) info(ctx context.Context, r *cronRecord, withOutcome bool) (*CronInfo, error) {
-	ci := &CronInfo{
-		Name: r.Name, Origin: r.Origin, Schedule: r.Spec, Function: r.Function, Kind: r.Kind,
-		Args: r.Args, Overlap: r.Overlap, CatchUp: r.CatchUp, Enabled: r.Enabled, Next: r.Next,
-		Fired: r.Fired, Skipped: r.Skipped, Missed: r.Missed, Created: r.Created, Updated: r.Updated,
-	}
-	if r.LastRun != "" {
-		ci.Last = &CronRun{Time: r.LastTime, RunID: r.LastRun}
-		if withOutcome {
-			run, err := c.p.Get(ctx, r.LastRun)
-			switch {
-			case err == nil:
-				ci.Last.State, ci.Last.Error = run.State, run.Error
-			case !errors.Is(err, jetflow.ErrNotFound):
-				return nil, err
-			}
-		}
-	}
-	return ci, nil
+	return c.store.CronInfo(ctx, r, withOutcome)
 }

@@ -9,17 +9,15 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jetflow-dev/jetflow"
-	"github.com/jetflow-dev/jetflow/internal/cronspec"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Key layout of the crons bucket:
+// Key layout of the crons bucket (kv documents it too):
 //
-//	def.<name>                  the cron: definition and state (cronRecord)
+//	def.<name>                  the cron: definition and state (kv.CronRecord)
 //	due.<hour>.<second>.<name>  index entry: the cron is due at <second>
 //	                            (unix seconds; <hour> is second/3600)
 //	meta.watermark              unix second up to which the leader has read
@@ -32,40 +30,14 @@ import (
 // follows the crons due, not the crons registered. An entry whose cron no
 // longer points at it is stale and is removed when met.
 const (
-	defPrefix    = "def."
+	defPrefix    = kv.CronDefPrefix
 	duePrefix    = "due."
 	watermarkKey = "meta.watermark"
 	codeKey      = "meta.code"
 )
 
 // cronRecord is the stored form of a cron.
-type cronRecord struct {
-	Name     string          `json:"name"`
-	Origin   CronOrigin      `json:"origin"`
-	Spec     cronspec.Spec   `json:"spec"`
-	Function string          `json:"function"`
-	Kind     jetflow.Kind    `json:"kind,omitempty"`
-	Args     json.RawMessage `json:"args,omitempty"`
-	Overlap  bool            `json:"overlap,omitempty"`
-	CatchUp  int             `json:"catchUp,omitempty"`
-
-	Enabled bool `json:"enabled"`
-	// Next is the next scheduled fire time (zero while paused).
-	Next time.Time `json:"next,omitzero"`
-	// Due is the unix second of the index entry the cron is filed under
-	// (0: none). It is Next's second, or later while a replay waits.
-	Due int64 `json:"due,omitempty"`
-	// Replay counts missed fires still to replay (CatchUp policy).
-	Replay int `json:"replay,omitempty"`
-
-	LastTime time.Time `json:"lastTime,omitzero"`
-	LastRun  string    `json:"lastRun,omitempty"`
-	Fired    int64     `json:"fired,omitempty"`
-	Skipped  int64     `json:"skipped,omitempty"`
-	Missed   int64     `json:"missed,omitempty"`
-	Created  time.Time `json:"created"`
-	Updated  time.Time `json:"updated"`
-}
+type cronRecord = kv.CronRecord
 
 // sameDefinition reports whether a and b define the same cron (state aside).
 func sameDefinition(a, b *cronRecord) bool {
@@ -298,20 +270,6 @@ func (c *Crons) consume(ctx context.Context, filters []string, headersOnly bool,
 		}
 	}
 	return nil
-}
-
-// scanDefs visits every cron record.
-func (c *Crons) scanDefs(ctx context.Context, visit func(r *cronRecord, rev uint64)) error {
-	pfx := streams.KVSubject(c.cfg.Streams.CronsBucket(), defPrefix)
-	return c.consume(ctx, []string{pfx + ">"}, false, func(subject string, data []byte, seq uint64) bool {
-		r := new(cronRecord)
-		if err := json.Unmarshal(data, r); err != nil {
-			c.log.Warn("undecodable cron record", "key", strings.TrimPrefix(subject, pfx), "error", err)
-			return true
-		}
-		visit(r, seq)
-		return true
-	})
 }
 
 // seedWatermark stores the evaluator's watermark, if there is none yet,

@@ -2,31 +2,18 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
-	"time"
 
 	"github.com/jetflow-dev/jetflow"
-	"github.com/jetflow-dev/jetflow/streams"
-	"github.com/nats-io/nats.go"
+	"github.com/jetflow-dev/jetflow/kv"
 )
 
 // FunctionInfo is what a worker publishes about a function it serves, in the
 // functions bucket under <worker id>.<function> with a 30 s TTL renewed
-// every 10 s. The CLI reads it to list functions and to warn about runs
-// enqueued for a function nobody serves.
-type FunctionInfo struct {
-	Name        string        `json:"name"`
-	Kind        jetflow.Kind  `json:"kind"`
-	Worker      string        `json:"worker"`
-	Concurrency int           `json:"concurrency"`
-	MaxParallel int           `json:"maxParallel"`
-	MaxAttempts int           `json:"maxAttempts"`
-	Timeout     time.Duration `json:"timeout,omitempty"`
-	Seen        time.Time     `json:"seen"`
-}
+// every 10 s. It is kv.FunctionInfo: the CLI and the dashboard read the
+// registry with kv.ReadFunctions, without the worker.
+type FunctionInfo = kv.FunctionInfo
 
 func (w *Worker) register(ctx context.Context, fns []*fnEntry) error {
-	bucket := w.scfg.FunctionsBucket()
 	for _, e := range fns {
 		attempts := e.opts.MaxAttempts
 		if e.kind == jetflow.AtMostOnce {
@@ -37,9 +24,7 @@ func (w *Worker) register(ctx context.Context, fns []*fnEntry) error {
 			MaxParallel: e.opts.MaxParallel, MaxAttempts: attempts, Timeout: e.opts.Timeout,
 			Seen: w.now().UTC(),
 		}
-		data, _ := json.Marshal(fi)
-		m := &nats.Msg{Subject: streams.KVSubject(bucket, w.cfg.ID+"."+e.name), Header: nats.Header{"Nats-TTL": []string{"30s"}}, Data: data}
-		if _, err := w.js.PublishMsg(ctx, m); err != nil {
+		if _, err := w.js.PublishMsg(ctx, kv.FunctionMsg(w.scfg, fi)); err != nil {
 			return err
 		}
 	}

@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
-	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -67,50 +65,8 @@ func (c *client) getRun(ctx context.Context, id string) (*jetflow.Run, error) {
 	return r, err
 }
 
-// functions returns what live workers serve, read from the functions
-// bucket (key <worker id>.<function>, value worker.FunctionInfo, each with
-// a TTL the worker renews: entries of workers gone have expired). fn ""
-// reads every function, else only fn.
-func (c *client) functions(ctx context.Context, fn string) ([]worker.FunctionInfo, error) {
-	kv, err := c.js.KeyValue(ctx, c.sc.FunctionsBucket())
-	if err != nil {
-		return nil, fmt.Errorf("functions bucket: %w", err)
-	}
-	filter := ">"
-	if fn != "" {
-		filter = "*." + fn
-	}
-	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("functions bucket: %w", err)
-	}
-	defer w.Stop()
-	var out []worker.FunctionInfo
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return out, nil
-			}
-			if e == nil {
-				return out, nil
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var fi worker.FunctionInfo
-			if err := json.Unmarshal(e.Value(), &fi); err != nil {
-				continue
-			}
-			if fi.Name == "" {
-				_, fi.Name, _ = strings.Cut(e.Key(), ".")
-			}
-			if fi.Worker == "" {
-				fi.Worker, _, _ = strings.Cut(e.Key(), ".")
-			}
-			out = append(out, fi)
-		}
-	}
+// functions returns what live workers serve (kv.ReadFunctions: entries of
+// workers gone have expired). fn "" reads every function, else only fn.
+func (c *client) functions(ctx context.Context, fn string) ([]kv.FunctionInfo, error) {
+	return kv.ReadFunctions(ctx, c.js, c.sc, fn)
 }

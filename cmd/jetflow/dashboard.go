@@ -14,7 +14,6 @@ import (
 
 	"github.com/jetflow-dev/jetflow/dashboard"
 	"github.com/jetflow-dev/jetflow/producer"
-	"github.com/jetflow-dev/jetflow/scheduler"
 )
 
 func init() {
@@ -48,11 +47,7 @@ func runDashboard(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Close()
-	crons, err := scheduler.NewCrons(ctx, c.js, scheduler.CronConfig{Streams: c.sc})
-	if err != nil {
-		return fmt.Errorf("dashboard: %w", err)
-	}
-	dcfg.Crons, dcfg.BasePath = crons, *base
+	dcfg.Crons, dcfg.BasePath = dashboard.CronsOf(c.p), *base
 	stop, err := startDashboard(ctx, *listen, c.p, dcfg, sec)
 	if err != nil {
 		return err

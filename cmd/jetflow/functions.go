@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
-	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/kv"
 )
 
 func init() {
@@ -73,7 +73,7 @@ func runFunctions(ctx context.Context, args []string) error {
 }
 
 // groupFunctions sums the registry entries per function, sorted by name.
-func groupFunctions(infos []worker.FunctionInfo) []functionRow {
+func groupFunctions(infos []kv.FunctionInfo) []functionRow {
 	by := map[string]*functionRow{}
 	for _, fi := range infos {
 		r := by[fi.Name]

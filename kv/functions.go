@@ -1,0 +1,95 @@
+package kv
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// FunctionTTL is how long an entry of the functions bucket lives unless
+// its worker writes it again (every 10 s while it runs).
+const FunctionTTL = 30 * time.Second
+
+// FunctionInfo is an entry of the functions bucket (<prefix>_functions):
+// what a worker says about a function it serves, under the key <worker
+// id>.<function>, with a Nats-TTL of FunctionTTL that the worker renews.
+// Entries of workers that are gone expire. The worker writes it
+// (worker.FunctionInfo is this type); the CLI and the dashboard read it
+// with ReadFunctions.
+type FunctionInfo struct {
+	Name        string        `json:"name"`
+	Kind        jetflow.Kind  `json:"kind"`
+	Worker      string        `json:"worker"`
+	Concurrency int           `json:"concurrency"`
+	MaxParallel int           `json:"maxParallel"`
+	MaxAttempts int           `json:"maxAttempts"`
+	Timeout     time.Duration `json:"timeout,omitempty"`
+	Seen        time.Time     `json:"seen"`
+}
+
+// FunctionMsg is the write of fi into the functions bucket of cfg, with its
+// TTL.
+func FunctionMsg(cfg streams.Config, fi FunctionInfo) *nats.Msg {
+	data, _ := json.Marshal(fi) // plain fields: never fails
+	return PutMsg(cfg.WithDefaults().FunctionsBucket(), fi.Worker+"."+fi.Name, data, PutTTL(FunctionTTL))
+}
+
+// ReadFunctions reads the functions bucket of cfg: the functions live
+// workers serve, one entry per worker and function, sorted by function and
+// then worker. fn "" reads every function, else only fn. A bucket that does
+// not exist is an error matching jetstream.ErrBucketNotFound.
+func ReadFunctions(ctx context.Context, js jetstream.JetStream, cfg streams.Config, fn string) ([]FunctionInfo, error) {
+	b, err := js.KeyValue(ctx, cfg.WithDefaults().FunctionsBucket())
+	if err != nil {
+		return nil, fmt.Errorf("functions bucket: %w", err)
+	}
+	filter := ">"
+	if fn != "" {
+		filter = "*." + fn
+	}
+	w, err := b.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("functions bucket: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	out := []FunctionInfo{}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				sort.Slice(out, func(i, j int) bool {
+					if out[i].Name != out[j].Name {
+						return out[i].Name < out[j].Name
+					}
+					return out[i].Worker < out[j].Worker
+				})
+				return out, nil
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var fi FunctionInfo
+			if err := json.Unmarshal(e.Value(), &fi); err != nil {
+				continue
+			}
+			wid, name, _ := strings.Cut(e.Key(), ".")
+			if fi.Name == "" {
+				fi.Name = name
+			}
+			if fi.Worker == "" {
+				fi.Worker = wid
+			}
+			out = append(out, fi)
+		}
+	}
+}

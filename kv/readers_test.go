@@ -1,0 +1,154 @@
+package kv_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/cronspec"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func provisioned(t *testing.T) (*testserver.Env, *kv.Store) {
+	t.Helper()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Open(ctx, ts.JS, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts, st
+}
+
+func TestReadFunctionsSortedAndFiltered(t *testing.T) {
+	t.Parallel()
+	ts, _ := provisioned(t)
+	ctx := context.Background()
+	seen := time.Now().UTC().Truncate(time.Millisecond)
+	for _, fi := range []kv.FunctionInfo{
+		{Name: "emails.send", Kind: jetflow.Retryable, Worker: "w2", Concurrency: 3, MaxAttempts: 5, Seen: seen},
+		{Name: "emails.send", Kind: jetflow.Retryable, Worker: "w1", Concurrency: 2, MaxAttempts: 5, Seen: seen},
+		{Name: "billing.charge", Kind: jetflow.AtMostOnce, Worker: "w1", Concurrency: 1, MaxAttempts: 1, Seen: seen},
+	} {
+		if _, err := ts.JS.PublishMsg(ctx, kv.FunctionMsg(streams.Config{}, fi)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all, err := kv.ReadFunctions(ctx, ts.JS, streams.Config{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, fi := range all {
+		got = append(got, fi.Name+"@"+fi.Worker)
+	}
+	want := []string{"billing.charge@w1", "emails.send@w1", "emails.send@w2"}
+	if len(got) != len(want) {
+		t.Fatalf("functions = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("functions = %v, want %v", got, want)
+		}
+	}
+	if !all[0].Seen.Equal(seen) || all[0].Kind != jetflow.AtMostOnce {
+		t.Fatalf("entry = %+v", all[0])
+	}
+	one, err := kv.ReadFunctions(ctx, ts.JS, streams.Config{}, "emails.send")
+	if err != nil || len(one) != 2 {
+		t.Fatalf("filtered = %+v, %v", one, err)
+	}
+	none, err := kv.ReadFunctions(ctx, ts.JS, streams.Config{}, "nobody.serves")
+	if err != nil || none == nil || len(none) != 0 {
+		t.Fatalf("unserved = %#v, %v", none, err)
+	}
+	// The entry carries the registry's TTL.
+	e, err := ts.JS.Stream(ctx, streams.KVStream(streams.Config{}.WithDefaults().FunctionsBucket()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := e.GetLastMsgForSubject(ctx, streams.KVSubject(streams.Config{}.WithDefaults().FunctionsBucket(), "w1.billing.charge"))
+	if err != nil || m.Header.Get("Nats-TTL") != kv.FunctionTTL.String() {
+		t.Fatalf("TTL header = %q, %v", m.Header.Get("Nats-TTL"), err)
+	}
+}
+
+func TestReadFunctionsWithoutBucket(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	_, err := kv.ReadFunctions(context.Background(), ts.JS, streams.Config{}, "")
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		t.Fatalf("err = %v, want ErrBucketNotFound", err)
+	}
+}
+
+func TestStoreCronsReadsRecordsAndLastOutcome(t *testing.T) {
+	t.Parallel()
+	ts, st := provisioned(t)
+	ctx := context.Background()
+	// Nothing registered yet: an empty list, at once.
+	start := time.Now()
+	list, err := st.Crons(ctx)
+	if err != nil || list == nil || len(list) != 0 {
+		t.Fatalf("empty bucket: %#v, %v", list, err)
+	}
+	bucket := streams.Config{}.WithDefaults().CronsBucket()
+	put := func(key string, v any) {
+		t.Helper()
+		data, _ := json.Marshal(v)
+		if _, err := ts.JS.PublishMsg(ctx, kv.PutMsg(bucket, key, data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Only index entries: still no cron, and no wait for messages that
+	// never come.
+	put("due.1.3600.b-cron", nil)
+	if list, err := st.Crons(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("index only: %#v, %v", list, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("reading an empty crons bucket took %s", d)
+	}
+	fired := time.Date(2026, 1, 2, 9, 0, 0, 0, time.UTC)
+	run := &jetflow.Run{ID: "cron-b-cron-1767344400", Name: "reports.daily", State: jetflow.Failed, Error: "boom",
+		ScheduledTime: fired, CreationTime: fired, CompletedTime: fired}
+	if _, err := st.Create(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	put(kv.CronDefPrefix+"b-cron", kv.CronRecord{Name: "b-cron", Origin: kv.CronOriginCode, Spec: cronspec.Daily(9, 0),
+		Function: "reports.daily", Enabled: true, LastTime: fired, LastRun: run.ID, Fired: 1})
+	put(kv.CronDefPrefix+"a-cron", kv.CronRecord{Name: "a-cron", Origin: kv.CronOriginRuntime, Spec: cronspec.Interval(time.Minute),
+		Function: "cleanup.run", Enabled: false})
+	put(kv.CronDefPrefix+"gone", kv.CronRecord{Name: "gone"})
+	b, err := ts.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(ctx, kv.CronDefPrefix+"gone"); err != nil {
+		t.Fatal(err)
+	}
+	list, err = st.Crons(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].Name != "a-cron" || list[1].Name != "b-cron" {
+		t.Fatalf("crons = %+v", list)
+	}
+	a, c := list[0], list[1]
+	if a.Enabled || a.Last != nil || a.Origin != kv.CronOriginRuntime {
+		t.Fatalf("a-cron = %+v", a)
+	}
+	if c.Last == nil || c.Last.RunID != run.ID || c.Last.State != jetflow.Failed || c.Last.Error != "boom" ||
+		!c.Last.Time.Equal(fired) || c.Fired != 1 || c.Schedule != cronspec.Daily(9, 0) {
+		t.Fatalf("b-cron = %+v, last %+v", c, c.Last)
+	}
+}
