@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
-	"github.com/jetflow-dev/jetflow/streams"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -46,11 +43,7 @@ var ErrNotLeader = errors.New("kv: lease held by another")
 func (l *Lease) Acquire(ctx context.Context) error {
 	val, _ := json.Marshal(leaseValue{Holder: l.holder, Expires: l.now().Add(l.ttl).UTC()})
 	if l.rev != 0 {
-		m := &nats.Msg{Subject: streams.KVSubject(l.bucket, l.key), Data: val, Header: nats.Header{
-			"Nats-Expected-Last-Subject-Sequence": []string{strconv.FormatUint(l.rev, 10)},
-			"Nats-TTL":                            []string{l.ttl.String()},
-		}}
-		ack, err := l.js.PublishMsg(ctx, m)
+		ack, err := l.js.PublishMsg(ctx, PutMsg(l.bucket, l.key, val, PutExpect(l.rev), PutTTL(l.ttl)))
 		if err == nil {
 			l.rev = ack.Sequence
 			return nil
@@ -72,11 +65,7 @@ func (l *Lease) Acquire(ctx context.Context) error {
 			return ErrNotLeader
 		}
 		// Expired but not yet removed by the server: take it over by CAS.
-		m := &nats.Msg{Subject: streams.KVSubject(l.bucket, l.key), Data: val, Header: nats.Header{
-			"Nats-Expected-Last-Subject-Sequence": []string{strconv.FormatUint(e.Revision(), 10)},
-			"Nats-TTL":                            []string{l.ttl.String()},
-		}}
-		ack, err := l.js.PublishMsg(ctx, m)
+		ack, err := l.js.PublishMsg(ctx, PutMsg(l.bucket, l.key, val, PutExpect(e.Revision()), PutTTL(l.ttl)))
 		if err != nil {
 			if IsWrongSequence(err) {
 				return ErrNotLeader

@@ -45,7 +45,7 @@ type Store struct {
 	runs    jetstream.KeyValue
 	delayed jetstream.KeyValue
 	runsPfx string
-	ttl     string
+	ttl     time.Duration // of terminal records
 	dstream jetstream.Stream
 	fstream jetstream.Stream
 	rstream jetstream.Stream
@@ -77,8 +77,8 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg streams.Config) (*Sto
 	return &Store{
 		cfg: cfg, nc: js.Conn(), js: js, runs: runs, delayed: delayed,
 		dstream: dstream, fstream: fstream, rstream: rstream,
-		runsPfx: "$KV." + cfg.RunsBucket() + ".",
-		ttl:     cfg.Retention.String(),
+		runsPfx: streams.KVSubject(cfg.RunsBucket(), ""),
+		ttl:     cfg.Retention,
 	}, nil
 }
 
@@ -127,18 +127,18 @@ func (s *Store) RecordMsg(r *jetflow.Run, expect uint64) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
 	}
-	h := make(nats.Header, 3)
-	h[hdrExpectSubjSeq] = []string{strconv.FormatUint(expect, 10)}
-	h[HeaderState] = []string{string(r.State)}
-	h[HeaderFunction] = []string{r.Name}
-	h[HeaderDue] = []string{strconv.FormatInt(r.ScheduledTime.UnixMilli(), 10)}
+	opts := []PutOption{PutExpect(expect)}
 	if r.State.Terminal() {
-		h[hdrTTL] = []string{s.ttl}
-		if r.OnComplete != nil {
-			h[HeaderNotify] = []string{strconv.FormatInt(r.CompletedTime.UnixMilli(), 10)}
-		}
+		opts = append(opts, PutTTL(s.ttl))
 	}
-	return &nats.Msg{Subject: s.runsPfx + r.ID, Header: h, Data: data}, nil
+	m := PutMsg(s.cfg.RunsBucket(), r.ID, data, opts...)
+	m.Header[HeaderState] = []string{string(r.State)}
+	m.Header[HeaderFunction] = []string{r.Name}
+	m.Header[HeaderDue] = []string{strconv.FormatInt(r.ScheduledTime.UnixMilli(), 10)}
+	if r.State.Terminal() && r.OnComplete != nil {
+		m.Header[HeaderNotify] = []string{strconv.FormatInt(r.CompletedTime.UnixMilli(), 10)}
+	}
+	return m, nil
 }
 
 // Create writes a new record; ErrExists when the id is taken.
@@ -257,7 +257,7 @@ func (s *Store) DelayedMsg(d Delayed) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
 	}
-	return &nats.Msg{Subject: streams.KVSubject(s.cfg.DelayedBucket(), DelayedKey(d.Due, d.ID)), Data: data}, nil
+	return PutMsg(s.cfg.DelayedBucket(), DelayedKey(d.Due, d.ID), data), nil
 }
 
 // PutDelayed stores a delayed entry and returns its revision.

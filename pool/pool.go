@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/jsbatch"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -516,7 +517,7 @@ func (pl *Pool) EnqueueBatch(ctx context.Context, entries []Entry) ([]string, er
 		}
 		msgs[i] = m
 	}
-	if _, err := pl.st.batch(ctx, msgs); err != nil {
+	if _, err := jsbatch.Publish(ctx, pl.st.nc, msgs); err != nil {
 		if kv.IsWrongSequence(err) {
 			for _, it := range items {
 				if _, _, gerr := pl.st.getQueued(ctx, pl.name, it.ID); gerr == nil {

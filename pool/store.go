@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -13,7 +12,6 @@ import (
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 )
 
 // Key layout of the pools bucket (<prefix>_pools), for pool <name>:
@@ -28,11 +26,7 @@ import (
 //	<name>.i.<id>    the item record, written when the item first starts (or
 //	                 is canceled before); terminal ones expire after the
 //	                 retention period, by a Nats-TTL on the terminal write
-const (
-	hdrExpectSubjSeq = "Nats-Expected-Last-Subject-Sequence"
-	hdrTTL           = "Nats-TTL"
-)
-
+//
 // BucketName is the pools bucket for a prefix.
 func BucketName(scfg streams.Config) string { return scfg.WithDefaults().Prefix + "_pools" }
 
@@ -135,7 +129,7 @@ type store struct {
 	kv     jetstream.KeyValue
 	stream jetstream.Stream
 	bucket string
-	ttl    string
+	ttl    time.Duration // of terminal items
 }
 
 // openStore opens the pools bucket, creating it when it does not exist. The
@@ -184,10 +178,8 @@ func openStore(ctx context.Context, js jetstream.JetStream, scfg streams.Config)
 	if err != nil {
 		return nil, fmt.Errorf("pool: bucket %s: %w", bucket, err)
 	}
-	return &store{js: js, nc: js.Conn(), kv: b, stream: st, bucket: bucket, ttl: scfg.Retention.String()}, nil
+	return &store{js: js, nc: js.Conn(), kv: b, stream: st, bucket: bucket, ttl: scfg.Retention}, nil
 }
-
-func (s *store) subject(key string) string { return streams.KVSubject(s.bucket, key) }
 
 // itemMsg is the write of item it, conditional on the key's last revision
 // being expect (0: the key must not exist). Terminal items carry the
@@ -197,11 +189,11 @@ func (s *store) itemMsg(it *Item, expect uint64) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
 	}
-	h := nats.Header{hdrExpectSubjSeq: []string{strconv.FormatUint(expect, 10)}}
+	opts := []kv.PutOption{kv.PutExpect(expect)}
 	if it.State.Terminal() {
-		h[hdrTTL] = []string{s.ttl}
+		opts = append(opts, kv.PutTTL(s.ttl))
 	}
-	return &nats.Msg{Subject: s.subject(itemKey(it.Pool, it.ID)), Header: h, Data: data}, nil
+	return kv.PutMsg(s.bucket, itemKey(it.Pool, it.ID), data, opts...), nil
 }
 
 // queueMsg is the write of a queue entry; a new item's entry (q.Item set)
@@ -211,11 +203,11 @@ func (s *store) queueMsg(pool, id string, q queued) (*nats.Msg, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
 	}
-	h := nats.Header{}
+	var opts []kv.PutOption
 	if q.Item != nil {
-		h[hdrExpectSubjSeq] = []string{"0"}
+		opts = append(opts, kv.PutExpect(0))
 	}
-	return &nats.Msg{Subject: s.subject(queueKey(pool, id)), Header: h, Data: data}, nil
+	return kv.PutMsg(s.bucket, queueKey(pool, id), data, opts...), nil
 }
 
 // putQueued writes a queue entry and returns its sequence.
@@ -326,9 +318,7 @@ func (s *store) putState(ctx context.Context, pool string, st *poolState, rev ui
 	if err != nil {
 		return 0, err
 	}
-	m := &nats.Msg{Subject: s.subject(stateKey(pool)), Data: data,
-		Header: nats.Header{hdrExpectSubjSeq: []string{strconv.FormatUint(rev, 10)}}}
-	ack, err := s.js.PublishMsg(ctx, m)
+	ack, err := s.js.PublishMsg(ctx, kv.PutMsg(s.bucket, stateKey(pool), data, kv.PutExpect(rev)))
 	if err != nil {
 		if kv.IsWrongSequence(err) {
 			return 0, errConflict
@@ -368,45 +358,4 @@ func (s *store) deleteMsg(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("pool: remove queue entry %d: %w", seq, err)
 	}
 	return nil
-}
-
-// batch publishes msgs as one JetStream atomic batch (ADR-50): all are
-// stored or none. It returns the stream sequence of the last message.
-func (s *store) batch(ctx context.Context, msgs []*nats.Msg) (uint64, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-	}
-	id := nuid.Next()
-	for i, m := range msgs {
-		m.Header.Set("Nats-Batch-Id", id)
-		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))
-		if i == len(msgs)-1 {
-			m.Header.Set("Nats-Batch-Commit", "1")
-			break
-		}
-		if err := s.nc.PublishMsg(m); err != nil {
-			return 0, err
-		}
-	}
-	resp, err := s.nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
-	if err != nil {
-		return 0, err
-	}
-	var ack struct {
-		Seq   uint64              `json:"seq"`
-		Count int                 `json:"count"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return 0, fmt.Errorf("pool: batch ack: %w", err)
-	}
-	if ack.Error != nil {
-		return 0, ack.Error
-	}
-	if ack.Count != len(msgs) {
-		return 0, fmt.Errorf("pool: batch stored %d of %d messages", ack.Count, len(msgs))
-	}
-	return ack.Seq, nil
 }

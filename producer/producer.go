@@ -2,16 +2,15 @@ package producer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/jsbatch"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -367,7 +366,7 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 		for i, r := range runs {
 			msgs[i] = p.cfg.Message(directEnvelope(r))
 		}
-		if _, err := atomicBatch(ctx, p.nc, msgs); err != nil {
+		if _, err := jsbatch.Publish(ctx, p.nc, msgs); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBatchFailed, err)
 		}
 		return ids, nil
@@ -380,7 +379,7 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 		}
 		msgs[i] = m
 	}
-	last, err := atomicBatch(ctx, p.nc, msgs)
+	last, err := jsbatch.Publish(ctx, p.nc, msgs)
 	if err != nil {
 		if kv.IsWrongSequence(err) {
 			for _, r := range runs {
@@ -433,45 +432,4 @@ func (p *Producer) dispatchAsync(r *jetflow.Run) (jetstream.PubAckFuture, error)
 		return p.js.PublishMsgAsync(m)
 	}
 	return p.js.PublishMsgAsync(p.cfg.Message(e))
-}
-
-// atomicBatch publishes msgs as one JetStream atomic batch (ADR-50) and
-// returns the stream sequence of the last message.
-func atomicBatch(ctx context.Context, nc *nats.Conn, msgs []*nats.Msg) (uint64, error) {
-	id := nuid.Next()
-	for i, m := range msgs {
-		m.Header["Nats-Batch-Id"] = []string{id}
-		m.Header["Nats-Batch-Sequence"] = []string{strconv.Itoa(i + 1)}
-		if i == len(msgs)-1 {
-			m.Header["Nats-Batch-Commit"] = []string{"1"}
-			break
-		}
-		if err := nc.PublishMsg(m); err != nil {
-			return 0, err
-		}
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-	}
-	resp, err := nc.RequestMsgWithContext(ctx, msgs[len(msgs)-1])
-	if err != nil {
-		return 0, err
-	}
-	var ack struct {
-		Seq   uint64              `json:"seq"`
-		Count int                 `json:"count"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(resp.Data, &ack); err != nil {
-		return 0, fmt.Errorf("batch ack: %w", err)
-	}
-	if ack.Error != nil {
-		return 0, ack.Error
-	}
-	if ack.Count != len(msgs) {
-		return 0, fmt.Errorf("batch stored %d of %d messages", ack.Count, len(msgs))
-	}
-	return ack.Seq, nil
 }

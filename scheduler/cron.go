@@ -537,12 +537,12 @@ func (c *Crons) RegisterBatch(ctx context.Context, defs []CronDef) error {
 			errs = append(errs, err)
 			continue
 		}
-		f1, err := c.js.PublishMsgAsync(kvMsg(bucket, dueKey(r.Due, r.Name), nil, -1))
+		f1, err := c.js.PublishMsgAsync(kv.PutMsg(bucket, dueKey(r.Due, r.Name), nil))
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		f2, err := c.js.PublishMsgAsync(kvMsg(bucket, defKey(r.Name), data, 0))
+		f2, err := c.js.PublishMsgAsync(kv.PutMsg(bucket, defKey(r.Name), data, kv.PutExpect(0)))
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -82,16 +81,6 @@ func dueSecond(t time.Time) int64 {
 		s++
 	}
 	return s
-}
-
-// kvMsg is a raw write of key in bucket; expect >= 0 makes it conditional
-// on the key's last revision (0: the key must not exist).
-func kvMsg(bucket, key string, data []byte, expect int64) *nats.Msg {
-	m := &nats.Msg{Subject: streams.KVSubject(bucket, key), Data: data, Header: nats.Header{}}
-	if expect >= 0 {
-		m.Header.Set("Nats-Expected-Last-Subject-Sequence", strconv.FormatInt(expect, 10))
-	}
-	return m
 }
 
 func isWrongSeq(err error) bool {
