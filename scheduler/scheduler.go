@@ -396,8 +396,8 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	s := d.s
 	// Each request is bounded: one sent to a node that just died (a
 	// cluster electing a new leader) is given up after publishTimeout and
-	// the entry tried again a second later, rather than after JetStream's
-	// default 5 s.
+	// the entry tried again retryDelay later, rather than after
+	// JetStream's default 5 s.
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	r, err := s.store.Get(ctx, it.d.ID)
@@ -426,11 +426,15 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	return true
 }
 
-// publishTimeout bounds the requests of one delayed dispatch.
-const publishTimeout = 2 * time.Second
+// publishTimeout bounds the requests of one delayed dispatch; a dispatch
+// that failed is tried again after retryDelay.
+const (
+	publishTimeout = time.Second
+	retryDelay     = 250 * time.Millisecond
+)
 
 func (d *dispatcher) retry(_ context.Context, it *item) {
-	it.due = d.s.now().Add(time.Second)
+	it.due = d.s.now().Add(retryDelay)
 	d.mu.Lock()
 	if d.known[it.key] == it.rev {
 		heap.Push(&d.h, it)

@@ -140,7 +140,10 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		// redelivered, the run being over by then.
 		return
 	}
-	replay := numDelivered == 1 && w.mayBeReplay(m)
+	// A restarted server may hand back what it had delivered as a first
+	// delivery or as a redelivery (its consumer state reached the disk or
+	// not): either may repeat a run still running, unclaimed, elsewhere.
+	replay := w.mayBeReplay(m)
 	if numDelivered > 1 || replay || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
 		ok := w.reconcile(ctx, j, m, replay)
 		if !ok {

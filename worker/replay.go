@@ -20,8 +20,10 @@ import (
 //
 //   - the worker watches its connection; from a disconnect on, every message
 //     stored before the moment it reconnected may have been delivered before
-//     (mayBeReplay). Such a delivery is reconciled with its record and
-//     claimed before its handler starts, as a redelivery is;
+//     (mayBeReplay), whatever its delivery count (a restarted server whose
+//     consumer state did reach the disk redelivers at once too, counted).
+//     Such a delivery is reconciled with its record and claimed before its
+//     handler starts, as a redelivery is;
 //   - a run that another live worker was running without a claim yet (a
 //     late claim) leaves no trace in its record. On reconnect every worker
 //     claims the runs it has in flight at once (claimNow), and a delivery
@@ -97,8 +99,9 @@ func (w *Worker) noteStatus(st nats.Status) {
 	}
 }
 
-// mayBeReplay reports whether a first delivery of m may repeat a delivery
-// made before the worker's connection broke.
+// mayBeReplay reports whether a delivery of m (first or not) may repeat a
+// delivery made before the worker's connection broke, to a worker that may
+// still be running it without a claim.
 func (w *Worker) mayBeReplay(m jetstream.Msg) bool {
 	before := w.replay.before.Load()
 	if before == 0 {
