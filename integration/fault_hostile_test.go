@@ -197,7 +197,7 @@ func hostileMessages(n int, fn string, maxBody int) []*hostileMsg {
 		{"rev-text", with("Jetflow-Rev", "zzz", "Nats-Msg-Id", "{id}"), expectFailed, "Jetflow-Rev"},
 		{"rev-negative", with("Jetflow-Rev", "-1", "Nats-Msg-Id", "{id}"), expectFailed, "Jetflow-Rev"},
 		{"rev-overflow", with("Jetflow-Rev", "18446744073709551616", "Nats-Msg-Id", "{id}"), expectFailed, "Jetflow-Rev"},
-		{"rev-wrong", with("Jetflow-Rev", "987654321", "Nats-Msg-Id", "{id}"), expectFailedOrDiscarded, ""},
+		{"rev-wrong", with("Jetflow-Rev", "987654321", "Nats-Msg-Id", "{id}"), expectEnded, ""},
 		{"scheduled-text", with("Jetflow-Scheduled", "yesterday", "Nats-Msg-Id", "{id}"), expectFailed, "Jetflow-Scheduled"},
 		{"created-invalid", with("Jetflow-Created", "2026-13-45T99:99:99Z", "Nats-Msg-Id", "{id}"), expectFailed, "Jetflow-Created"},
 		{"msgid-other-run", with("Nats-Msg-Id", "someone-else-{id}"), expectFailed, "Nats-Msg-Id"},

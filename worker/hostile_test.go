@@ -113,3 +113,23 @@ func TestForeignRetryAndEmptyBody(t *testing.T) {
 		t.Fatalf("empty body: %s args %s, want success with args null", r.State, r.Args)
 	}
 }
+
+// A message whose Jetflow-Rev names a record that does not exist still
+// ends with a record of its outcome: a run never ends unrecorded.
+func TestRevisionWithoutRecordIsRecorded(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{})
+	worker.Handle(e.W, hostileFn, func(ctx context.Context, j *worker.Job[echoArgs]) error { return nil })
+	e.start(t)
+	ctx := context.Background()
+	h := nats.Header{}
+	h.Set(streams.HeaderRev, "4242")
+	subj := streams.Config{}.WithDefaults().FunctionSubject(hostileFn.Name(), "made-up-rev")
+	if _, err := e.JS.PublishMsg(ctx, &nats.Msg{Subject: subj, Header: h, Data: []byte(`{"n":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.wait(t, "made-up-rev"); r.State != jetflow.Success {
+		t.Fatalf("run with a made-up revision: %+v, want its success recorded", r)
+	}
+	testserver.Eventually(t, 20*time.Second, "function stream empty", func() bool { return queuedMsgs(t, e) == 0 })
+}

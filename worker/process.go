@@ -486,11 +486,18 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			return n, nil
 		}
 		if errors.Is(err, kv.ErrConflict) {
-			if retried {
-				if cur, gerr := w.store.Get(ctx, r.ID); gerr == nil && sameOutcome(cur, r) {
-					r.Revision = cur.Revision
-					return cur.Revision, nil
-				}
+			cur, gerr := w.store.Get(ctx, r.ID)
+			if retried && gerr == nil && sameOutcome(cur, r) {
+				r.Revision = cur.Revision
+				return cur.Revision, nil
+			}
+			if rev != 0 && errors.Is(gerr, jetflow.ErrNotFound) {
+				// The message named a revision of a record that is not
+				// there (expired, or a foreign message's made-up
+				// Jetflow-Rev): the run ran all the same, so its outcome is
+				// recorded, create-only.
+				rev, from = 0, engine.None
+				continue
 			}
 			return 0, err
 		}
