@@ -43,12 +43,20 @@ type DispatcherStats struct {
 
 // Start runs the pool's dispatcher in the background and returns at once.
 // Any number of processes may start one; one holds the lease and works, the
-// others stand by. It can run in the scheduler's process or anywhere.
+// others stand by. It can run in the scheduler's process or anywhere. It
+// runs until Stop or StopAndCancel, or until ctx ends, which stops it as
+// Stop does.
 func (pl *Pool) Start(ctx context.Context) error { return pl.life.Start(ctx, pl.run) }
 
 // Stop stops the dispatcher and gives up the lease so a standby takes over.
-// Items are not affected: pending ones wait, running ones run.
+// Items are not affected: pending ones wait, running ones run. It returns
+// when the dispatcher has stopped, or with ctx's error when ctx ends first.
 func (pl *Pool) Stop(ctx context.Context) error { return pl.life.Stop(ctx) }
+
+// StopAndCancel is Stop: the dispatcher runs no handler of its own to
+// cancel (the items run on workers: see worker.Worker.StopAndCancel). It
+// exists so that every long-running part has the same lifecycle.
+func (pl *Pool) StopAndCancel(ctx context.Context) error { return pl.life.Stop(ctx) }
 
 // Stopped is closed when the dispatcher has stopped.
 func (pl *Pool) Stopped() <-chan struct{} { return pl.life.Stopped() }

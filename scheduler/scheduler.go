@@ -139,11 +139,21 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	return s, nil
 }
 
-// Start runs the scheduler in the background and returns at once.
+// Start runs the scheduler in the background and returns at once. It runs
+// until Stop or StopAndCancel, or until ctx ends, which stops it as Stop
+// does.
 func (s *Scheduler) Start(ctx context.Context) error { return s.life.Start(ctx, s.run) }
 
-// Stop stops the scheduler, giving up the lease so a standby takes over.
+// Stop stops the scheduler, giving up the lease so a standby takes over. It
+// returns when the scheduler has stopped, or with ctx's error when ctx ends
+// first.
 func (s *Scheduler) Stop(ctx context.Context) error { return s.life.Stop(ctx) }
+
+// StopAndCancel is Stop: the scheduler runs no handler to cancel (its
+// publishes in flight end with it; a run they had not published yet is
+// published by the next leader). It exists so that every long-running part
+// has the same lifecycle (see worker.Worker.StopAndCancel).
+func (s *Scheduler) StopAndCancel(ctx context.Context) error { return s.life.Stop(ctx) }
 
 // Stopped is closed when the scheduler has stopped.
 func (s *Scheduler) Stopped() <-chan struct{} { return s.life.Stopped() }

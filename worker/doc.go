@@ -78,8 +78,13 @@
 //
 // # Lifecycle
 //
-// Start returns at once; Stop stops taking runs, waits for running handlers
-// and returns the others to the stream unharmed; Stopped is closed when the
-// worker has stopped. The worker does not own the connection it is given and
-// installs no signal handlers.
+// Start returns at once, and the worker runs until Stop, StopAndCancel or
+// the end of Start's ctx (which stops it as Stop does). Stop stops taking
+// runs, waits for running handlers and returns the others to the stream
+// unharmed; StopAndCancel first cancels the running handlers' contexts
+// (cause ErrStopping), and a retryable run so interrupted goes back to the
+// stream to be retried, not failed. Stopped is closed when the worker has
+// stopped. The scheduler and the pool dispatcher have the same lifecycle.
+// The worker does not own the connection it is given and installs no
+// signal handlers.
 package worker

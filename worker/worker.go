@@ -270,7 +270,12 @@ func ConsumerName(prefix, fn string) string {
 }
 
 // Start creates or updates each function's durable consumer, registers the
-// functions in the registry and starts consuming. It returns at once.
+// functions in the registry and starts consuming. It returns at once; the
+// worker runs until Stop or StopAndCancel, or until ctx ends, which stops
+// it as Stop(context.Background()) does: no new run starts, running
+// handlers finish (heartbeats go on meanwhile, so their runs do not look
+// lost), then Stopped is closed. Errors: lifecycle.ErrStarted's "already
+// started" on a second call, and those of creating the consumers.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
@@ -359,9 +364,10 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.register(ctx, fns); err != nil {
 		w.log.Warn("function registry", "error", err)
 	}
-	// Heartbeats and cancel notices go on until Stop, even when ctx ends
-	// first: runs still in flight must not look lost.
-	return w.life.Start(context.WithoutCancel(ctx), func(ctx context.Context) {
+	// Heartbeats and cancel notices go on until the handlers in flight have
+	// finished, even when ctx ends first: their runs must not look lost.
+	// The end of ctx stops the worker as Stop does.
+	err = w.life.Start(context.WithoutCancel(ctx), func(ctx context.Context) {
 		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
 		hb := time.NewTicker(w.cfg.AckWait / 3)
@@ -389,6 +395,19 @@ func (w *Worker) Start(ctx context.Context) error {
 			}
 		}
 	})
+	if err != nil {
+		return err
+	}
+	if ctx.Done() != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+				_ = w.Stop(context.Background())
+			case <-w.life.Stopped():
+			}
+		}()
+	}
+	return nil
 }
 
 // halt makes the worker stop taking runs: dispatch gives messages back.
@@ -411,8 +430,9 @@ func (w *Worker) stopConsumers(fns []*fnEntry) {
 
 // Stop stops taking new runs, waits for running handlers to finish, and
 // returns. Runs pulled but not started go back to the stream unharmed. If
-// ctx ends first, running handlers are canceled (their runs retry or fail
-// as their kind says) and Stop returns ctx's error.
+// ctx ends first, running handlers are canceled as StopAndCancel cancels
+// them (their runs go back to the stream when they return) and Stop
+// returns ctx's error at once.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.halt()
 	w.mu.Lock()
@@ -443,16 +463,60 @@ func (w *Worker) Stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
-		w.mu.Lock()
-		for _, a := range w.running {
-			a.cancel(errWorkerStopping)
-		}
-		w.mu.Unlock()
+		w.cancelAll()
+		go w.cancelRunning(done)
 	}
 	if lerr := w.life.Stop(context.Background()); err == nil {
 		err = lerr
 	}
 	return err
+}
+
+// StopAndCancel stops the worker as Stop does, but first cancels the
+// context of every running handler, with cause ErrStopping
+// (context.Cause). A retryable run whose handler then returns an error is
+// not failed and does not count as an attempt's outcome: its message goes
+// back to the stream, as Stop's runs that had not started do, and the run
+// is retried by a worker later (at once if it was not claimed yet; if it
+// was, once its claim is seen as lost, after Config.LostAfter). A handler
+// that returns nil all the same succeeds. An at-most-once run interrupted
+// this way is never run again: it ends failed, worker lost. StopAndCancel
+// returns when the handlers have returned, or with ctx's error when ctx
+// ends first.
+func (w *Worker) StopAndCancel(ctx context.Context) error {
+	w.halt()
+	w.cancelAll()
+	done := make(chan struct{})
+	defer close(done)
+	go w.cancelRunning(done)
+	return w.Stop(ctx)
+}
+
+// cancelAll cancels every running handler with ErrStopping.
+func (w *Worker) cancelAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, a := range w.running {
+		a.cancel(ErrStopping)
+	}
+}
+
+// cancelRunning cancels every running handler with ErrStopping, and those
+// that start after (a message a runner took just before the worker
+// halted), until done is closed or nothing runs any more.
+func (w *Worker) cancelRunning(done <-chan struct{}) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-w.life.Stopped():
+			return
+		case <-t.C:
+			w.cancelAll()
+		}
+	}
 }
 
 // Stopped is closed when the worker has stopped.
@@ -461,8 +525,13 @@ func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
 // ErrResultTooLarge: SetResult's value would not fit in the run record.
 var ErrResultTooLarge = errors.New("worker: result too large")
 
+// ErrStopping is the cause (context.Cause) of a handler's context canceled
+// because its worker is stopping: by StopAndCancel, or by Stop when its
+// ctx ended before the handler returned.
+var ErrStopping = errors.New("worker: stopping")
+
 var (
-	errWorkerStopping = errors.New("worker: stopping")
+	errWorkerStopping = ErrStopping
 	errTakenOver      = errors.New("worker: run changed by another writer")
 )
 

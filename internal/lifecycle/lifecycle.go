@@ -1,5 +1,8 @@
 // Package lifecycle is the one Start/Stop/Stopped implementation shared by
-// every long-running part (worker, scheduler, dashboard).
+// every long-running part (worker, scheduler, pool dispatcher): Start
+// returns at once and the part runs until Stop, or until Start's ctx ends;
+// Stopped is closed when it has stopped. (The worker stops gracefully
+// first, then ends its L; its StopAndCancel cancels the handlers before.)
 package lifecycle
 
 import (
