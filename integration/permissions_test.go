@@ -220,11 +220,14 @@ func TestRolePermissions(t *testing.T) {
 		t.Fatalf("worker.Start: %v", err)
 	}
 	t.Cleanup(func() { stopWithin(w.Stop) })
-	s, err := scheduler.New(ctx, sjs, scheduler.Config{Crons: []scheduler.CronDef{
-		{Name: "perm-every-second", Schedule: scheduler.Interval(time.Second), Call: permFn.With(permArgs{N: 2})},
-	}})
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
 	if err != nil {
 		t.Fatalf("scheduler.New: %v", err)
+	}
+	if _, err := s.ConfigureCrons(scheduler.CronConfig{Crons: []scheduler.CronDef{
+		{Name: "perm-every-second", Schedule: scheduler.Interval(time.Second), Call: permFn.With(permArgs{N: 2})},
+	}}); err != nil {
+		t.Fatalf("scheduler.ConfigureCrons: %v", err)
 	}
 	if err := s.Start(ctx); err != nil {
 		t.Fatalf("scheduler.Start: %v", err)

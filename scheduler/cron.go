@@ -299,9 +299,12 @@ func (s *Scheduler) Crons() *Crons {
 	return s.crons
 }
 
-// ConfigureCrons sets the scheduler's cron configuration, code-defined
-// crons included; call it before Start. Streams, Logger and Now default to
-// the scheduler's. Errors: ErrInvalidCron, ErrCronExists.
+// ConfigureCrons sets the scheduler's cron configuration: the one place
+// where code-defined crons (CronConfig.Crons) and the evaluator's settings
+// are given. Call it before Start; the leader syncs the code-defined crons
+// at the start of each term. Streams, Logger and Now default to the
+// scheduler's. It returns the scheduler's Crons (as Scheduler.Crons does
+// from then on). Errors: ErrInvalidCron, ErrCronExists.
 func (s *Scheduler) ConfigureCrons(cfg CronConfig) (*Crons, error) {
 	if cfg.Streams == (streams.Config{}) {
 		cfg.Streams = s.cfg.Streams

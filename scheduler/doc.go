@@ -34,5 +34,16 @@
 // Crons are named schedules (Interval, Hourly, Daily, Weekly, Monthly or a
 // cron expression, in an IANA time zone) that start a run each time they
 // fire. The next fire time is computed from the previous scheduled time,
-// never from now, so crons do not drift. See CronDef and Crons.
+// never from now, so crons do not drift. Code-defined crons (Convex's
+// crons.ts) and the evaluator's settings are configured in one place,
+// before Start:
+//
+//	crons, err := s.ConfigureCrons(scheduler.CronConfig{Crons: []scheduler.CronDef{{
+//		Name: "send-daily-digest", Schedule: scheduler.Daily(9, 0), TZ: "Europe/Paris",
+//		Call: SendDigest.With(DigestArgs{List: "all"}),
+//	}}})
+//
+// The leader syncs them at the start of each term. Crons registered at run
+// time go through the Crons API (Scheduler.Crons, or NewCrons in any
+// process). See CronDef and Crons.
 package scheduler

@@ -46,12 +46,9 @@ type Config struct {
 	DispatchParallel int
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
-	// Crons are the code-defined crons (Convex's crons.ts): registered when
-	// this scheduler leads; ones no longer listed are removed. Nil leaves
-	// code-defined crons as they are.
-	Crons []CronDef
-	// Cron tunes the cron evaluator (page size, minimum interval, grace).
-	Cron CronConfig
+	// Crons are configured in one place, ConfigureCrons: the code-defined
+	// crons and the evaluator's settings (page size, minimum interval,
+	// grace).
 }
 
 // Scheduler publishes delayed runs when due, repairs runs whose message was
@@ -127,15 +124,6 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	}
 	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: p.Store(), runs: engine.New(p.Store()), p: p, log: cfg.Logger, now: cfg.Now}
 	s.lease = kv.NewLease(js, leases, "scheduler", cfg.ID, cfg.LeaseTTL, cfg.Now)
-	if cfg.Crons != nil || cfg.Cron.PageSize != 0 || cfg.Cron.MinInterval != 0 {
-		cc := cfg.Cron
-		if cfg.Crons != nil {
-			cc.Crons = cfg.Crons
-		}
-		if _, err := s.ConfigureCrons(cc); err != nil {
-			return nil, err
-		}
-	}
 	return s, nil
 }
 
