@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/nats-io/nats.go/jetstream"
@@ -181,11 +182,11 @@ func (h *handler) counts(ctx context.Context, function string) (counts, error) {
 	// Queued messages first: a run's record is written before its message
 	// goes, so a run taken between the two scans is still counted once.
 	queued := make(map[string]bool)
-	err := h.p.Store().ScanQueued(ctx, function, func(_, id string) { queued[id] = true })
+	err := engine.Of(h.p).Store().ScanQueued(ctx, function, func(_, id string) { queued[id] = true })
 	if err != nil {
 		return c, err
 	}
-	err = h.p.Store().Scan(ctx, func(hd kv.Header) {
+	err = engine.Of(h.p).Store().Scan(ctx, func(hd kv.Header) {
 		delete(queued, hd.ID)
 		if function == "" || hd.Function == function {
 			c.add(hd.State)
@@ -201,7 +202,7 @@ func (h *handler) counts(ctx context.Context, function string) (counts, error) {
 // workers that are gone have expired. Sorted by function, then worker. No
 // bucket yet (no worker ever started) is no function.
 func (h *handler) functions(ctx context.Context) ([]kv.FunctionInfo, error) {
-	st := h.p.Store()
+	st := engine.Of(h.p).Store()
 	fns, err := kv.ReadFunctions(ctx, st.JetStream(), st.Config(), "")
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return []kv.FunctionInfo{}, nil

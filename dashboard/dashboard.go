@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 )
@@ -27,7 +28,7 @@ type CronLister interface {
 
 // CronsOf is a CronLister reading the crons bucket of p's streams (see
 // kv.Store.Crons): for a dashboard in a process without a scheduler.
-func CronsOf(p *producer.Producer) CronLister { return storeCrons{p.Store()} }
+func CronsOf(p *producer.Producer) CronLister { return storeCrons{engine.Of(p).Store()} }
 
 type storeCrons struct{ s *kv.Store }
 

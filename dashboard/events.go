@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -68,9 +69,9 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	// what it shows on "ready" misses no change.
 	var kw jetstream.KeyWatcher
 	if runID != "" {
-		kw, err = h.p.Store().Runs().Watch(ctx, runID, jetstream.UpdatesOnly())
+		kw, err = engine.Of(h.p).Store().Runs().Watch(ctx, runID, jetstream.UpdatesOnly())
 	} else {
-		kw, err = h.p.Store().Runs().WatchAll(ctx, jetstream.UpdatesOnly())
+		kw, err = engine.Of(h.p).Store().Runs().WatchAll(ctx, jetstream.UpdatesOnly())
 	}
 	if err != nil {
 		h.fail(w, r, fmt.Errorf("watch runs: %w", err))

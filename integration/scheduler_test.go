@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -69,7 +70,7 @@ func TestCrashBetweenRecordAndPublishRepaired(t *testing.T) {
 	now := time.Now().UTC()
 	ids := []string{"lost-message", "lost-delayed"}
 	for i, due := range []time.Time{now.Add(-time.Minute), now.Add(time.Second)} {
-		_, err := p.Store().Create(context.Background(), &jetflow.Run{
+		_, err := engine.Of(p).Store().Create(context.Background(), &jetflow.Run{
 			ID: ids[i], Name: fn.Name(), Kind: jetflow.Retryable, Args: []byte(`{"n":1}`),
 			State: jetflow.Pending, ScheduledTime: due, CreationTime: now.Add(-time.Minute),
 		})

@@ -87,8 +87,8 @@ func (l *lazyCore) get(ctx context.Context) (*core, error) {
 	if l.c != nil {
 		return l.c, nil
 	}
-	scfg := l.p.Store().Config()
-	st, err := openStore(ctx, l.p.Store().JetStream(), scfg)
+	scfg := engine.Of(l.p).Streams()
+	st, err := openStore(ctx, engine.Of(l.p).JetStream(), scfg)
 	if err != nil {
 		return nil, err
 	}
@@ -252,7 +252,7 @@ func (c *core) startRun(ctx context.Context, it *Item) error {
 		OnComplete: &jetflow.Callback{Function: DoneFunction, Args: cargs},
 		Pool:       it.Pool, Priority: int(it.Priority), Trace: it.Trace,
 	}
-	if _, err := engine.New(c.p.Store()).Write(ctx, engine.Schedule, engine.None, r, 0); err != nil {
+	if _, err := engine.Of(c.p).Runs().Write(ctx, engine.Schedule, engine.None, r, 0); err != nil {
 		if !errors.Is(err, kv.ErrExists) {
 			return err
 		}
@@ -263,9 +263,9 @@ func (c *core) startRun(ctx context.Context, it *Item) error {
 			return nil
 		}
 	}
-	env := producer.EnvelopeOf(r)
+	env := engine.Envelope(r)
 	env.Rev = 0
-	if _, err := c.p.Store().JetStream().PublishMsg(ctx, c.scfg.Message(env)); err != nil {
+	if _, err := engine.Of(c.p).JetStream().PublishMsg(ctx, c.scfg.Message(env)); err != nil {
 		return fmt.Errorf("pool: publish run %s: %w", r.ID, err)
 	}
 	return nil

@@ -249,8 +249,8 @@ func New(ctx context.Context, p *producer.Producer, cfg Config) (*Pool, error) {
 		return nil, fmt.Errorf("%w: max attempts %d", ErrInvalidConfig, cfg.Retry.MaxAttempts)
 	}
 	cfg = cfg.withDefaults()
-	scfg := p.Store().Config()
-	js := p.Store().JetStream()
+	scfg := engine.Of(p).Streams()
+	js := engine.Of(p).JetStream()
 	st, err := openStore(ctx, js, scfg)
 	if err != nil {
 		return nil, err
@@ -676,7 +676,7 @@ func (pl *Pool) cancelRun(ctx context.Context, it *Item) error {
 		ScheduledTime: now, CreationTime: now, CompletedTime: now, Error: jetflow.ErrCanceled.Error(),
 		Pool: pl.name, Priority: int(it.Priority), MaxAttempts: 1,
 	}
-	if _, err := engine.New(pl.p.Store()).Write(ctx, engine.Cancel, engine.None, tomb, 0); err != nil {
+	if _, err := engine.Of(pl.p).Runs().Write(ctx, engine.Cancel, engine.None, tomb, 0); err != nil {
 		if errors.Is(err, kv.ErrExists) {
 			// Created meanwhile: cancel it.
 			return pl.p.Cancel(ctx, it.RunID)

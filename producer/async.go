@@ -43,7 +43,7 @@ func (f *Pending) Wait(ctx context.Context) error {
 // many wait for their acknowledgement; a call waits while it is full, up to
 // ctx's deadline or a minute), which is how a producer reaches
 // JetStream's publish rate; Enqueue waits for each run. Runs that need their
-// record written first (WithID, WithParent, WithHold, WithPool,
+// record written first (WithID, WithParent,
 // WithOnComplete) are scheduled synchronously, as Enqueue does, and their
 // Pending holds the result. Errors before anything is sent are returned at
 // once: jetflow.ErrInvalidName, jetflow.ErrBadArgs, jetflow.ErrInvalidRunID,

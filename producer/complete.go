@@ -1,11 +1,6 @@
 package producer
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-
 	"github.com/jetflow-dev/jetflow"
 )
 
@@ -16,24 +11,4 @@ import (
 // process that ended the run died before it could.
 func WithOnComplete(c jetflow.Call) Option {
 	return func(o *options) { o.onComplete = &c }
-}
-
-// Complete schedules the on-complete run of r, if r has one and has ended.
-// It is idempotent.
-func (p *Producer) Complete(ctx context.Context, r *jetflow.Run) error {
-	if r == nil || r.OnComplete == nil || !r.State.Terminal() {
-		return nil
-	}
-	rec := *r
-	rec.OnComplete = nil
-	args, err := json.Marshal(jetflow.Completion{Run: &rec, Context: r.OnComplete.Args})
-	if err != nil {
-		return fmt.Errorf("%w: completion of %s: %v", jetflow.ErrBadArgs, r.ID, err)
-	}
-	_, err = p.Enqueue(ctx, jetflow.RawCall(r.OnComplete.Function, args),
-		WithID(jetflow.CompletionID(r.ID)), WithParent(r.ID))
-	if errors.Is(err, ErrAlreadyExists) {
-		return nil
-	}
-	return err
 }

@@ -14,10 +14,8 @@ type options struct {
 	maxAttempts int
 	timeout     time.Duration
 	parent      string
-	hold        bool
+	hold        bool // engine.HoldOption: the worker's children of a retryable attempt
 	onComplete  *jetflow.Call
-	pool        string
-	priority    int
 }
 
 // WithID gives the run its id, an idempotency key (e.g.
@@ -35,21 +33,10 @@ func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout =
 // runs scheduled inside a handler.
 func WithParent(id string) Option { return func(o *options) { o.parent = id } }
 
-// WithHold writes the run's record without dispatching it: it waits for its
-// parent (set with WithParent) to succeed. The worker uses it for runs that a
-// retryable handler schedules; Dispatch releases them.
-func WithHold() Option { return func(o *options) { o.hold = true } }
-
 func collect(opts []Option) options {
 	var o options
 	for _, f := range opts {
 		f(&o)
 	}
 	return o
-}
-
-// WithPool marks the run as an item of work pool name at priority prio (the
-// pool package sets these).
-func WithPool(name string, prio int) Option {
-	return func(o *options) { o.pool, o.priority = name, prio }
 }

@@ -57,8 +57,9 @@ type Config struct {
 // Producer schedules runs and reads their status. It is safe for concurrent
 // use. It does not own the NATS connection it is given.
 type Producer struct {
-	store *kv.Store    // reads
-	runs  *engine.Runs // record writes
+	store *kv.Store          // reads
+	runs  *engine.Runs       // record writes
+	d     *engine.Dispatcher // dispatch, release, on-complete: shared with the roles
 	cfg   streams.Config
 	js    jetstream.JetStream
 	nc    *nats.Conn
@@ -118,11 +119,32 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Producer, er
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Producer{store: st, runs: engine.New(st), cfg: scfg, js: js, nc: js.Conn(), log: cfg.Logger, now: cfg.Now}, nil
+	p := &Producer{store: st, cfg: scfg, js: js, nc: js.Conn(), log: cfg.Logger, now: cfg.Now}
+	p.d = engine.NewDispatcher(engine.DispatcherConfig{
+		JS: js, Streams: scfg, Store: st, Now: cfg.Now, Ride: p.ride, Enqueue: p.enqueueCallback,
+	})
+	p.runs = p.d.Runs()
+	return p, nil
 }
 
-// Store is the status table the producer writes to.
-func (p *Producer) Store() *kv.Store { return p.store }
+// The roles built on a producer (worker, scheduler, retrier, pool, the
+// dashboard and the CLI) reach its plumbing through the engine, not through
+// exported methods: engine.Of(p) is p's Dispatcher, and engine.HoldOption
+// holds a child run for its parent.
+func init() {
+	engine.RegisterProducer(func(p any) *engine.Dispatcher { return p.(*Producer).d },
+		Option(func(o *options) { o.hold = true }))
+}
+
+// enqueueCallback schedules an on-complete run (engine.Dispatcher.Complete):
+// one that exists already is not an error.
+func (p *Producer) enqueueCallback(ctx context.Context, c jetflow.Call, id, parent string) error {
+	_, err := p.Enqueue(ctx, c, WithID(id), WithParent(parent))
+	if errors.Is(err, ErrAlreadyExists) {
+		return nil
+	}
+	return err
+}
 
 // Enqueue schedules a run to start now. It returns the run id once the run
 // is durable. Errors: jetflow.ErrInvalidName, jetflow.ErrBadArgs,
@@ -164,7 +186,7 @@ func (p *Producer) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts 
 	if o.hold {
 		return r.ID, nil
 	}
-	if err := p.Dispatch(ctx, r); err != nil {
+	if err := p.d.Dispatch(ctx, r); err != nil {
 		// The record is durable: the scheduler's repair sweep dispatches it.
 		p.log.WarnContext(ctx, "dispatch failed; repair sweep will publish", "run_id", r.ID, "error", err)
 	}
@@ -184,7 +206,7 @@ func (p *Producer) prepare(ctx context.Context, t time.Time, c jetflow.Call, opt
 		return nil, o, err
 	}
 	if o.hold && o.parent == "" {
-		return nil, o, fmt.Errorf("%w: WithHold needs WithParent", jetflow.ErrInvalidRunID)
+		return nil, o, fmt.Errorf("%w: a held run needs WithParent", jetflow.ErrInvalidRunID)
 	}
 	now := p.now().UTC()
 	sched := t.UTC()
@@ -204,7 +226,6 @@ func (p *Producer) prepare(ctx context.Context, t time.Time, c jetflow.Call, opt
 		r.HeldBy = o.parent
 	}
 	r.Timeout = o.timeout
-	r.Pool, r.Priority = o.pool, o.priority
 	if o.onComplete != nil {
 		cargs, err := o.onComplete.Encode()
 		if err != nil {
@@ -228,55 +249,9 @@ func (p *Producer) direct(r *jetflow.Run, o options) bool {
 
 // directEnvelope is the envelope of a run published without a record.
 func directEnvelope(r *jetflow.Run) streams.Envelope {
-	e := EnvelopeOf(r)
+	e := engine.Envelope(r)
 	e.New = true
 	return e
-}
-
-// EnvelopeOf returns the envelope that starts run r.
-func EnvelopeOf(r *jetflow.Run) streams.Envelope {
-	e := streams.Envelope{
-		Function: r.Name, ID: r.ID, Rev: r.Revision, Attempt: r.Attempts + 1,
-		MaxAttempts: r.MaxAttempts, Parent: r.Parent, Scheduled: r.ScheduledTime,
-		Created: r.CreationTime, Args: r.Args, Timeout: r.Timeout, Trace: r.Trace,
-		Reload: r.OnComplete != nil || r.Pool != "" || len(r.Children) > 0,
-	}
-	return e
-}
-
-// Release commits a run held by its parent (WithHold): it clears the hold
-// and dispatches the run.
-func (p *Producer) Release(ctx context.Context, r *jetflow.Run) error {
-	if r.HeldBy != "" {
-		r.HeldBy = ""
-		if _, err := p.runs.Write(ctx, engine.Release, jetflow.Pending, r, r.Revision); err != nil {
-			return err
-		}
-	}
-	return p.Dispatch(ctx, r)
-}
-
-// Dispatch makes a pending run startable: it publishes the run's message
-// when it is due, or stores its delayed entry for the scheduler. It is
-// idempotent within the stream's duplicate window (Nats-Msg-Id).
-func (p *Producer) Dispatch(ctx context.Context, r *jetflow.Run) error {
-	e := EnvelopeOf(r)
-	// Both writes are idempotent (the same delayed entry; a message with
-	// the run's Nats-Msg-Id): tried again through an election.
-	if r.ScheduledTime.After(p.now()) {
-		return p.ride(ctx, func(ctx context.Context, _ bool) error {
-			_, err := p.store.PutDelayed(ctx, kv.Delayed{Envelope: e, Due: r.ScheduledTime})
-			return err
-		})
-	}
-	err := p.ride(ctx, func(ctx context.Context, _ bool) error {
-		_, err := p.js.PublishMsg(ctx, p.cfg.Message(e))
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("producer: publish run %s: %w", r.ID, err)
-	}
-	return nil
 }
 
 func (p *Producer) checkSize(n int) error {
@@ -398,7 +373,7 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 		if holds[i] {
 			continue
 		}
-		f, err := p.dispatchAsync(r)
+		f, err := p.d.DispatchAsync(r)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -419,17 +394,4 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 		p.log.WarnContext(ctx, "batch dispatch incomplete; repair sweep will publish", "errors", len(errs), "first", errs[0])
 	}
 	return ids, nil
-}
-
-// dispatchAsync is Dispatch without waiting for the server's ack.
-func (p *Producer) dispatchAsync(r *jetflow.Run) (jetstream.PubAckFuture, error) {
-	e := EnvelopeOf(r)
-	if r.ScheduledTime.After(p.now()) {
-		m, err := p.store.DelayedMsg(kv.Delayed{Envelope: e, Due: r.ScheduledTime})
-		if err != nil {
-			return nil, err
-		}
-		return p.js.PublishMsgAsync(m)
-	}
-	return p.js.PublishMsgAsync(p.cfg.Message(e))
 }

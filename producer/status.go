@@ -69,7 +69,7 @@ func (p *Producer) cancel(ctx context.Context, id string, depth int) (CancelResu
 			errs = append(errs, fmt.Errorf("producer: run %s is canceled and will not start, but its waiting entry was not removed: %w", id, err))
 		}
 	}
-	if err := p.Complete(ctx, r); err != nil {
+	if err := p.d.Complete(ctx, r); err != nil {
 		p.log.WarnContext(ctx, "on-complete of canceled run; repair sweep will", "run_id", id, "error", err)
 	}
 	if err := p.nc.Publish(p.cfg.CancelSubject(), []byte(id)); err != nil {

@@ -153,7 +153,7 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 	if err := jetflow.ValidateRunID(id); err != nil {
 		return err
 	}
-	store := r.p.Store()
+	store := engine.Of(r.p).Store()
 	rec, err := store.Get(ctx, id)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		// Not started: write the record as canceled, so the start run
@@ -180,7 +180,7 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 			if err := r.p.Cancel(ctx, start.ID); err != nil {
 				return err
 			}
-			return r.p.Complete(ctx, rec)
+			return engine.Of(r.p).Complete(ctx, rec)
 		}
 		if !errors.Is(err, kv.ErrExists) {
 			return err

@@ -67,10 +67,10 @@ func (d *driver) start(ctx context.Context, j *worker.Job[spec]) error {
 		ScheduledTime: j.ScheduledTime().UTC(), CreationTime: j.CreationTime().UTC(), StartedTime: now,
 		Parent: j.ID(), Children: []string{first}, OnComplete: s.OnComplete,
 	}
-	_, err = engine.New(d.p.Store()).Write(ctx, engine.Open, engine.None, rec, 0)
+	_, err = engine.Of(d.p).Runs().Write(ctx, engine.Open, engine.None, rec, 0)
 	switch {
 	case errors.Is(err, kv.ErrExists):
-		cur, gerr := d.p.Store().Get(ctx, s.Retrier)
+		cur, gerr := engine.Of(d.p).Store().Get(ctx, s.Retrier)
 		if gerr != nil {
 			return gerr
 		}
@@ -79,7 +79,7 @@ func (d *driver) start(ctx context.Context, j *worker.Job[spec]) error {
 		}
 		if cur.State.Terminal() {
 			// Canceled before it started: nothing to run.
-			return d.p.Complete(ctx, cur)
+			return engine.Of(d.p).Complete(ctx, cur)
 		}
 	case err != nil:
 		return err
@@ -103,7 +103,7 @@ func (d *driver) schedule(ctx context.Context, s spec, n int, t time.Time) error
 	if _, err := d.p.RunAt(ctx, t, s.target(), opts...); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 		return err
 	}
-	cur, err := d.p.Store().Get(ctx, s.Retrier)
+	cur, err := engine.Of(d.p).Store().Get(ctx, s.Retrier)
 	if err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	if att == nil || !att.State.Terminal() {
 		return jetflow.Permanent(fmt.Errorf("%w: step %s without a finished attempt", jetflow.ErrBadArgs, j.ID()))
 	}
-	store := d.p.Store()
+	store := engine.Of(d.p).Store()
 	cur, err := store.Get(ctx, sc.Retrier)
 	if err != nil {
 		if errors.Is(err, jetflow.ErrNotFound) {
@@ -139,7 +139,7 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 		return jetflow.Permanent(fmt.Errorf("%w: run %s is a %s", ErrBadRecord, sc.Retrier, cur.Name))
 	}
 	if cur.State.Terminal() {
-		return d.p.Complete(ctx, cur)
+		return engine.Of(d.p).Complete(ctx, cur)
 	}
 	var s spec
 	if err := json.Unmarshal(cur.Args, &s); err != nil {
@@ -192,7 +192,7 @@ var finishStep = map[jetflow.State]engine.Step{
 // record that ended meanwhile (canceled) stands; the callback is scheduled
 // either way (idempotent: one run id).
 func (d *driver) finish(ctx context.Context, sc stepContext, st jetflow.State, result json.RawMessage, msg string) error {
-	r, err := engine.New(d.p.Store()).Change(ctx, finishStep[st], sc.Retrier, func(r *jetflow.Run) bool {
+	r, err := engine.Of(d.p).Runs().Change(ctx, finishStep[st], sc.Retrier, func(r *jetflow.Run) bool {
 		r.State = st
 		r.Result = result
 		r.Error = msg
@@ -203,5 +203,5 @@ func (d *driver) finish(ctx context.Context, sc stepContext, st jetflow.State, r
 	if err != nil && !errors.Is(err, kv.ErrTerminal) {
 		return err
 	}
-	return d.p.Complete(ctx, r)
+	return engine.Of(d.p).Complete(ctx, r)
 }

@@ -268,7 +268,7 @@ func NewCrons(ctx context.Context, js jetstream.JetStream, cfg CronConfig) (*Cro
 
 func newCrons(js jetstream.JetStream, p *producer.Producer, cfg CronConfig) (*Crons, error) {
 	cfg = cfg.withDefaults()
-	c := &Crons{cfg: cfg, js: js, p: p, store: p.Store(), log: cfg.Logger, now: cfg.Now}
+	c := &Crons{cfg: cfg, js: js, p: p, store: engine.Of(p).Store(), log: cfg.Logger, now: cfg.Now}
 	if cfg.Crons != nil {
 		c.code = make([]cronRecord, 0, len(cfg.Crons))
 		seen := map[string]bool{}

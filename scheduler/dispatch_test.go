@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
@@ -137,14 +138,14 @@ func TestRepairPublishesRecordWithoutMessage(t *testing.T) {
 	past := time.Now().Add(-time.Minute).UTC()
 	orphan := &jetflow.Run{ID: "orphan-1", Name: ticked.Name(), Kind: jetflow.Retryable, Args: []byte(`{"N":1}`),
 		State: jetflow.Pending, ScheduledTime: past, CreationTime: past}
-	if _, err := p.Store().Create(ctx, orphan); err != nil {
+	if _, err := engine.Of(p).Store().Create(ctx, orphan); err != nil {
 		t.Fatal(err)
 	}
 	// And one whose due time is later (its delayed entry was never written).
 	soon := time.Now().Add(200 * time.Millisecond).UTC()
 	orphan2 := &jetflow.Run{ID: "orphan-2", Name: ticked.Name(), Kind: jetflow.Retryable, Args: []byte(`{"N":2}`),
 		State: jetflow.Pending, ScheduledTime: soon, CreationTime: past}
-	if _, err := p.Store().Create(ctx, orphan2); err != nil {
+	if _, err := engine.Of(p).Store().Create(ctx, orphan2); err != nil {
 		t.Fatal(err)
 	}
 	startWorker(t, ts, &c)

@@ -63,7 +63,7 @@ func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 		if err != nil {
 			continue
 		}
-		if err := s.p.Complete(ctx, r); err == nil {
+		if err := s.d.Complete(ctx, r); err == nil {
 			n++
 		}
 	}
@@ -103,7 +103,7 @@ func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 				continue
 			}
 		}
-		if err := s.p.Release(ctx, r); err != nil {
+		if err := s.d.Release(ctx, r); err != nil {
 			s.log.Warn("repair dispatch", "run_id", r.ID, "error", err)
 			continue
 		}
@@ -152,12 +152,12 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 			r.State, r.CompletedTime = jetflow.Failed, s.now().UTC()
 			r.Error = jetflow.ErrWorkerLost.Error()
 			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
-				_ = s.p.Complete(ctx, r)
+				_ = s.d.Complete(ctx, r)
 				n++
 			}
 			continue
 		}
-		if err := s.p.Dispatch(ctx, r); err == nil {
+		if err := s.d.Dispatch(ctx, r); err == nil {
 			s.log.Info("repaired run: worker lost and message gone", "run_id", r.ID, "function", r.Name)
 			n++
 		}

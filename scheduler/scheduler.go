@@ -61,6 +61,7 @@ type Scheduler struct {
 	store *kv.Store    // reads
 	runs  *engine.Runs // record writes
 	p     *producer.Producer
+	d     *engine.Dispatcher // the producer's plumbing: dispatch, release, on-complete
 	lease *kv.Lease
 	log   *slog.Logger
 	now   func() time.Time
@@ -122,7 +123,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	if err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: p.Store(), runs: engine.New(p.Store()), p: p, log: cfg.Logger, now: cfg.Now}
+	d := engine.Of(p)
+	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: d.Store(), runs: d.Runs(), p: p, d: d, log: cfg.Logger, now: cfg.Now}
 	s.lease = kv.NewLease(js, leases, "scheduler", cfg.ID, cfg.LeaseTTL, cfg.Now)
 	return s, nil
 }

@@ -205,7 +205,7 @@ func (j *jobCore) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 	n := j.nkid
 	j.mu.Unlock()
 	id := engine.ChildID(j.env.ID, j.env.Attempt, n)
-	opts = append(opts, producer.WithHold(), producer.WithID(id))
+	opts = append(opts, engine.HoldOption().(producer.Option), producer.WithID(id))
 	_, err := j.w.p.RunAt(ctx, t, c, opts...)
 	if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 		return "", err

@@ -132,7 +132,7 @@ type Worker struct {
 	nc    *nats.Conn
 	store *kv.Store    // reads
 	runs  *engine.Runs // every record write
-	p     *producer.Producer
+	p     producerPlumbing
 	log   *slog.Logger
 	now   func() time.Time
 	life  lifecycle.L
@@ -204,7 +204,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		return nil, err
 	}
 	return &Worker{
-		cfg: cfg, scfg: cfg.Streams.WithDefaults(), js: js, nc: js.Conn(), store: p.Store(), runs: engine.New(p.Store()), p: p,
+		cfg: cfg, scfg: cfg.Streams.WithDefaults(), js: js, nc: js.Conn(), store: engine.Of(p).Store(), runs: engine.Of(p).Runs(),
+		p:   producerPlumbing{p, engine.Of(p)},
 		log: cfg.Logger, now: cfg.Now,
 		fns: map[string]*fnEntry{}, running: map[string]*active{}, canceled: map[string]time.Time{},
 		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)},
@@ -212,7 +213,15 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 }
 
 // Producer is the producer the worker schedules child runs with.
-func (w *Worker) Producer() *producer.Producer { return w.p }
+func (w *Worker) Producer() *producer.Producer { return w.p.Producer }
+
+// producerPlumbing is the worker's producer: its public calls (RunAt for
+// children) and its plumbing, which it does not export (Dispatch, Release,
+// Complete: engine.Dispatcher).
+type producerPlumbing struct {
+	*producer.Producer
+	*engine.Dispatcher
+}
 
 // ErrRegistered: a function is registered twice, or after Start.
 var ErrRegistered = errors.New("worker: function already registered or worker started")

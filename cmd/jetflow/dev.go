@@ -17,6 +17,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/demo"
 	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
@@ -150,7 +151,7 @@ func runDev(ctx context.Context, args []string) error {
 	// Watch every run before anything is scheduled, so no change is missed.
 	tr := newRunTracker(out)
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
-	watchDone, err := tr.watch(wctx, p.Store())
+	watchDone, err := tr.watch(wctx, engine.Of(p).Store())
 	if err != nil {
 		stopWatch()
 		return fmt.Errorf("dev: watch runs: %w", err)

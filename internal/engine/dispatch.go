@@ -1,0 +1,162 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Dispatcher makes pending runs startable and schedules on-complete
+// callbacks: the plumbing a producer shares with the packages built on it
+// (worker, scheduler, retrier, pool, dashboard, the CLI), which the
+// producer does not export. A producer builds one over its connection, its
+// stores and its way of riding out a cluster's elections; the others reach
+// it with Of.
+type Dispatcher struct {
+	js      jetstream.JetStream
+	cfg     streams.Config
+	store   *kv.Store
+	runs    *Runs
+	now     func() time.Time
+	ride    RideFunc
+	enqueue EnqueueFunc
+}
+
+// RideFunc runs op until it succeeds, fails for good or ctx ends, trying it
+// again after the errors a cluster election or a reconnect causes; retried
+// tells op that an earlier attempt may have landed.
+type RideFunc func(ctx context.Context, op func(ctx context.Context, retried bool) error) error
+
+// EnqueueFunc schedules call c to start now as run id, with parent as its
+// parent, as the producer's Enqueue does; a run id that exists already is
+// not an error.
+type EnqueueFunc func(ctx context.Context, c jetflow.Call, id, parent string) error
+
+// DispatcherConfig is what a producer gives its Dispatcher.
+type DispatcherConfig struct {
+	JS      jetstream.JetStream
+	Streams streams.Config // defaults applied
+	Store   *kv.Store
+	Now     func() time.Time
+	Ride    RideFunc
+	Enqueue EnqueueFunc
+}
+
+// NewDispatcher returns the Dispatcher of a producer.
+func NewDispatcher(c DispatcherConfig) *Dispatcher {
+	return &Dispatcher{js: c.JS, cfg: c.Streams, store: c.Store, runs: New(c.Store), now: c.Now, ride: c.Ride, enqueue: c.Enqueue}
+}
+
+var (
+	producerOf func(p any) *Dispatcher
+	holdOption any
+)
+
+// RegisterProducer is called once, by package producer (its init): of
+// returns the Dispatcher of a *producer.Producer, and hold is the
+// producer.Option that writes a run's record held for its parent (see
+// HoldOption). A package under internal/ imports no role, hence any.
+func RegisterProducer(of func(p any) *Dispatcher, hold any) { producerOf, holdOption = of, hold }
+
+// Of returns the Dispatcher of p, a *producer.Producer.
+func Of(p any) *Dispatcher { return producerOf(p) }
+
+// HoldOption is the producer.Option that writes a run's record without
+// dispatching it: it waits, held, for its parent (producer.WithParent) to
+// succeed, which releases it (Release), or to fail, which cancels it (step
+// Orphan). The worker schedules the children of a retryable attempt with
+// it.
+func HoldOption() any { return holdOption }
+
+// Store is the runs store the dispatcher reads.
+func (d *Dispatcher) Store() *kv.Store { return d.store }
+
+// Runs is the engine over the runs store: every record write.
+func (d *Dispatcher) Runs() *Runs { return d.runs }
+
+// Streams is the naming configuration, defaults applied.
+func (d *Dispatcher) Streams() streams.Config { return d.cfg }
+
+// JetStream is the JetStream context the dispatcher publishes through.
+func (d *Dispatcher) JetStream() jetstream.JetStream { return d.js }
+
+// Envelope returns the envelope that starts run r.
+func Envelope(r *jetflow.Run) streams.Envelope {
+	return streams.Envelope{
+		Function: r.Name, ID: r.ID, Rev: r.Revision, Attempt: r.Attempts + 1,
+		MaxAttempts: r.MaxAttempts, Parent: r.Parent, Scheduled: r.ScheduledTime,
+		Created: r.CreationTime, Args: r.Args, Timeout: r.Timeout, Trace: r.Trace,
+		Reload: r.OnComplete != nil || r.Pool != "" || len(r.Children) > 0,
+	}
+}
+
+// Dispatch makes pending run r startable: it publishes the run's message
+// when it is due, or stores its delayed entry for the scheduler. Both
+// writes are idempotent (the same delayed entry; a message whose
+// Nats-Msg-Id is the run's), so they are tried again through an election.
+func (d *Dispatcher) Dispatch(ctx context.Context, r *jetflow.Run) error {
+	e := Envelope(r)
+	if r.ScheduledTime.After(d.now()) {
+		return d.ride(ctx, func(ctx context.Context, _ bool) error {
+			_, err := d.store.PutDelayed(ctx, kv.Delayed{Envelope: e, Due: r.ScheduledTime})
+			return err
+		})
+	}
+	err := d.ride(ctx, func(ctx context.Context, _ bool) error {
+		_, err := d.js.PublishMsg(ctx, d.cfg.Message(e))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("producer: publish run %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+// DispatchAsync is Dispatch without waiting for the server's ack (and
+// without retries): the producer's Batch pipelines its dispatches.
+func (d *Dispatcher) DispatchAsync(r *jetflow.Run) (jetstream.PubAckFuture, error) {
+	e := Envelope(r)
+	if r.ScheduledTime.After(d.now()) {
+		m, err := d.store.DelayedMsg(kv.Delayed{Envelope: e, Due: r.ScheduledTime})
+		if err != nil {
+			return nil, err
+		}
+		return d.js.PublishMsgAsync(m)
+	}
+	return d.js.PublishMsgAsync(d.cfg.Message(e))
+}
+
+// Release commits a run held by its parent (HoldOption): it clears the hold
+// (step Release) and dispatches the run.
+func (d *Dispatcher) Release(ctx context.Context, r *jetflow.Run) error {
+	if r.HeldBy != "" {
+		r.HeldBy = ""
+		if _, err := d.runs.Write(ctx, Release, jetflow.Pending, r, r.Revision); err != nil {
+			return err
+		}
+	}
+	return d.Dispatch(ctx, r)
+}
+
+// Complete schedules the on-complete run of r, if r has one and has ended:
+// a run of the callback's function, id CompletionID(r.ID), whose args are a
+// jetflow.Completion (the finished record and the callback's own args). It
+// is idempotent: the id is derived, so a second call finds the run.
+func (d *Dispatcher) Complete(ctx context.Context, r *jetflow.Run) error {
+	if r == nil || r.OnComplete == nil || !r.State.Terminal() {
+		return nil
+	}
+	rec := *r
+	rec.OnComplete = nil
+	args, err := json.Marshal(jetflow.Completion{Run: &rec, Context: r.OnComplete.Args})
+	if err != nil {
+		return fmt.Errorf("%w: completion of %s: %v", jetflow.ErrBadArgs, r.ID, err)
+	}
+	return d.enqueue(ctx, jetflow.RawCall(r.OnComplete.Function, args), CompletionID(r.ID), r.ID)
+}

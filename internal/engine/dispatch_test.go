@@ -1,0 +1,87 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
+)
+
+var dispatched = jetflow.Define[struct{ N int }]("engine.dispatched")
+
+// The roles reach a producer's plumbing through the engine: its
+// Dispatcher (Of) and the option that holds a child for its parent.
+func TestDispatcherOfProducer(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := engine.Of(p)
+	if d == nil || d.Store() == nil || d.Runs() == nil || d.Streams().Prefix != "jetflow" {
+		t.Fatalf("dispatcher of a producer: %+v", d)
+	}
+	hold, ok := engine.HoldOption().(producer.Option)
+	if !ok {
+		t.Fatalf("HoldOption is %T, want a producer.Option", engine.HoldOption())
+	}
+
+	// A held run is written, not dispatched.
+	id, err := p.Enqueue(ctx, dispatched.With(struct{ N int }{1}), hold, producer.WithParent("parent-1"), producer.WithID("held-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.Store().Get(ctx, id)
+	if err != nil || r.State != jetflow.Pending || r.HeldBy != "parent-1" {
+		t.Fatalf("held run: %+v %v", r, err)
+	}
+	if q, err := d.Store().Queued(ctx, r.Name, id); err != nil || q {
+		t.Fatalf("held run queued %v (%v): it must wait for its parent", q, err)
+	}
+	// Release clears the hold and publishes it.
+	if err := d.Release(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := d.Store().Get(ctx, id); err != nil || r.HeldBy != "" || r.State != jetflow.Pending {
+		t.Fatalf("released run: %+v %v", r, err)
+	}
+	if q, err := d.Store().Queued(ctx, r.Name, id); err != nil || !q {
+		t.Fatalf("released run queued %v (%v)", q, err)
+	}
+	env := engine.Envelope(r)
+	if env.ID != id || env.Function != dispatched.Name() || env.Attempt != 1 || env.Parent != "parent-1" {
+		t.Fatalf("envelope %+v", env)
+	}
+
+	// Complete schedules the callback once, under its derived id.
+	args, _ := json.Marshal(map[string]string{"k": "v"})
+	done := &jetflow.Run{ID: "done-1", Name: dispatched.Name(), State: jetflow.Success, CompletedTime: time.Now().UTC(),
+		OnComplete: &jetflow.Callback{Function: dispatched.Name(), Args: args}}
+	for range 2 {
+		if err := d.Complete(ctx, done); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cb, err := p.Get(ctx, jetflow.CompletionID(done.ID))
+	if err != nil || cb.Parent != done.ID || cb.State != jetflow.Pending {
+		t.Fatalf("callback run: %+v %v", cb, err)
+	}
+	var c jetflow.Completion
+	if err := json.Unmarshal(cb.Args, &c); err != nil || c.Run.ID != done.ID || string(c.Context) != string(args) {
+		t.Fatalf("callback args %s: %v", cb.Args, err)
+	}
+	// A run not ended, or without a callback, has none.
+	if err := d.Complete(ctx, &jetflow.Run{ID: "x", State: jetflow.Pending, OnComplete: done.OnComplete}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Get(ctx, jetflow.CompletionID("x")); err == nil {
+		t.Fatal("callback of a run that has not ended")
+	}
+}
