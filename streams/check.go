@@ -79,7 +79,7 @@ func Check(ctx context.Context, js jetstream.JetStream, c Config) error {
 				problems = append(problems, fmt.Sprintf("%s has %s storage, want %s", fn, cfg.Storage, c.Storage))
 			}
 		}
-		for _, b := range []string{c.RunsBucket(), c.DelayedBucket(), c.LeasesBucket(), c.FunctionsBucket(), c.CronsBucket()} {
+		for _, b := range []string{c.RunsBucket(), c.DelayedBucket(), c.LeasesBucket(), c.FunctionsBucket(), c.CronsBucket(), c.JournalBucket()} {
 			name := KVStream(b)
 			cfg, err := info(name)
 			if err != nil {

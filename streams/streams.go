@@ -182,6 +182,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 		{Bucket: c.LeasesBucket(), Description: "jetflow: leader leases", LimitMarkerTTL: time.Minute},
 		{Bucket: c.FunctionsBucket(), Description: "jetflow: functions served by workers", LimitMarkerTTL: time.Minute},
 		{Bucket: c.CronsBucket(), Description: "jetflow: cron jobs"},
+		{Bucket: c.JournalBucket(), Description: "jetflow: workflow journals", LimitMarkerTTL: time.Hour},
 	}
 	for _, b := range buckets {
 		st, err := js.Stream(ctx, KVStream(b.Bucket))

@@ -1,0 +1,5 @@
+package workflow_test
+
+import "github.com/jetflow-dev/jetflow/producer"
+
+var producerErrAlreadyExists = producer.ErrAlreadyExists

@@ -1,0 +1,313 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StepKind says what a step does.
+type StepKind string
+
+const (
+	// KindStep is an inline step (Step): code run in the segment.
+	KindStep StepKind = "step"
+	// KindCall is a function call (Call): a child run on the fleet.
+	KindCall StepKind = "call"
+	// KindChild is a child workflow (RunChild, StartChild).
+	KindChild StepKind = "child"
+	// KindSleep is a durable sleep (Sleep, SleepUntil).
+	KindSleep StepKind = "sleep"
+	// KindEvent is an await of an event (AwaitEvent).
+	KindEvent StepKind = "event"
+	// KindPatch is a patch marker (Patched).
+	KindPatch StepKind = "patch"
+)
+
+// StepState is a step's state in the journal.
+type StepState string
+
+const (
+	// StepStarted: an at-most-once inline step has started; no outcome yet.
+	StepStarted StepState = "started"
+	// StepWaiting: the workflow waits for this step (a child run, a
+	// time, an event).
+	StepWaiting StepState = "waiting"
+	// StepDone: the step succeeded; Result holds its result.
+	StepDone StepState = "done"
+	// StepFailed: the step failed; Error says why.
+	StepFailed StepState = "failed"
+)
+
+// Error codes a journaled step error keeps, so that errors.Is works on
+// replay.
+const (
+	codeEventTimeout = "eventTimeout"
+	codeWorkerLost   = "workerLost"
+	codeCanceled     = "canceled"
+)
+
+// Waits is what a waiting step waits for.
+type Waits struct {
+	// Run is the child run (function call or child workflow).
+	Run string `json:"run,omitempty"`
+	// Until is the wake time of a sleep or the deadline of an await.
+	Until time.Time `json:"until,omitzero"`
+	// Event is the awaited event's name.
+	Event string `json:"event,omitempty"`
+	// Seq is the revision of the event an await consumed.
+	Seq uint64 `json:"seq,omitempty"`
+}
+
+// Entry is one step of a workflow's journal (key <workflow id>.s.<step id>).
+type Entry struct {
+	Step      string          `json:"step"`
+	Name      string          `json:"name"`
+	Kind      StepKind        `json:"kind"`
+	State     StepState       `json:"state"`
+	Attempts  int             `json:"attempts,omitempty"`
+	Started   time.Time       `json:"started,omitzero"`
+	Completed time.Time       `json:"completed,omitzero"`
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Code      string          `json:"code,omitempty"`
+	Waits     *Waits          `json:"waits,omitempty"`
+	// Segment is the segment that wrote the entry last.
+	Segment  int    `json:"segment"`
+	Revision uint64 `json:"-"`
+}
+
+func (e *Entry) ended() bool { return e.State == StepDone || e.State == StepFailed }
+
+// cursor is the workflow's place (key <workflow id>.wf): the segment that
+// runs or ran last, and whether it ended waiting. A wake creates segment
+// Seg+1 only when Waiting is set, so that two segments never run at once.
+type cursor struct {
+	Seg     int      `json:"seg"`
+	Waiting bool     `json:"waiting,omitempty"`
+	Done    bool     `json:"done,omitempty"`
+	Waits   []string `json:"waits,omitempty"`
+	rev     uint64
+}
+
+// event is a stored event (key <workflow id>.ev.<name>.<unique>).
+type event struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	Sent    time.Time       `json:"sent"`
+	seq     uint64
+}
+
+func stepKey(wf, step string) string     { return wf + ".s." + step }
+func cursorKey(wf string) string         { return wf + ".wf" }
+func eventPrefix(wf, name string) string { return wf + ".ev." + name + "." }
+func claimKey(wf string, seq uint64) string {
+	return wf + ".claim." + strconv.FormatUint(seq, 10)
+}
+
+// journal is the journal bucket.
+type journal struct{ kv jetstream.KeyValue }
+
+func openJournal(ctx context.Context, p *producer.Producer) (*journal, error) {
+	d := engine.Of(p)
+	b, err := d.JetStream().KeyValue(ctx, d.Streams().JournalBucket())
+	if err != nil {
+		return nil, fmt.Errorf("workflow: journal bucket %s: %w", d.Streams().JournalBucket(), err)
+	}
+	return &journal{kv: b}, nil
+}
+
+// snapshot is what a journal holds of one workflow when it is read.
+type snapshot struct {
+	steps  map[string]*Entry
+	claims map[uint64]string
+	cur    *cursor
+}
+
+// load reads everything kept under workflow id, with one watch.
+func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
+	s := &snapshot{steps: map[string]*Entry{}, claims: map[uint64]string{}}
+	err := j.scan(ctx, wf+".>", func(e jetstream.KeyValueEntry) error {
+		k := strings.TrimPrefix(e.Key(), wf+".")
+		switch {
+		case strings.HasPrefix(k, "s."):
+			var en Entry
+			if err := json.Unmarshal(e.Value(), &en); err != nil {
+				return fmt.Errorf("workflow %s: journal entry %s: %w", wf, k, err)
+			}
+			en.Revision = e.Revision()
+			s.steps[en.Step] = &en
+		case strings.HasPrefix(k, "claim."):
+			seq, _ := strconv.ParseUint(strings.TrimPrefix(k, "claim."), 10, 64)
+			s.claims[seq] = string(e.Value())
+		case k == "wf":
+			var c cursor
+			if err := json.Unmarshal(e.Value(), &c); err != nil {
+				return fmt.Errorf("workflow %s: cursor: %w", wf, err)
+			}
+			c.rev = e.Revision()
+			s.cur = &c
+		}
+		return nil
+	})
+	return s, err
+}
+
+// scan visits the current entries of keys matching filter, in revision order.
+func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.KeyValueEntry) error) error {
+	w, err := j.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("workflow: read journal: %w", err)
+	}
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return errors.New("workflow: journal watch closed")
+			}
+			if e == nil {
+				return nil
+			}
+			if err := visit(e); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// events reads the events named name sent to workflow wf, oldest first.
+func (j *journal) events(ctx context.Context, wf, name string) ([]event, error) {
+	var out []event
+	err := j.scan(ctx, eventPrefix(wf, name)+"*", func(e jetstream.KeyValueEntry) error {
+		var ev event
+		if json.Unmarshal(e.Value(), &ev) != nil {
+			return nil
+		}
+		ev.seq = e.Revision()
+		out = append(out, ev)
+		return nil
+	})
+	sort.Slice(out, func(a, b int) bool { return out[a].seq < out[b].seq })
+	return out, err
+}
+
+// cursorOf reads the cursor of wf (nil when there is none).
+func (j *journal) cursorOf(ctx context.Context, wf string) (*cursor, error) {
+	e, err := j.kv.Get(ctx, cursorKey(wf))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: cursor: %w", wf, err)
+	}
+	var c cursor
+	if err := json.Unmarshal(e.Value(), &c); err != nil {
+		return nil, fmt.Errorf("workflow %s: cursor: %w", wf, err)
+	}
+	c.rev = e.Revision()
+	return &c, nil
+}
+
+// putCursor writes c over revision c.rev (0: create); false when another
+// writer came first.
+func (j *journal) putCursor(ctx context.Context, wf string, c *cursor) (bool, error) {
+	b, _ := json.Marshal(c)
+	var rev uint64
+	var err error
+	if c.rev == 0 {
+		rev, err = j.kv.Create(ctx, cursorKey(wf), b)
+	} else {
+		rev, err = j.kv.Update(ctx, cursorKey(wf), b, c.rev)
+	}
+	if err != nil {
+		if isWrongRev(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("workflow %s: cursor: %w", wf, err)
+	}
+	c.rev = rev
+	return true, nil
+}
+
+// putEntry writes e over revision e.Revision (0: create). When another
+// writer came first it returns the stored entry instead.
+func (j *journal) putEntry(ctx context.Context, wf string, e *Entry) (*Entry, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: step %s: %w", wf, e.Step, err)
+	}
+	key := stepKey(wf, e.Step)
+	var rev uint64
+	if e.Revision == 0 {
+		rev, err = j.kv.Create(ctx, key, b)
+	} else {
+		rev, err = j.kv.Update(ctx, key, b, e.Revision)
+	}
+	if err == nil {
+		e.Revision = rev
+		return e, nil
+	}
+	if !isWrongRev(err) {
+		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
+	}
+	cur, gerr := j.kv.Get(ctx, key)
+	if gerr != nil {
+		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, gerr)
+	}
+	var stored Entry
+	if err := json.Unmarshal(cur.Value(), &stored); err != nil {
+		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
+	}
+	stored.Revision = cur.Revision()
+	return &stored, nil
+}
+
+// claim makes step the consumer of event seq; false when another await
+// has it.
+func (j *journal) claim(ctx context.Context, wf string, seq uint64, step string) (bool, error) {
+	_, err := j.kv.Create(ctx, claimKey(wf, seq), []byte(step))
+	if err == nil {
+		return true, nil
+	}
+	if !isWrongRev(err) {
+		return false, fmt.Errorf("workflow %s: claim event %d: %w", wf, seq, err)
+	}
+	e, gerr := j.kv.Get(ctx, claimKey(wf, seq))
+	if gerr != nil {
+		return false, fmt.Errorf("workflow %s: claim event %d: %w", wf, seq, gerr)
+	}
+	return string(e.Value()) == step, nil
+}
+
+func isWrongRev(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return true
+	}
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// stepLess orders step ids in program order: "2" < "3" < "3.1" < "10".
+func stepLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) && i < len(bs); i++ {
+		x, _ := strconv.Atoi(as[i])
+		y, _ := strconv.Atoi(bs[i])
+		if x != y {
+			return x < y
+		}
+	}
+	return len(as) < len(bs)
+}

@@ -1,0 +1,481 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/worker"
+)
+
+// Context is a workflow's view of its execution: the workflow function and
+// each branch started with Go get one. Steps take it as their first
+// argument. It is not safe for concurrent use: each branch has its own.
+type Context struct {
+	seg  *segment
+	path string // "" for the workflow function, the branch's step id otherwise
+	n    int    // steps taken in this branch
+}
+
+// ID is the workflow's id.
+func (wf *Context) ID() string { return wf.seg.wf }
+
+// Name is the workflow's name.
+func (wf *Context) Name() string { return wf.seg.def.Name() }
+
+// Segment is the number of the segment running this replay (from 1): it
+// grows each time the workflow resumes after a wait.
+func (wf *Context) Segment() int { return wf.seg.n }
+
+// Context is the segment's context: it ends with cause jetflow.ErrCanceled
+// when the workflow is canceled. Inline steps receive it.
+func (wf *Context) Context() context.Context { return wf.seg.ctx }
+
+// peek is the id of the next step of this branch.
+func (wf *Context) peek() string {
+	if wf.path == "" {
+		return strconv.Itoa(wf.n + 1)
+	}
+	return wf.path + "." + strconv.Itoa(wf.n+1)
+}
+
+// begin takes the next step id, after checking that the workflow may go on.
+func (wf *Context) begin() string {
+	id := wf.peek()
+	wf.n++
+	if ctx := wf.seg.ctx; ctx.Err() != nil {
+		wf.seg.abort(context.Cause(ctx))
+	}
+	return id
+}
+
+// entry returns the journal entry of step id, or nil, after checking that
+// it is the step the code asks for.
+func (wf *Context) entry(id, name string, kind StepKind) *Entry {
+	e := wf.seg.entryAt(id)
+	if e != nil && (e.Name != name || e.Kind != kind) {
+		wf.seg.failWorkflow(fmt.Errorf("%w: step %s is %s %q in the journal, the code now asks for %s %q",
+			ErrNondeterministic, id, e.Kind, e.Name, kind, name))
+	}
+	return e
+}
+
+// driver serves one workflow definition's internal functions on a worker.
+type driver struct {
+	p   *producer.Producer
+	def definition
+
+	mu sync.Mutex
+	jr *journal
+}
+
+func (d *driver) journal(ctx context.Context) (*journal, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.jr != nil {
+		return d.jr, nil
+	}
+	jr, err := openJournal(ctx, d.p)
+	if err != nil {
+		return nil, err
+	}
+	d.jr = jr
+	return jr, nil
+}
+
+// internalOptions: the internal functions are short and retried quickly
+// and for long, so that a NATS hiccup never strands a workflow (a segment
+// that finds its predecessor still running retries too).
+var internalOptions = worker.Options{
+	MaxAttempts: 100,
+	Backoff:     jetflow.Backoff{Initial: 50 * time.Millisecond, Base: 2, Max: 5 * time.Second},
+}
+
+// Register registers workflow def on worker w: its segment and wake
+// functions (SegmentFunction, WakeFunction). Call it before w.Start, on
+// every worker that runs the workflow. Errors: worker.ErrRegistered.
+func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out]) error {
+	d := &driver{p: w.Producer(), def: def}
+	segFn := jetflow.Define[segArgs](SegmentFunction(def.name))
+	wakeFn := jetflow.Define[jetflow.Completion](WakeFunction(def.name))
+	if err := worker.Register(w, segFn, d.segment, internalOptions); err != nil {
+		return err
+	}
+	return worker.Register(w, wakeFn, d.wake, internalOptions)
+}
+
+// wake runs when a child run of the workflow ends or one of its timers
+// fires: it resumes the workflow if it waits.
+func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) error {
+	var wc wakeContext
+	if err := json.Unmarshal(j.Args.Context, &wc); err != nil || wc.WF == "" {
+		return jetflow.Permanent(fmt.Errorf("%w: wake %s: context %s", jetflow.ErrBadArgs, j.ID(), j.Args.Context))
+	}
+	jr, err := d.journal(ctx)
+	if err != nil {
+		return err
+	}
+	return resume(ctx, d.p, jr, d.def.Name(), wc.WF)
+}
+
+// resume schedules the next segment of workflow id if its last segment
+// ended waiting. It is idempotent (the segment's id is derived), and a
+// resume that comes while a segment runs does nothing: that segment
+// checks what it waits for once more after it records that it waits.
+func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id string) error {
+	cur, err := jr.cursorOf(ctx, id)
+	if err != nil || cur == nil || !cur.Waiting || cur.Done {
+		return err
+	}
+	n := cur.Seg + 1
+	_, err = p.Enqueue(ctx, segmentCall(name, segArgs{WF: id, N: n}), producer.WithID(SegmentID(id, n)), producer.WithParent(id))
+	if errors.Is(err, producer.ErrAlreadyExists) {
+		return nil
+	}
+	return err
+}
+
+// errBusy: the previous segment still runs; this one is retried shortly.
+var errBusy = errors.New("workflow: previous segment still running")
+
+// segment runs one segment of a workflow: it replays the workflow
+// function from the journal until the function ends or every branch
+// waits.
+func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
+	a := j.Args
+	if a.WF == "" || a.N < 1 {
+		return jetflow.Permanent(fmt.Errorf("%w: segment %s", jetflow.ErrBadArgs, j.ID()))
+	}
+	eng := engine.Of(d.p)
+	name := d.def.Name()
+	rec, err := eng.Store().Get(ctx, a.WF)
+	if errors.Is(err, jetflow.ErrNotFound) && a.N == 1 {
+		// Start died before it wrote the record: write it now.
+		_, err = eng.Runs().Write(ctx, engine.Schedule, engine.None, recordOf(name, a), 0)
+		if err != nil && !errors.Is(err, kv.ErrExists) {
+			return err
+		}
+		rec, err = eng.Store().Get(ctx, a.WF)
+	}
+	if err != nil {
+		return err
+	}
+	if rec.Name != name {
+		return jetflow.Permanent(fmt.Errorf("%w: run %s is a %s, not a %s", ErrBadRecord, a.WF, rec.Name, name))
+	}
+	if rec.State.Terminal() {
+		return nil
+	}
+	jr, err := d.journal(ctx)
+	if err != nil {
+		return err
+	}
+	cur, err := jr.cursorOf(ctx, a.WF)
+	if err != nil {
+		return err
+	}
+	switch {
+	case cur == nil && a.N == 1:
+		cur = &cursor{Seg: 1}
+	case cur == nil:
+		return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d without a cursor", a.WF, a.N))
+	case cur.Done || cur.Seg > a.N:
+		return nil // a later segment ran, or the workflow ended
+	case cur.Seg == a.N, cur.Seg == a.N-1 && cur.Waiting:
+		cur.Seg, cur.Waiting, cur.Waits = a.N, false, nil
+	case cur.Seg == a.N-1:
+		return jetflow.RetryAfter(100*time.Millisecond, errBusy)
+	default:
+		return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
+	}
+	if ok, err := jr.putCursor(ctx, a.WF, cur); err != nil {
+		return err
+	} else if !ok {
+		return jetflow.RetryAfter(100*time.Millisecond, errBusy)
+	}
+	segID := SegmentID(a.WF, a.N)
+	now := time.Now().UTC()
+	rec, err = eng.Runs().Change(ctx, engine.Claim, a.WF, func(r *jetflow.Run) bool {
+		r.State = jetflow.InProgress
+		if r.StartedTime.IsZero() {
+			r.StartedTime = now
+		}
+		r.Heartbeat = now
+		r.Attempts = max(r.Attempts, 1)
+		if !slices.Contains(r.Children, segID) {
+			r.Children = append(r.Children, segID)
+		}
+		return true
+	})
+	if errors.Is(err, kv.ErrTerminal) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	snap, err := jr.load(ctx, a.WF)
+	if err != nil {
+		return err
+	}
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: snap.steps, claims: snap.claims, cur: cur}
+	var out json.RawMessage
+	var ferr error
+	main := s.spawn(func() { out, ferr = d.def.run(&Context{seg: s}, rec.Args) })
+	s.wg.Wait()
+	if cause := context.Cause(ctx); ctx.Err() != nil {
+		return cause
+	}
+	switch {
+	case s.aborted != nil:
+		return s.aborted
+	case s.fatal != nil:
+		return s.finish(ctx, jetflow.Failed, nil, s.fatal)
+	case main.finished && ferr != nil:
+		return s.finish(ctx, jetflow.Failed, nil, ferr)
+	case main.finished:
+		return s.finish(ctx, jetflow.Success, out, nil)
+	}
+	return s.park(ctx)
+}
+
+// segment is one replay of a workflow.
+type segment struct {
+	d   *driver
+	jr  *journal
+	def definition
+	wf  string
+	n   int
+	ctx context.Context
+	cur *cursor
+
+	mu      sync.Mutex
+	steps   map[string]*Entry
+	claims  map[uint64]string
+	waits   []wait
+	aborted error // the segment stops and is retried (replayed)
+	fatal   error // the workflow fails
+	wg      sync.WaitGroup
+}
+
+// wait is what a suspended branch waits for.
+type wait struct {
+	step  string
+	kind  StepKind
+	run   string
+	until time.Time
+	event string
+}
+
+func (w wait) String() string {
+	var parts []string
+	if w.run != "" {
+		parts = append(parts, "run "+w.run)
+	}
+	if w.event != "" {
+		parts = append(parts, "event "+w.event)
+	}
+	if !w.until.IsZero() {
+		parts = append(parts, "until "+w.until.Format(time.RFC3339Nano))
+	}
+	return fmt.Sprintf("step %s (%s): %s", w.step, w.kind, strings.Join(parts, ", "))
+}
+
+// branch is one goroutine of workflow code.
+type branch struct {
+	done     chan struct{}
+	finished bool // returned; otherwise it suspended, aborted or failed the workflow
+}
+
+// spawn runs body in a goroutine of the segment. A step that must wait
+// ends the goroutine with runtime.Goexit (its deferred calls run).
+func (s *segment) spawn(body func()) *branch {
+	b := &branch{done: make(chan struct{})}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(b.done)
+		defer func() {
+			if b.finished {
+				return
+			}
+			if p := recover(); p != nil {
+				s.failWorkflow0(jetflow.Permanent(fmt.Errorf("%w: %v\n%s", jetflow.ErrPanic, p, debug.Stack())))
+			}
+		}()
+		body()
+		b.finished = true
+	}()
+	return b
+}
+
+func (s *segment) entryAt(id string) *Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.steps[id]
+}
+
+// put journals e (see journal.putEntry) and keeps what is stored.
+func (s *segment) put(e *Entry) *Entry {
+	e.Segment = s.n
+	stored, err := s.jr.putEntry(s.ctx, s.wf, e)
+	if err != nil {
+		s.abort(err)
+	}
+	s.mu.Lock()
+	s.steps[stored.Step] = stored
+	s.mu.Unlock()
+	return stored
+}
+
+// suspend ends the calling branch: it waits for w.
+func (s *segment) suspend(w wait) {
+	s.mu.Lock()
+	s.waits = append(s.waits, w)
+	s.mu.Unlock()
+	runtime.Goexit()
+}
+
+// abort ends the calling branch and the segment with err: the segment is
+// retried and replays.
+func (s *segment) abort(err error) {
+	s.mu.Lock()
+	if s.aborted == nil {
+		s.aborted = err
+	}
+	s.mu.Unlock()
+	runtime.Goexit()
+}
+
+// failWorkflow ends the calling branch; the workflow fails with err.
+func (s *segment) failWorkflow(err error) {
+	s.failWorkflow0(err)
+	runtime.Goexit()
+}
+
+func (s *segment) failWorkflow0(err error) {
+	s.mu.Lock()
+	if s.fatal == nil {
+		s.fatal = err
+	}
+	s.mu.Unlock()
+}
+
+// finishStep is the engine step that ends a workflow's record in each state.
+var finishStep = map[jetflow.State]engine.Step{jetflow.Success: engine.Succeed, jetflow.Failed: engine.Fail}
+
+// finish ends the workflow: its record, its cursor, its callback.
+func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMessage, ferr error) error {
+	eng := engine.Of(s.d.p)
+	now := time.Now().UTC()
+	r, err := eng.Runs().Change(ctx, finishStep[st], s.wf, func(r *jetflow.Run) bool {
+		r.State, r.Result, r.CompletedTime, r.Heartbeat = st, out, now, now
+		r.Error, r.Permanent = "", false
+		if ferr != nil {
+			r.Error, r.Permanent = ferr.Error(), true
+		}
+		return true
+	})
+	if err != nil && !errors.Is(err, kv.ErrTerminal) {
+		return err
+	}
+	s.cur.Done, s.cur.Waiting, s.cur.Waits = true, false, nil
+	if _, err := s.jr.putCursor(ctx, s.wf, s.cur); err != nil {
+		return err
+	}
+	if err := eng.Complete(ctx, r); err != nil {
+		return err
+	}
+	// The repair sweep may have published a message for the record (a
+	// workflow that waited long looks like a run whose message is gone);
+	// no worker serves it: remove it.
+	_ = eng.Store().Unqueue(ctx, r.Name, r.ID)
+	return nil
+}
+
+// park records that the workflow waits, then checks once more whether
+// what it waits for came meanwhile (a wake that came before the cursor
+// said "waiting" did nothing), and resumes it if so.
+func (s *segment) park(ctx context.Context) error {
+	s.cur.Waiting = true
+	s.cur.Waits = nil
+	for _, w := range s.waits {
+		s.cur.Waits = append(s.cur.Waits, w.String())
+	}
+	ok, err := s.jr.putCursor(ctx, s.wf, s.cur)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
+	}
+	for _, w := range s.waits {
+		ready, err := s.ready(ctx, w)
+		if err != nil {
+			return err
+		}
+		if ready {
+			return resume(ctx, s.d.p, s.jr, s.def.Name(), s.wf)
+		}
+	}
+	return nil
+}
+
+// ready reports whether what w waits for has come.
+func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
+	if !w.until.IsZero() && !time.Now().Before(w.until) {
+		return true, nil
+	}
+	if w.run != "" {
+		r, err := engine.Of(s.d.p).Store().Get(ctx, w.run)
+		if err != nil {
+			return errors.Is(err, jetflow.ErrNotFound), nil
+		}
+		return r.State.Terminal(), nil
+	}
+	if w.event != "" {
+		evs, err := s.jr.events(ctx, s.wf, w.event)
+		if err != nil {
+			return false, err
+		}
+		for _, ev := range evs {
+			if _, err := s.jr.kv.Get(ctx, claimKey(s.wf, ev.seq)); err != nil {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// adopt lists run id among the workflow's children, so that Cancel
+// reaches it. A workflow that ended meanwhile (canceled) cancels the run
+// and stops the segment.
+func (s *segment) adopt(id string) {
+	eng := engine.Of(s.d.p)
+	_, err := eng.Runs().Change(s.ctx, engine.Beat, s.wf, func(r *jetflow.Run) bool {
+		if slices.Contains(r.Children, id) || r.State != jetflow.InProgress {
+			return false
+		}
+		r.Children = append(r.Children, id)
+		r.Heartbeat = time.Now().UTC()
+		return true
+	})
+	if errors.Is(err, kv.ErrTerminal) {
+		_ = s.d.p.Cancel(context.WithoutCancel(s.ctx), id)
+		s.abort(jetflow.ErrCanceled)
+	}
+	if err != nil {
+		s.abort(err)
+	}
+}

@@ -1,0 +1,126 @@
+package workflow_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
+)
+
+// env is a server, a producer and counters shared by the handlers.
+type env struct {
+	*testserver.Env
+	P *producer.Producer
+
+	mu    sync.Mutex
+	count map[string]int
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	ts := testserver.Start(t)
+	p, err := producer.New(context.Background(), ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{Env: ts, P: p, count: map[string]int{}}
+}
+
+func (e *env) inc(key string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.count[key]++
+	return e.count[key]
+}
+
+func (e *env) n(key string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.count[key]
+}
+
+// startWorker starts a worker on its own connection with register run on
+// it before Start; it is stopped at cleanup.
+func (e *env) startWorker(t *testing.T, register func(w *worker.Worker)) *worker.Worker {
+	t.Helper()
+	_, js := e.Connect()
+	w, err := worker.New(context.Background(), js, worker.Config{AckWait: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(w)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	return w
+}
+
+// startScheduler starts a scheduler (delayed runs: sleeps, timeouts).
+func (e *env) startScheduler(t *testing.T) {
+	t.Helper()
+	_, js := e.Connect()
+	s, err := scheduler.New(context.Background(), js, scheduler.Config{LeaseTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+	})
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wait waits for workflow id to end and returns its record.
+func (e *env) wait(t *testing.T, id string) *jetflow.Run {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	r, err := e.P.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("workflow %s did not end: %v", id, err)
+	}
+	return r
+}
+
+func (e *env) status(t *testing.T, id string) *workflow.Status {
+	t.Helper()
+	st, err := workflow.Get(context.Background(), e.P, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// waiting polls until workflow id's last segment ended waiting.
+func (e *env) waiting(t *testing.T, id string) *workflow.Status {
+	t.Helper()
+	var st *workflow.Status
+	testserver.Eventually(t, 20*time.Second, "workflow "+id+" waiting", func() bool {
+		s, err := workflow.Get(context.Background(), e.P, id)
+		st = s
+		return err == nil && s.Waiting
+	})
+	return st
+}

@@ -1,0 +1,112 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/nats-io/nuid"
+)
+
+// ErrEnded: an event sent to a workflow that has ended.
+var ErrEnded = errors.New("workflow: workflow has ended")
+
+// SendEvent sends event name with payload (JSON-encoded) to workflow id:
+// it is stored durably and resumes the workflow if it waits. An event sent
+// before its await is kept until an await consumes it; each event is
+// consumed by one await. Errors: ErrInvalidEventName, jetflow.ErrNotFound
+// (no such workflow), ErrEnded, jetflow.ErrBadArgs.
+func SendEvent(ctx context.Context, p *producer.Producer, id, name string, payload any) error {
+	if err := validEventName(name); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("%w: event %s: %v", jetflow.ErrBadArgs, name, err)
+	}
+	r, err := p.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if r.State.Terminal() {
+		return fmt.Errorf("workflow %s is %s: %w", id, r.State, ErrEnded)
+	}
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(event{Name: name, Payload: raw, Sent: time.Now().UTC()})
+	if _, err := jr.kv.Create(ctx, eventPrefix(id, name)+nuid.Next(), b); err != nil {
+		return fmt.Errorf("workflow %s: store event %s: %w", id, name, err)
+	}
+	return resume(ctx, p, jr, r.Name, id)
+}
+
+// Status is a workflow's record and journal.
+type Status struct {
+	// Run is the workflow's run record: state, input (Args), result or
+	// error, children (its segments, calls, timers and child workflows).
+	Run *jetflow.Run
+	// Steps are the journaled steps in program order, with what each
+	// waits for.
+	Steps []Entry
+	// Segment is the last segment that ran, and Waiting whether it ended
+	// waiting; Waits says for what.
+	Segment int
+	Waiting bool
+	Waits   []string
+}
+
+// Get returns workflow id's record and its steps. Errors:
+// jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
+func Get(ctx context.Context, p *producer.Producer, id string) (*Status, error) {
+	r, err := p.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	snap, err := jr.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{Run: r}
+	for _, e := range snap.steps {
+		st.Steps = append(st.Steps, *e)
+	}
+	sort.Slice(st.Steps, func(a, b int) bool { return stepLess(st.Steps[a].Step, st.Steps[b].Step) })
+	if c := snap.cur; c != nil {
+		st.Segment, st.Waiting, st.Waits = c.Seg, c.Waiting, c.Waits
+	}
+	return st, nil
+}
+
+// Result waits until workflow id has ended and returns its result decoded
+// into Out; a workflow that failed or was canceled returns its record's
+// error.
+func Result[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow[In, Out], id string) (Out, error) {
+	var out Out
+	r, err := p.Wait(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	switch r.State {
+	case jetflow.Success:
+		if len(r.Result) > 0 {
+			if err := json.Unmarshal(r.Result, &out); err != nil {
+				return out, fmt.Errorf("%w: workflow %s result: %v", jetflow.ErrBadArgs, id, err)
+			}
+		}
+		return out, nil
+	case jetflow.Canceled:
+		return out, fmt.Errorf("workflow %s: %w", id, jetflow.ErrCanceled)
+	}
+	return out, fmt.Errorf("workflow %s failed: %s", id, r.Error)
+}

@@ -1,0 +1,226 @@
+package workflow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/nats-io/nuid"
+)
+
+// Errors. Each is matched with errors.Is.
+var (
+	// ErrNondeterministic: a replay reached a step whose journaled name or
+	// kind differs from what the code asks now (the code changed under a
+	// running workflow). The workflow fails with it; the error names both
+	// steps. Use Patched to change a workflow's code safely.
+	ErrNondeterministic = errors.New("workflow: nondeterministic replay")
+	// ErrEventTimeout: AwaitEvent's timeout passed before an event came.
+	ErrEventTimeout = errors.New("workflow: event timeout")
+	// ErrBadRecord: the run under a workflow id is not that workflow's.
+	ErrBadRecord = errors.New("workflow: not a record of this workflow")
+	// ErrInvalidEventName: an event name that is not one token of letters,
+	// digits, '_' and '-'.
+	ErrInvalidEventName = errors.New("workflow: invalid event name")
+)
+
+// Workflow is a workflow definition: a name and a function of In to Out,
+// replayed from its journal. Producers and workers share one value, as
+// they share a jetflow.Function.
+type Workflow[In, Out any] struct {
+	name string
+	fn   func(wf *Context, in In) (Out, error)
+}
+
+// Define returns a workflow definition. It panics on an invalid name (one
+// that jetflow.ValidateName refuses, or too long to carry the ".segment"
+// and ".wake" suffixes of its internal functions), for package-level
+// declarations:
+//
+//	var Onboard = workflow.Define("users.onboard", onboard)
+func Define[In, Out any](name string, fn func(wf *Context, in In) (Out, error)) *Workflow[In, Out] {
+	if err := jetflow.ValidateName(name); err != nil {
+		panic(err)
+	}
+	if err := jetflow.ValidateName(SegmentFunction(name)); err != nil {
+		panic(err)
+	}
+	if fn == nil {
+		panic("workflow: Define " + name + " with a nil function")
+	}
+	return &Workflow[In, Out]{name: name, fn: fn}
+}
+
+// Name is the workflow's name: the name of its run record.
+func (w *Workflow[In, Out]) Name() string { return w.name }
+
+// SegmentFunction is the internal function whose runs execute workflow
+// name's code: "<name>.segment".
+func SegmentFunction(name string) string { return name + ".segment" }
+
+// WakeFunction is the internal function that resumes a waiting workflow
+// when a child run ends or a timer fires: "<name>.wake".
+func WakeFunction(name string) string { return name + ".wake" }
+
+// run is the untyped form of the workflow function.
+func (w *Workflow[In, Out]) run(wf *Context, raw json.RawMessage) (json.RawMessage, error) {
+	var in In
+	if len(raw) == 0 {
+		raw = json.RawMessage("null")
+	}
+	if err := json.Unmarshal(raw, &in); err != nil {
+		return nil, jetflow.Permanent(fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err))
+	}
+	out, err := w.fn(wf, in)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return nil, fmt.Errorf("%w: result: %v", jetflow.ErrBadArgs, err)
+	}
+	return b, nil
+}
+
+// definition is what the internal functions need of a Workflow.
+type definition interface {
+	Name() string
+	run(wf *Context, raw json.RawMessage) (json.RawMessage, error)
+}
+
+// StartOption tunes one Start.
+type StartOption func(*startOptions)
+
+type startOptions struct {
+	id         string
+	at         time.Time
+	parent     string
+	onComplete *jetflow.Call
+}
+
+// WithID gives the workflow its id, an idempotency key: starting an id that
+// exists returns that id and an error matching producer.ErrAlreadyExists.
+// Default: a generated id.
+func WithID(id string) StartOption { return func(o *startOptions) { o.id = id } }
+
+// At starts the workflow at t instead of now (a past t means now).
+func At(t time.Time) StartOption { return func(o *startOptions) { o.at = t } }
+
+// After starts the workflow after d.
+func After(d time.Duration) StartOption {
+	return func(o *startOptions) {
+		if d > 0 {
+			o.at = time.Now().Add(d)
+		}
+	}
+}
+
+// WithOnComplete runs c once when the workflow ends (success, failed or
+// canceled), as producer.WithOnComplete does for a run: c's function
+// receives a jetflow.Completion whose Run is the workflow's record.
+func WithOnComplete(c jetflow.Call) StartOption { return func(o *startOptions) { o.onComplete = &c } }
+
+// withParent records the workflow that started this one (child workflows).
+func withParent(id string) StartOption { return func(o *startOptions) { o.parent = id } }
+
+// segArgs are the arguments of a segment run.
+type segArgs struct {
+	WF string `json:"wf"`
+	N  int    `json:"n"`
+	// The first segment carries what the workflow's record holds, so that
+	// it can write the record if Start died before it did.
+	Input      json.RawMessage   `json:"input,omitempty"`
+	Scheduled  time.Time         `json:"scheduled,omitzero"`
+	Created    time.Time         `json:"created,omitzero"`
+	Parent     string            `json:"parent,omitempty"`
+	OnComplete *jetflow.Callback `json:"onComplete,omitempty"`
+}
+
+// wakeContext is the context of a wake run (child completion or timer).
+type wakeContext struct {
+	WF string `json:"wf"`
+}
+
+// SegmentID is the run id of segment n (from 1) of workflow id.
+func SegmentID(id string, n int) string { return jetflow.DerivedID(fmt.Sprintf("%s-seg%d", id, n)) }
+
+func segmentCall(name string, a segArgs) jetflow.Call {
+	return jetflow.Call{Name: SegmentFunction(name), Kind: jetflow.Retryable, Args: a}
+}
+
+func wakeCall(name, id string) jetflow.Call {
+	raw, _ := json.Marshal(wakeContext{WF: id})
+	return jetflow.Call{Name: WakeFunction(name), Kind: jetflow.Retryable, Args: jetflow.Completion{Context: raw}}
+}
+
+func wakeCallback(name, id string) jetflow.Call {
+	return jetflow.Call{Name: WakeFunction(name), Kind: jetflow.Retryable, Args: wakeContext{WF: id}}
+}
+
+// Start starts workflow def with input in and returns its id once the
+// workflow is durable: its first segment is scheduled (the idempotency
+// point) and its record written, pending. At and After delay the start; a
+// scheduler must run for a delayed start, as for any delayed run. Errors:
+// jetflow.ErrBadArgs, jetflow.ErrInvalidRunID, producer.ErrAlreadyExists
+// (with the id) when the id was started before.
+func Start[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow[In, Out], in In, opts ...StartOption) (string, error) {
+	raw, err := json.Marshal(in)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %v", jetflow.ErrBadArgs, def.name, err)
+	}
+	return start(ctx, p, def.name, raw, opts...)
+}
+
+func start(ctx context.Context, p *producer.Producer, name string, raw json.RawMessage, opts ...StartOption) (string, error) {
+	var o startOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	id := o.id
+	if id == "" {
+		id = nuid.Next()
+	} else if err := jetflow.ValidateRunID(id); err != nil {
+		return "", err
+	}
+	now := time.Now().UTC()
+	sched := o.at.UTC()
+	if o.at.IsZero() || sched.Before(now) {
+		sched = now
+	}
+	a := segArgs{WF: id, N: 1, Input: raw, Scheduled: sched, Created: now, Parent: o.parent}
+	if o.onComplete != nil {
+		cargs, err := o.onComplete.Encode()
+		if err != nil {
+			return "", fmt.Errorf("workflow: on-complete: %w", err)
+		}
+		a.OnComplete = &jetflow.Callback{Function: o.onComplete.Name, Args: cargs}
+	}
+	seg := SegmentID(id, 1)
+	if _, err := p.RunAt(ctx, sched, segmentCall(name, a), producer.WithID(seg), producer.WithParent(id)); err != nil {
+		if errors.Is(err, producer.ErrAlreadyExists) {
+			return id, fmt.Errorf("workflow %s: %w", id, err)
+		}
+		return "", err
+	}
+	// The record, pending, so that Get, Watch and Cancel find the workflow
+	// at once. The first segment writes it if this process dies first.
+	if _, err := engine.Of(p).Runs().Write(ctx, engine.Schedule, engine.None, recordOf(name, a), 0); err != nil && !errors.Is(err, kv.ErrExists) {
+		return id, fmt.Errorf("workflow %s: record: %w (its first segment writes it)", id, err)
+	}
+	return id, nil
+}
+
+// recordOf is the pending record of a workflow, from its first segment's args.
+func recordOf(name string, a segArgs) *jetflow.Run {
+	return &jetflow.Run{
+		ID: a.WF, Name: name, Kind: jetflow.Retryable, Args: a.Input, State: jetflow.Pending,
+		ScheduledTime: a.Scheduled, CreationTime: a.Created, Parent: a.Parent,
+		Children: []string{SegmentID(a.WF, 1)}, OnComplete: a.OnComplete,
+	}
+}
