@@ -340,7 +340,9 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 	for _, fn := range fns {
 		worker.Handle(w, fn, h, worker.Options{ClaimAfter: c.claimAfter})
 	}
-	if err := setup(w.Start); err != nil {
+	// Start's ctx is the worker's lifetime (it stops when ctx ends): the
+	// process's, not setup's per-try timeout.
+	if err := setup(func(context.Context) error { return w.Start(ctx) }); err != nil {
 		return err
 	}
 	marker("READY worker %s", id)
