@@ -51,7 +51,9 @@ func (e *env) n(key string) int {
 func (e *env) startWorker(t *testing.T, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
 	_, js := e.Connect()
-	w, err := worker.New(context.Background(), js, worker.Config{AckWait: 2 * time.Second})
+	// A claim is seen as lost after a second: a test that stops a worker
+	// mid-step has its segment taken over quickly.
+	w, err := worker.New(context.Background(), js, worker.Config{AckWait: time.Second, LostAfter: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
