@@ -33,6 +33,7 @@ var exampleSpecs = map[string]exampleSpec{
 		url:  true,
 		want: []string{"job: pending", "job: inProgress", "6/6", `done: success, result {"imported":6}, attempts 1`},
 	},
+	"onboarding":      {args: []string{"--wait", "1s"}, url: true, want: []string{"alice activated her account", "alice: acct-alice@example.com activated via email link; no follow-up", "bob: acct-bob@example.com not activated; follow-up sent", "emails sent: 3"}},
 	"dailydigest":     {want: []string{"send-daily-digest: daily 09:00 (UTC); next fires:"}},
 	"intervalcleanup": {want: []string{"cleanup-expired-sessions: every 1s, fired"}},
 	"weekdayny":       {want: []string{"register again: errors.Is ErrCronExists: true"}},

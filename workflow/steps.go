@@ -280,7 +280,8 @@ func (s *segment) timer(step string, until time.Time) {
 // the await are kept; each event is consumed by exactly one await (the
 // journal records which), in the order they were sent. With timeout > 0,
 // an await that gets no event in time returns an error matching
-// ErrEventTimeout.
+// ErrEventTimeout. A negative timeout does not wait: it consumes an event
+// sent already, or returns ErrEventTimeout ("unless an event arrived").
 func AwaitEvent[T any](wf *Context, name string, timeout time.Duration) (T, error) {
 	s := wf.seg
 	if err := validEventName(name); err != nil {
@@ -293,8 +294,8 @@ func AwaitEvent[T any](wf *Context, name string, timeout time.Duration) (T, erro
 	}
 	if e == nil {
 		w := &Waits{Event: name}
-		if timeout > 0 {
-			w.Until = time.Now().Add(timeout).UTC()
+		if timeout != 0 {
+			w.Until = time.Now().Add(max(timeout, 0)).UTC()
 		}
 		e = s.put(&Entry{Step: id, Name: name, Kind: KindEvent, State: StepWaiting, Started: time.Now().UTC(), Waits: w})
 		if e.ended() {
@@ -463,4 +464,11 @@ func Wait(futures ...Waiter) error {
 		}
 	}
 	return first
+}
+
+// Now returns the current time, journaled: a replay gets the same time
+// back. Workflow code must not read the clock itself for decisions.
+func Now(wf *Context) time.Time {
+	t, _ := Step(wf, "now", func(context.Context) (time.Time, error) { return time.Now().UTC(), nil })
+	return t
 }
