@@ -108,7 +108,10 @@ type Options struct {
 }
 
 // pullExpiry is how long a pull request of the worker's consumers lasts.
-const pullExpiry = 5 * time.Second
+// Short, so that a pull lost with a consumer leader (a cluster node that
+// died) is noticed within 2 s (missed heartbeats, every second) rather than
+// after 5 s or nats.go's default 30 s.
+const pullExpiry = 2 * time.Second
 
 // DefaultClaimAfter is the default Options.ClaimAfter.
 const DefaultClaimAfter = 100 * time.Millisecond
@@ -343,9 +346,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		cc, err := cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
 			jetstream.PullMaxMessages(e.opts.Concurrency),
-			// Pull requests renewed every 5 s (heartbeats every 2.5 s), not
-			// 30 s: a pull the server lost stalls the function for
-			// seconds, not half a minute.
+			// Pull requests renewed every 2 s (heartbeats every second),
+			// not 30 s: a pull the server lost stalls the function for a
+			// couple of seconds, not half a minute.
 			jetstream.PullExpiry(pullExpiry),
 			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 				w.log.Debug("consume", "function", e.name, "error", err)
