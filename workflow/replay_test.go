@@ -38,7 +38,7 @@ func TestReplayAfterWorkerRestart(t *testing.T) {
 		return b, err
 	})
 	w1 := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, def, "x")
 	must(t, err)
 	st := e.waiting(t, id)
@@ -89,10 +89,10 @@ func TestWorkerStoppedMidStep(t *testing.T) {
 				return v, err
 			})
 			w1 := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-			ctx := context.Background()
+			ctx := testCtx(t)
 			id, err := workflow.Start(ctx, e.P, def, struct{}{})
 			must(t, err)
-			<-started
+			recv(t, started, "the step started")
 			sctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			_ = w1.Stop(sctx) // its ctx ends: the running segment is canceled
 			cancel()
@@ -135,7 +135,7 @@ func TestNondeterministicChangeDetected(t *testing.T) {
 	}
 	v1, v2 := version("reserve"), version("charge")
 	w1 := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, v1)) })
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, v1, struct{}{})
 	must(t, err)
 	e.waiting(t, id)
@@ -166,7 +166,7 @@ func TestPatched(t *testing.T) {
 		return path + "-" + v, err
 	})
 	w1 := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, old)) })
-	ctx := context.Background()
+	ctx := testCtx(t)
 	before, err := workflow.Start(ctx, e.P, old, struct{}{})
 	must(t, err)
 	e.waiting(t, before)
@@ -218,7 +218,7 @@ func TestParallelStepsReplayToSameIDs(t *testing.T) {
 		return out, err
 	})
 	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, def, struct{}{})
 	must(t, err)
 	e.waiting(t, id)

@@ -123,6 +123,20 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	if err := json.Unmarshal(j.Args.Context, &wc); err != nil || wc.WF == "" {
 		return jetflow.Permanent(fmt.Errorf("%w: wake %s: context %s", jetflow.ErrBadArgs, j.ID(), j.Args.Context))
 	}
+	if wc.Purge {
+		return purge(ctx, d.p, wc.WF)
+	}
+	r, err := d.p.Get(ctx, wc.WF)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if r.State.Terminal() {
+		// Canceled: its journal goes when its record does.
+		return schedulePurge(ctx, d.p, d.def.Name(), r)
+	}
 	jr, err := d.journal(ctx)
 	if err != nil {
 		return err
@@ -176,7 +190,7 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 		return jetflow.Permanent(fmt.Errorf("%w: run %s is a %s, not a %s", ErrBadRecord, a.WF, rec.Name, name))
 	}
 	if rec.State.Terminal() {
-		return nil
+		return schedulePurge(ctx, d.p, name, rec)
 	}
 	jr, err := d.journal(ctx)
 	if err != nil {
@@ -395,6 +409,9 @@ func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMess
 		return err
 	}
 	if err := eng.Complete(ctx, r); err != nil {
+		return err
+	}
+	if err := schedulePurge(ctx, s.d.p, s.def.Name(), r); err != nil {
 		return err
 	}
 	// The repair sweep may have published a message for the record (a

@@ -126,3 +126,22 @@ func (e *env) waiting(t *testing.T, id string) *workflow.Status {
 	})
 	return st
 }
+
+// testCtx ends after 45 s: a test that would hang fails instead.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// recv waits for a value on ch, or fails the test after 30 s.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}

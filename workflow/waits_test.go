@@ -27,7 +27,7 @@ func TestSleepResumesThroughDelayedStore(t *testing.T) {
 		return workflow.Step(wf, "end", func(ctx context.Context) (time.Duration, error) { return time.Since(start), nil })
 	})
 	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, def, 1500*time.Millisecond)
 	must(t, err)
 	st := e.waiting(t, id)
@@ -62,7 +62,7 @@ func TestEventsBeforeAndAfterAwait(t *testing.T) {
 		}
 		return strings.Join(got, ","), nil
 	})
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, def, struct{}{})
 	must(t, err)
 	// Sent before any worker runs the workflow.
@@ -102,7 +102,7 @@ func TestAwaitEventTimeout(t *testing.T) {
 		return "timed out", nil
 	})
 	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, def, struct{}{})
 	must(t, err)
 	out, err := workflow.Result(ctx, e.P, def, id)
@@ -133,7 +133,7 @@ func TestCancelDuringSleep(t *testing.T) {
 		return workflow.Step(wf, "after", func(ctx context.Context) (int, error) { e.inc("after"); return 1, nil })
 	})
 	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, def, struct{}{})
 	must(t, err)
 	e.waiting(t, id)
@@ -198,7 +198,7 @@ func TestCallChildFunction(t *testing.T) {
 		must(t, workflow.Register(w, def))
 		worker.Handle(w, Double, double)
 	})
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, def, 21)
 	must(t, err)
 	out, err := workflow.Result(ctx, e.P, def, id)
@@ -239,7 +239,7 @@ func TestChildWorkflow(t *testing.T) {
 		must(t, workflow.Register(w, child))
 		must(t, workflow.Register(w, parent))
 	})
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, parent, 7)
 	must(t, err)
 	out, err := workflow.Result(ctx, e.P, parent, id)

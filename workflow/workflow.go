@@ -145,6 +145,17 @@ type segArgs struct {
 // wakeContext is the context of a wake run (child completion or timer).
 type wakeContext struct {
 	WF string `json:"wf"`
+	// Purge: remove the journal of the ended workflow (its retention
+	// passed).
+	Purge bool `json:"purge,omitempty"`
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // SegmentID is the run id of segment n (from 1) of workflow id.

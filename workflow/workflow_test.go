@@ -31,7 +31,7 @@ func TestThreeStepsEachRunOnce(t *testing.T) {
 		return sum, nil
 	})
 	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	ctx := context.Background()
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, def, 10, workflow.WithID("three-1"))
 	must(t, err)
 	out, err := workflow.Result(ctx, e.P, def, id)

@@ -1,0 +1,105 @@
+// Package workflow runs durable workflows on jetflow: functions of several
+// steps (inline code, function calls, child workflows, sleeps, events)
+// whose progress is journaled, so that a workflow survives the restart of
+// any process, the NATS server included, and waits for days holding no
+// goroutine and no memory.
+//
+//	var Onboard = workflow.Define("users.onboard", func(wf *workflow.Context, in Signup) (string, error) {
+//		acct, err := workflow.Step(wf, "create-account", func(ctx context.Context) (string, error) { ... })
+//		...
+//		_, err = workflow.Call[string](wf, SendEmail.With(EmailArgs{To: in.Email}))
+//		wf.Sleep(72 * time.Hour)
+//		act, err := workflow.AwaitEvent[Activation](wf, "activated", -1)
+//		...
+//	})
+//
+//	workflow.Register(w, Onboard)                           // on every worker, before w.Start
+//	id, err := workflow.Start(ctx, p, Onboard, in, workflow.WithID("onboard-42"))
+//	err = workflow.SendEvent(ctx, p, id, "activated", Activation{Via: "link"})
+//	st, err := workflow.Get(ctx, p, id)                     // the record and every step
+//	out, err := workflow.Result(ctx, p, Onboard, id)        // waits for the end
+//	err = p.Cancel(ctx, id)                                 // stops it and what it started
+//
+// # Records and segments
+//
+// A workflow is a run: its record in the runs bucket (id = the workflow
+// id, name = the workflow's name, kind retryable, args = the input) goes
+// pending → inProgress → success (result = the output) or failed (error),
+// or canceled, like any run's, and lists as children everything the
+// workflow started. Its code runs in segments: runs of the internal
+// function "<name>.segment" (ids SegmentID(id, n)) that replay the
+// workflow function from the top. Start schedules segment 1 (create-only:
+// the workflow id is an idempotency key) and writes the record.
+//
+// # Replay
+//
+// Every step has an id from its place in the program: "1", "2", ... in
+// the workflow function, "3.1", "3.2", ... in the branch started by the
+// third step (Go), whatever the goroutines' scheduling. A segment loads
+// the journal (bucket <prefix>_journal, key <id>.s.<step id>) and runs the
+// function: a step whose entry has ended returns its journaled result (or
+// error) without running; the first one that has not runs inline (Step)
+// or starts what it waits for (Call, RunChild, Sleep, AwaitEvent). A
+// step that must wait ends its goroutine with runtime.Goexit, so the
+// workflow's deferred calls run at every suspension (keep side effects
+// out of defers). When every branch waits, the segment records in the
+// workflow's cursor (<id>.wf) that it waits, checks once more that what
+// it waits for has not come meanwhile, and ends. Whatever it waited for
+// resumes the workflow by creating segment n+1 (create-only), but only if
+// the cursor says segment n ended waiting: two segments of a workflow
+// never run at once, and no wake-up is lost. A child run's completion
+// (its on-complete callback, "<name>.wake"), a timer (a delayed run of
+// "<name>.wake") and SendEvent resume it. A workflow that sleeps is a
+// journal entry and a delayed run: it costs no goroutine and no memory
+// in any worker.
+//
+// A replay that reaches a step whose journaled name or kind differs from
+// what the code asks fails the workflow with ErrNondeterministic, naming
+// both. To change a running workflow's code, branch on Patched: true for
+// executions that reach the patch after it was deployed, false for those
+// whose journal already holds another step there. Workflow code must be
+// deterministic: read the time with Now, not time.Now; no map-order or
+// random decisions outside steps; no shared state between branches.
+//
+// # What is journaled, and the guarantees
+//
+//   - Step: the outcome, once, after fn returns (retried first up to
+//     StepOptions.MaxAttempts with backoff). Retryable (default): a
+//     segment that dies before journaling runs fn again on replay.
+//     AtMostOnce: "started" is journaled before fn runs; a replay that
+//     finds it started without an outcome fails the step with
+//     jetflow.ErrWorkerLost, never running fn twice.
+//   - Call: a child run of the function (id derived from the workflow id
+//     and the step id, so a replay finds it), with the function's kind,
+//     retries and timeout; its result is decoded into T.
+//   - RunChild, StartChild: a child workflow, awaited or not.
+//   - Sleep, SleepUntil: the wake time, journaled when first reached (a
+//     replay sleeps only the rest).
+//   - AwaitEvent: events are stored per workflow and kept until consumed
+//     (one sent before its await waits for it); each is consumed by one
+//     await, the journal recording which (<id>.claim.<event revision>);
+//     a timeout returns ErrEventTimeout.
+//   - Go, Future.Get, Wait: parallel branches; a branch that waits makes
+//     its waiter wait.
+//   - Patched: a marker.
+//
+// Each step costs one journal write (two for an at-most-once step), plus
+// the run it starts; a segment costs a few reads and two record writes.
+//
+// Cancel (producer.Cancel on the workflow id) cancels the record and,
+// through its children, the running segment (its context ends with cause
+// jetflow.ErrCanceled; the workflow stops at its next step), the child
+// runs and workflows, and the pending timers.
+//
+// # Limits
+//
+// A segment replays the function from the top and reads the whole
+// journal: a workflow that waits n times costs O(n²) step look-ups over
+// its life (each a map look-up; journal reads are one watch per segment),
+// not O(n) as with a sticky cache. The record's children list grows by one
+// per segment, call and timer. Results and inputs must fit a run record.
+// Journal entries of a finished workflow are removed with a delayed run
+// at the end of the retention period; those of a workflow canceled while
+// it waited stay until removed by hand. Workflows on a schedule, the CLI
+// and the dashboard view are not part of this package yet.
+package workflow

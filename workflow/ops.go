@@ -1,0 +1,187 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// ErrNotRestartable: Restart of a workflow that has not failed or been
+// canceled.
+var ErrNotRestartable = errors.New("workflow: only a failed or canceled workflow restarts")
+
+// Restart starts a new execution of workflow id, which failed or was
+// canceled, from its first step that did not succeed: the new workflow
+// (id from WithID, or generated) has the same name and input, and its
+// journal starts with every step that succeeded before that one, which
+// return their results without running again (DBOS's fork, Temporal's
+// reset). It returns the new id. Errors: jetflow.ErrNotFound,
+// ErrNotRestartable, producer.ErrAlreadyExists (the new id is taken).
+func Restart(ctx context.Context, p *producer.Producer, id string, opts ...StartOption) (string, error) {
+	r, err := p.Get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if r.State != jetflow.Failed && r.State != jetflow.Canceled {
+		return "", fmt.Errorf("workflow %s is %s: %w", id, r.State, ErrNotRestartable)
+	}
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	snap, err := jr.load(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if snap.cur == nil {
+		return "", fmt.Errorf("%w: %s has no journal", ErrBadRecord, id)
+	}
+	var o startOptions
+	for _, f := range opts {
+		f(&o)
+	}
+	if o.id == "" {
+		o.id = nuid.Next()
+		opts = append(opts, WithID(o.id))
+	}
+	// The new id must be fresh: its journal is written before it starts.
+	if _, err := p.Get(ctx, o.id); !errors.Is(err, jetflow.ErrNotFound) {
+		if err == nil {
+			err = fmt.Errorf("workflow %s: %w", o.id, producer.ErrAlreadyExists)
+		}
+		return "", err
+	}
+	if c, err := jr.cursorOf(ctx, o.id); err != nil || c != nil {
+		if err == nil {
+			err = fmt.Errorf("workflow %s: %w", o.id, producer.ErrAlreadyExists)
+		}
+		return "", err
+	}
+	cut := ""
+	for step, e := range snap.steps {
+		if e.State != StepDone && (cut == "" || stepLess(step, cut)) {
+			cut = step
+		}
+	}
+	for step, e := range snap.steps {
+		if e.State != StepDone || (cut != "" && !stepLess(step, cut)) {
+			continue
+		}
+		c := *e
+		c.Revision, c.Segment = 0, 0
+		if _, err := jr.putEntry(ctx, o.id, &c); err != nil {
+			return "", err
+		}
+	}
+	return start(ctx, p, r.Name, r.Args, opts...)
+}
+
+// purgeID is the id of the run that removes workflow id's journal.
+func purgeID(id string) string { return jetflow.DerivedID(id + "-purge") }
+
+// schedulePurge schedules the removal of an ended workflow's journal for
+// when its record expires (the retention period after it ended).
+func schedulePurge(ctx context.Context, p *producer.Producer, name string, r *jetflow.Run) error {
+	at := r.CompletedTime.Add(engine.Of(p).Streams().Retention)
+	c := wakeCall(name, r.ID)
+	c.Args = jetflow.Completion{Context: mustJSON(wakeContext{WF: r.ID, Purge: true})}
+	_, err := p.RunAt(ctx, at, c, producer.WithID(purgeID(r.ID)))
+	if errors.Is(err, producer.ErrAlreadyExists) {
+		return nil
+	}
+	return err
+}
+
+// purge removes everything the journal keeps of workflow id.
+func purge(ctx context.Context, p *producer.Producer, id string) error {
+	cfg := engine.Of(p).Streams()
+	st, err := engine.Of(p).JetStream().Stream(ctx, streams.KVStream(cfg.JournalBucket()))
+	if err != nil {
+		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(cfg.JournalBucket(), id+".>")))
+}
+
+// Watch pushes workflow id's status (record and steps) each time it
+// changes: the current one first, then one per record or journal write.
+// The channel is closed after a status whose record has ended, when ctx
+// ends, or on error.
+func Watch(ctx context.Context, p *producer.Producer, id string) (<-chan *Status, error) {
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return nil, err
+	}
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	jw, err := jr.kv.Watch(ctx, id+".>", jetstream.UpdatesOnly())
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("workflow: watch %s: %w", id, err)
+	}
+	runs, err := p.Watch(ctx, id)
+	if err != nil {
+		_ = jw.Stop()
+		cancel()
+		return nil, err
+	}
+	out := make(chan *Status, 16)
+	go func() {
+		defer close(out)
+		defer cancel()
+		defer func() { _ = jw.Stop() }()
+		send := func() bool {
+			st, err := Get(ctx, p, id)
+			if err != nil {
+				return false
+			}
+			select {
+			case out <- st:
+			case <-ctx.Done():
+				return false
+			}
+			return !st.Run.State.Terminal()
+		}
+		if !send() {
+			return
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-jw.Updates():
+				if !ok {
+					return
+				}
+			case _, ok := <-runs:
+				if !ok {
+					runs = nil
+					// The record ended: one last status.
+					send()
+					return
+				}
+			}
+			// Coalesce a burst of writes into one status.
+			t := time.NewTimer(5 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			if !send() {
+				return
+			}
+		}
+	}()
+	return out, nil
+}

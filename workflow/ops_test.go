@@ -1,0 +1,240 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
+)
+
+// A failed workflow restarts from its failed step: the steps before it
+// keep their results and do not run again.
+func TestRestartFromFailedStep(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var mu sync.Mutex
+	broken := true
+	def := workflow.Define("test.restartable", func(wf *workflow.Context, in string) (string, error) {
+		a, err := workflow.Step(wf, "a", func(ctx context.Context) (string, error) { e.inc("a"); return in + "-a", nil })
+		if err != nil {
+			return "", err
+		}
+		return workflow.Step(wf, "b", func(ctx context.Context) (string, error) {
+			e.inc("b")
+			mu.Lock()
+			defer mu.Unlock()
+			if broken {
+				return "", errors.New("b is broken")
+			}
+			return a + "-b", nil
+		})
+	})
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, def, "x")
+	must(t, err)
+	if r := e.wait(t, id); r.State != jetflow.Failed {
+		t.Fatalf("first run %s", r.State)
+	}
+	if _, err := workflow.Restart(ctx, e.P, "nope"); !errors.Is(err, jetflow.ErrNotFound) {
+		t.Fatalf("restart of an unknown id: %v", err)
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	again, err := workflow.Restart(ctx, e.P, id, workflow.WithID(id+"-again"))
+	must(t, err)
+	out, err := workflow.Result(ctx, e.P, def, again)
+	must(t, err)
+	if out != "x-a-b" || e.n("a") != 1 || e.n("b") != 2 {
+		t.Fatalf("result %q; a ran %d times (want 1), b %d (want 2)", out, e.n("a"), e.n("b"))
+	}
+	if _, err := workflow.Restart(ctx, e.P, again); !errors.Is(err, workflow.ErrNotRestartable) {
+		t.Fatalf("restart of a success: %v", err)
+	}
+	if _, err := workflow.Restart(ctx, e.P, id, workflow.WithID(again)); !errors.Is(err, producer.ErrAlreadyExists) {
+		t.Fatalf("restart into a taken id: %v", err)
+	}
+}
+
+// Watch pushes the status as steps are journaled, up to the end.
+func TestWatchSteps(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	def := workflow.Define("test.watch", func(wf *workflow.Context, _ struct{}) (string, error) {
+		if _, err := workflow.Step(wf, "one", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
+			return "", err
+		}
+		return workflow.AwaitEvent[string](wf, "go", 0)
+	})
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	id, err := workflow.Start(ctx, e.P, def, struct{}{})
+	must(t, err)
+	ch, err := workflow.Watch(ctx, e.P, id)
+	must(t, err)
+	sent := false
+	var last *workflow.Status
+	for st := range ch {
+		last = st
+		if st.Waiting && !sent {
+			sent = true
+			must(t, workflow.SendEvent(ctx, e.P, id, "go", "done"))
+		}
+	}
+	if !sent || last == nil || last.Run.State != jetflow.Success || len(last.Steps) != 2 || last.Steps[1].State != workflow.StepDone {
+		t.Fatalf("last status: %+v (event sent: %t)", last, sent)
+	}
+}
+
+// Cancel during a child call: the workflow, the running child and the
+// segment are canceled; the child's handler sees jetflow.ErrCanceled.
+func TestCancelDuringChild(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	slow := jetflow.Define[struct{}]("test.slow")
+	running := make(chan struct{}, 1)
+	cause := make(chan error, 1)
+	def := workflow.Define("test.cancelchild", func(wf *workflow.Context, _ struct{}) (string, error) {
+		return workflow.Call[string](wf, slow.With(struct{}{}))
+	})
+	e.startWorker(t, func(w *worker.Worker) {
+		must(t, workflow.Register(w, def))
+		worker.Handle(w, slow, func(ctx context.Context, j *worker.Job[struct{}]) error {
+			running <- struct{}{}
+			<-ctx.Done()
+			cause <- context.Cause(ctx)
+			return context.Cause(ctx)
+		})
+	})
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, def, struct{}{})
+	must(t, err)
+	recv(t, running, "the child running")
+	must(t, e.P.Cancel(ctx, id))
+	if err := recv(t, cause, "the child canceled"); !errors.Is(err, jetflow.ErrCanceled) {
+		t.Fatalf("child's cause: %v", err)
+	}
+	if r := e.wait(t, id); r.State != jetflow.Canceled {
+		t.Fatalf("workflow %s", r.State)
+	}
+	st := e.status(t, id)
+	child, err := e.P.Get(ctx, st.Steps[0].Waits.Run)
+	must(t, err)
+	if child.State != jetflow.Canceled {
+		t.Fatalf("child %s", child.State)
+	}
+}
+
+// The NATS server restarts while a workflow waits: nothing is lost.
+func TestServerRestartMidWorkflow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	def := workflow.Define("test.srvrestart", func(wf *workflow.Context, _ struct{}) (string, error) {
+		a, err := workflow.Step(wf, "a", func(ctx context.Context) (string, error) { e.inc("a"); return "a", nil })
+		if err != nil {
+			return "", err
+		}
+		v, err := workflow.AwaitEvent[string](wf, "go", 0)
+		return a + v, err
+	})
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, def, struct{}{})
+	must(t, err)
+	e.waiting(t, id)
+	e.Restart()
+	testserver.Eventually(t, 20*time.Second, "event sent after the restart", func() bool {
+		return workflow.SendEvent(ctx, e.P, id, "go", "b") == nil
+	})
+	out, err := workflow.Result(ctx, e.P, def, id)
+	must(t, err)
+	if out != "ab" || e.n("a") != 1 {
+		t.Fatalf("result %q, a ran %d times", out, e.n("a"))
+	}
+}
+
+// Events sent as fast as possible while the workflow runs and parks: each
+// is consumed once, none is lost (no lost wake-up).
+func TestEventsRaceWithSegments(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	const n = 25
+	def := workflow.Define("test.burst", func(wf *workflow.Context, _ struct{}) (int, error) {
+		sum := 0
+		for range n {
+			v, err := workflow.AwaitEvent[int](wf, "tick", 0)
+			if err != nil {
+				return 0, err
+			}
+			sum += v
+		}
+		return sum, nil
+	})
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, def, struct{}{})
+	must(t, err)
+	var wg sync.WaitGroup
+	for i := 1; i <= n; i++ {
+		wg.Go(func() {
+			if err := workflow.SendEvent(ctx, e.P, id, "tick", i); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	out, err := workflow.Result(ctx, e.P, def, id)
+	must(t, err)
+	if out != n*(n+1)/2 {
+		t.Fatalf("sum %d, want %d", out, n*(n+1)/2)
+	}
+}
+
+// A finished workflow's journal is removed when its record expires.
+func TestJournalExpiresWithRecord(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	sc := streams.Config{Retention: time.Second}
+	ctx := testCtx(t)
+	p, err := producer.New(ctx, ts.JS, producer.Config{Streams: sc})
+	must(t, err)
+	def := workflow.Define("test.expire", func(wf *workflow.Context, _ struct{}) (int, error) {
+		return workflow.Step(wf, "one", func(ctx context.Context) (int, error) { return 1, nil })
+	})
+	_, js := ts.Connect()
+	w, err := worker.New(ctx, js, worker.Config{Streams: sc})
+	must(t, err)
+	must(t, workflow.Register(w, def))
+	must(t, w.Start(ctx))
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	s, err := scheduler.New(ctx, js, scheduler.Config{Streams: sc, LeaseTTL: time.Second})
+	must(t, err)
+	must(t, s.Start(ctx))
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	id, err := workflow.Start(ctx, p, def, struct{}{})
+	must(t, err)
+	if _, err := workflow.Result(ctx, p, def, id); err != nil {
+		t.Fatal(err)
+	}
+	kvb, err := ts.JS.KeyValue(ctx, sc.WithDefaults().JournalBucket())
+	must(t, err)
+	testserver.Eventually(t, 20*time.Second, "journal of "+id+" removed", func() bool {
+		_, err := kvb.Get(ctx, id+".s.1")
+		return err != nil && strings.Contains(err.Error(), "not found")
+	})
+}
+
+var _ = fmt.Sprint
