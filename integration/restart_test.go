@@ -59,7 +59,8 @@ func startWorker(t *testing.T, js jetstream.JetStream, cfg worker.Config, fn jet
 		c.add(j.ID())
 		return nil
 	})
-	retry(t, 60*time.Second, "worker.Start", w.Start)
+	// Start's ctx is the worker's lifetime, not the per-try timeout.
+	retry(t, 60*time.Second, "worker.Start", func(context.Context) error { return w.Start(context.Background()) })
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
