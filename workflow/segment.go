@@ -154,11 +154,23 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 		return err
 	}
 	n := cur.Seg + 1
-	_, err = p.Enqueue(ctx, segmentCall(name, segArgs{WF: id, N: n}), producer.WithID(SegmentID(id, n)), producer.WithParent(id))
-	if errors.Is(err, producer.ErrAlreadyExists) {
-		return nil
+	seg := SegmentID(id, n)
+	for range 2 {
+		_, err = p.Enqueue(ctx, segmentCall(name, segArgs{WF: id, N: n}), producer.WithID(seg), producer.WithParent(id))
+		if !errors.Is(err, producer.ErrAlreadyExists) {
+			return err
+		}
+		r, gerr := p.Get(ctx, seg)
+		if gerr != nil || !r.State.Terminal() {
+			return gerr // it is there and will run
+		}
+		// Segment n+1 ended without taking the cursor (it found segment n
+		// running again after a redelivery): one more, named after this
+		// cursor's revision, so that every resumer of this state makes
+		// the same one.
+		seg = jetflow.DerivedID(fmt.Sprintf("%s-seg%d-%d", id, n, cur.rev))
 	}
-	return err
+	return nil
 }
 
 // errBusy: the previous segment still runs; this one is retried shortly.
@@ -210,7 +222,9 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	case cur.Seg == a.N, cur.Seg == a.N-1 && cur.Waiting:
 		cur.Seg, cur.Waiting, cur.Waits = a.N, false, nil
 	case cur.Seg == a.N-1:
-		return jetflow.RetryAfter(100*time.Millisecond, errBusy)
+		// Segment n-1 runs again (a redelivery): it resumes the workflow
+		// when it parks, with a segment of its own.
+		return nil
 	default:
 		return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
 	}
@@ -219,7 +233,7 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	} else if !ok {
 		return jetflow.RetryAfter(100*time.Millisecond, errBusy)
 	}
-	segID := SegmentID(a.WF, a.N)
+	segID := j.ID()
 	now := time.Now().UTC()
 	rec, err = eng.Runs().Change(ctx, engine.Claim, a.WF, func(r *jetflow.Run) bool {
 		r.State = jetflow.InProgress
