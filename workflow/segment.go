@@ -79,6 +79,48 @@ type driver struct {
 
 	mu sync.Mutex
 	jr *journal
+	// sticky keeps the journal of workflows that parked here, keyed by
+	// workflow id: the next segment, if it runs here and the cursor is
+	// still at the revision this one wrote (no other segment ran
+	// between), replays without reading the journal again.
+	sticky map[string]*stickyJournal
+}
+
+// stickyJournal is a journal as a segment left it when it parked.
+type stickyJournal struct {
+	rev    uint64 // the cursor's revision the segment wrote
+	steps  map[string]*Entry
+	claims map[uint64]string
+}
+
+// maxSticky bounds the journals a driver keeps.
+const maxSticky = 1024
+
+func (d *driver) keep(wf string, j *stickyJournal) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.sticky == nil {
+		d.sticky = map[string]*stickyJournal{}
+	}
+	if len(d.sticky) >= maxSticky {
+		for k := range d.sticky { // evict one at random
+			delete(d.sticky, k)
+			break
+		}
+	}
+	d.sticky[wf] = j
+}
+
+// take returns and forgets the journal kept for wf at cursor revision rev.
+func (d *driver) take(wf string, rev uint64) *stickyJournal {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	j := d.sticky[wf]
+	delete(d.sticky, wf)
+	if j == nil || j.rev != rev {
+		return nil
+	}
+	return j
 }
 
 func (d *driver) journal(ctx context.Context) (*journal, error) {
@@ -228,6 +270,7 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	default:
 		return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
 	}
+	kept := d.take(a.WF, cur.rev)
 	if ok, err := jr.putCursor(ctx, a.WF, cur); err != nil {
 		return err
 	} else if !ok {
@@ -253,11 +296,18 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	if err != nil {
 		return err
 	}
-	snap, err := jr.load(ctx, a.WF)
-	if err != nil {
-		return err
+	var steps map[string]*Entry
+	var claims map[uint64]string
+	if kept != nil {
+		steps, claims = kept.steps, kept.claims
+	} else {
+		snap, err := jr.load(ctx, a.WF)
+		if err != nil {
+			return err
+		}
+		steps, claims = snap.steps, snap.claims
 	}
-	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: snap.steps, claims: snap.claims, cur: cur}
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: steps, claims: claims, cur: cur}
 	var out json.RawMessage
 	var ferr error
 	main := s.spawn(func() { out, ferr = d.def.run(&Context{seg: s}, rec.Args) })
@@ -451,6 +501,7 @@ func (s *segment) park(ctx context.Context) error {
 	if !ok {
 		return fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
 	}
+	s.d.keep(s.wf, &stickyJournal{rev: s.cur.rev, steps: s.steps, claims: s.claims})
 	for _, w := range s.waits {
 		ready, err := s.ready(ctx, w)
 		if err != nil {
