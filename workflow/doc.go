@@ -93,13 +93,17 @@
 //
 // # Limits
 //
-// A segment replays the function from the top and reads the whole
-// journal: a workflow that waits n times costs O(n²) step look-ups over
-// its life (each a map look-up; journal reads are one watch per segment),
-// not O(n) as with a sticky cache. The record's children list grows by one
-// per segment, call and timer. Results and inputs must fit a run record.
-// Journal entries of a finished workflow are removed with a delayed run
-// at the end of the retention period; those of a workflow canceled while
-// it waited stay until removed by hand. Workflows on a schedule, the CLI
-// and the dashboard view are not part of this package yet.
+// A segment replays the function from the top: a workflow that waits n
+// times runs its own code O(n²) times over its life (journaled steps are
+// map look-ups). The journal is read once per segment, and not at all
+// when the segment runs on the worker where the previous one parked and
+// no other segment ran since (sticky journals, up to 1024 workflows per
+// definition and worker). The record's children list grows by one per
+// segment, call and timer. Results and inputs must fit a run record.
+// Journal entries of an ended workflow are removed by a delayed run at the
+// end of the retention period, scheduled when it ends (or, if it was
+// canceled while it waited, when a child's completion or a segment finds
+// it canceled; a workflow canceled during a sleep alone keeps its journal
+// until removed by hand). Workflows on a schedule, the CLI and the
+// dashboard view are not part of this package yet.
 package workflow
