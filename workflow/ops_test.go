@@ -238,3 +238,42 @@ func TestJournalExpiresWithRecord(t *testing.T) {
 }
 
 var _ = fmt.Sprint
+
+// Canceling a parent workflow cancels the child workflow it waits for,
+// and the child's own timer.
+func TestCancelParentCancelsChildWorkflow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	child := workflow.Define("test.sleepychild", func(wf *workflow.Context, _ struct{}) (int, error) {
+		wf.Sleep(time.Hour)
+		return 1, nil
+	})
+	parent := workflow.Define("test.waitingparent", func(wf *workflow.Context, _ struct{}) (int, error) {
+		return workflow.RunChild(wf, child, struct{}{})
+	})
+	e.startWorker(t, func(w *worker.Worker) {
+		must(t, workflow.Register(w, child))
+		must(t, workflow.Register(w, parent))
+	})
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, parent, struct{}{})
+	must(t, err)
+	st := e.waiting(t, id)
+	kid := st.Steps[0].Waits.Run
+	e.waiting(t, kid)
+	must(t, e.P.Cancel(ctx, id))
+	for _, rid := range []string{id, kid} {
+		if r := e.wait(t, rid); r.State != jetflow.Canceled {
+			t.Fatalf("%s is %s, want canceled", rid, r.State)
+		}
+	}
+	kr, err := e.P.Get(ctx, kid)
+	must(t, err)
+	for _, c := range kr.Children {
+		r, err := e.P.Get(ctx, c)
+		must(t, err)
+		if !r.State.Terminal() {
+			t.Errorf("child's run %s is %s after the cancel", c, r.State)
+		}
+	}
+}
