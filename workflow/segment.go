@@ -481,7 +481,9 @@ func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMess
 	// The repair sweep may have published a message for the record (a
 	// workflow that waited long looks like a run whose message is gone);
 	// no worker serves it: remove it.
-	_ = eng.Store().Unqueue(ctx, r.Name, r.ID)
+	if q, err := eng.Store().Queued(ctx, r.Name, r.ID); err == nil && q {
+		_ = eng.Store().Unqueue(ctx, r.Name, r.ID)
+	}
 	return nil
 }
 
