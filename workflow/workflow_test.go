@@ -89,3 +89,24 @@ func TestStepFailureFailsWorkflowAndRetries(t *testing.T) {
 		t.Fatalf("steps: %+v", st.Steps)
 	}
 }
+
+// A panic in workflow code fails the workflow with jetflow.ErrPanic; a
+// panic inside a step fails the step, which the code may handle.
+func TestPanicFailsWorkflow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	def := workflow.Define("test.panic", func(wf *workflow.Context, _ struct{}) (int, error) {
+		_, err := workflow.Step(wf, "explode", func(ctx context.Context) (int, error) { panic("in a step") })
+		if err == nil || !strings.Contains(err.Error(), "in a step") {
+			return 0, errors.New("want the step's panic as its error")
+		}
+		panic("in the workflow")
+	})
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	id, err := workflow.Start(testCtx(t), e.P, def, struct{}{})
+	must(t, err)
+	r := e.wait(t, id)
+	if r.State != jetflow.Failed || !strings.Contains(r.Error, jetflow.ErrPanic.Error()) || !strings.Contains(r.Error, "in the workflow") {
+		t.Fatalf("workflow %s: %.200s", r.State, r.Error)
+	}
+}
