@@ -454,7 +454,9 @@ func TestDispatcherRestart(t *testing.T) {
 			t.Errorf("item %s: %d callbacks", id, len(cs))
 		}
 	}
-	if s := b.Stats(); s.Terms != 1 || s.Started == 0 {
+	// Terms may exceed 1 on a loaded machine (a renewal slower than 3/4 of
+	// the lease's TTL ends a term; the next renewal starts another).
+	if s := b.Stats(); s.Terms < 1 || s.Started == 0 {
 		t.Errorf("second dispatcher stats %+v", s)
 	}
 	if got := e.tr.max.Load(); got > 2 {
