@@ -83,7 +83,8 @@
 // runs, waits for running handlers and returns the others to the stream
 // unharmed; StopAndCancel first cancels the running handlers' contexts
 // (cause ErrStopping), and a retryable run so interrupted goes back to the
-// stream to be retried, not failed. Stopped is closed when the worker has
+// stream to be retried, not failed: its claim is given back and the attempt
+// does not count (an at-most-once run keeps its claim and fails as lost). Stopped is closed when the worker has
 // stopped. The scheduler and the pool dispatcher have the same lifecycle.
 // The worker does not own the connection it is given and installs no
 // signal handlers.

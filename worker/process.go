@@ -418,8 +418,9 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		w.settle(m, ackIt)
 		return
 	} else if errors.Is(cause, errWorkerStopping) && herr != nil {
-		// Stopping: leave the message for another worker, unharmed.
+		// Stopping: leave the run for another worker, unharmed.
 		w.releaseHeld(bg, j, false)
+		w.unclaim(bg, j)
 		w.settle(m, nakIt)
 		return
 	}
@@ -430,6 +431,30 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		return
 	}
 	w.fail(bg, j, m, herr)
+}
+
+// unclaim gives back the claim of a retryable run interrupted by
+// StopAndCancel: the record is pending again and the attempt does not
+// count, so the next worker takes it at once instead of after LostAfter.
+// An at-most-once run keeps its claim: it is never run again (it fails as
+// lost). A failed write leaves the claim to LostAfter.
+func (w *Worker) unclaim(bg context.Context, j *jobCore) {
+	j.mu.Lock()
+	if j.fn.kind != jetflow.Retryable || j.rec == nil || j.rec.State != jetflow.InProgress || j.rev == 0 {
+		j.mu.Unlock()
+		return
+	}
+	r := *j.rec
+	rev := j.rev
+	j.closed = true // no heartbeat may follow
+	j.mu.Unlock()
+	r.State, r.Attempts, r.Owner = jetflow.Pending, j.env.Attempt-1, ""
+	r.Heartbeat, r.StartedTime = time.Time{}, time.Time{}
+	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+	defer cancel()
+	if _, err := w.runs.Write(ctx, engine.Retry, jetflow.InProgress, &r, rev); err != nil {
+		w.log.Warn("giving back the claim of an interrupted run failed; it is retried after LostAfter", "run_id", r.ID, "error", err)
+	}
 }
 
 // call runs the handler through the middleware (telemetry's, then

@@ -128,7 +128,9 @@ func TestStopAndCancelGivesUnclaimedRunsBackUnharmed(t *testing.T) {
 
 func TestStopAndCancelRetriesClaimedRuns(t *testing.T) {
 	t.Parallel()
-	cfg := worker.Config{AckWait: time.Second, LostAfter: time.Second}
+	// LostAfter an hour: the interrupted run's claim is given back, not
+	// waited out.
+	cfg := worker.Config{AckWait: time.Second, LostAfter: time.Hour}
 	e := setup(t, cfg)
 	started, causes := interrupted(e, worker.Options{ClaimAfter: -1})
 	if err := e.W.Start(context.Background()); err != nil {
@@ -150,8 +152,8 @@ func TestStopAndCancelRetriesClaimedRuns(t *testing.T) {
 		t.Fatalf("interrupted run: %+v %v, want it not ended", r, err)
 	}
 	startSecond(t, e, cfg)
-	if r := e.wait(t, id); r.State != jetflow.Success {
-		t.Fatalf("retried run: %s attempts %d (%s), want success", r.State, r.Attempts, r.Error)
+	if r := e.wait(t, id); r.State != jetflow.Success || r.Attempts != 1 {
+		t.Fatalf("retried run: %s attempts %d (%s), want success at attempt 1 (the interrupted one not counted)", r.State, r.Attempts, r.Error)
 	}
 }
 
