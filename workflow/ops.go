@@ -81,7 +81,7 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 			return "", err
 		}
 	}
-	return start(ctx, p, r.Name, r.Args, opts...)
+	return start(ctx, p, r.Name, r.Args, append(opts, func(o *startOptions) { o.forked = true })...)
 }
 
 // purgeID is the id of the run that removes workflow id's journal.

@@ -254,9 +254,10 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	if err != nil {
 		return err
 	}
+	empty := false // nothing journaled yet: no need to read the journal
 	switch {
 	case cur == nil && a.N == 1:
-		cur = &cursor{Seg: 1}
+		cur, empty = &cursor{Seg: 1}, !a.Forked
 	case cur == nil:
 		return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d without a cursor", a.WF, a.N))
 	case cur.Done || cur.Seg > a.N:
@@ -298,9 +299,12 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	}
 	var steps map[string]*Entry
 	var claims map[uint64]string
-	if kept != nil {
+	switch {
+	case kept != nil:
 		steps, claims = kept.steps, kept.claims
-	} else {
+	case empty:
+		steps, claims = map[string]*Entry{}, map[uint64]string{}
+	default:
 		snap, err := jr.load(ctx, a.WF)
 		if err != nil {
 			return err

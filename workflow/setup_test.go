@@ -23,7 +23,7 @@ type env struct {
 	count map[string]int
 }
 
-func setup(t *testing.T) *env {
+func setup(t testing.TB) *env {
 	t.Helper()
 	ts := testserver.Start(t)
 	p, err := producer.New(context.Background(), ts.JS, producer.Config{})
@@ -48,7 +48,7 @@ func (e *env) n(key string) int {
 
 // startWorker starts a worker on its own connection with register run on
 // it before Start; it is stopped at cleanup.
-func (e *env) startWorker(t *testing.T, register func(w *worker.Worker)) *worker.Worker {
+func (e *env) startWorker(t testing.TB, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
 	_, js := e.Connect()
 	// A claim is seen as lost after a second: a test that stops a worker
@@ -87,7 +87,7 @@ func (e *env) startScheduler(t *testing.T) {
 	})
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

@@ -102,6 +102,7 @@ type startOptions struct {
 	at         time.Time
 	parent     string
 	onComplete *jetflow.Call
+	forked     bool // Restart: the journal holds steps before the first segment
 }
 
 // WithID gives the workflow its id, an idempotency key: starting an id that
@@ -140,6 +141,10 @@ type segArgs struct {
 	Created    time.Time         `json:"created,omitzero"`
 	Parent     string            `json:"parent,omitempty"`
 	OnComplete *jetflow.Callback `json:"onComplete,omitempty"`
+	// Forked: the journal was written before the workflow started
+	// (Restart); otherwise a first segment that finds no cursor knows the
+	// journal is empty and does not read it.
+	Forked bool `json:"forked,omitempty"`
 }
 
 // wakeContext is the context of a wake run (child completion or timer).
@@ -204,7 +209,7 @@ func start(ctx context.Context, p *producer.Producer, name string, raw json.RawM
 	if o.at.IsZero() || sched.Before(now) {
 		sched = now
 	}
-	a := segArgs{WF: id, N: 1, Input: raw, Scheduled: sched, Created: now, Parent: o.parent}
+	a := segArgs{WF: id, N: 1, Input: raw, Scheduled: sched, Created: now, Parent: o.parent, Forked: o.forked}
 	if o.onComplete != nil {
 		cargs, err := o.onComplete.Encode()
 		if err != nil {
