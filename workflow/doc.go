@@ -104,6 +104,15 @@
 // end of the retention period, scheduled when it ends (or, if it was
 // canceled while it waited, when a child's completion or a segment finds
 // it canceled; a workflow canceled during a sleep alone keeps its journal
-// until removed by hand). Workflows on a schedule, the CLI and the
-// dashboard view are not part of this package yet.
+// until removed by hand). The CLI and the dashboard view are not part of
+// this package yet.
+//
+// # On a schedule
+//
+// A cron whose Call is StartCall(def, in) starts one workflow per fire
+// (id TriggeredID(cron run id), its parent the cron run, so the record
+// names its trigger); the scheduler's cron evaluator does the rest (time
+// zones, catch-up, one fire per tick across schedulers). A cron does not
+// wait for the workflow it started: use the workflow id (or the run's
+// result) to follow it.
 package workflow

@@ -277,3 +277,34 @@ func TestCancelParentCancelsChildWorkflow(t *testing.T) {
 		}
 	}
 }
+
+// A workflow on a schedule: a cron whose call is StartCall starts one
+// workflow per fire, whose record names the cron run as its parent.
+func TestWorkflowOnSchedule(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	def := workflow.Define("test.scheduled", func(wf *workflow.Context, n int) (int, error) {
+		return workflow.Step(wf, "double", func(ctx context.Context) (int, error) { return 2 * n, nil })
+	})
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	_, js := e.Connect()
+	s, err := scheduler.New(ctx, js, scheduler.Config{LeaseTTL: time.Second})
+	must(t, err)
+	_, err = s.ConfigureCrons(scheduler.CronConfig{Crons: []scheduler.CronDef{
+		{Name: "wf-every-second", Schedule: scheduler.Interval(time.Second), Call: workflow.StartCall(def, 21)},
+	}})
+	must(t, err)
+	must(t, s.Start(ctx))
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	var runs []*jetflow.Run
+	testserver.Eventually(t, 20*time.Second, "a scheduled workflow done", func() bool {
+		page, err := e.P.List(ctx, producer.Filter{Function: "test.scheduled", State: jetflow.Success})
+		runs = page.Runs
+		return err == nil && len(runs) > 0
+	})
+	r := runs[0]
+	if !strings.HasPrefix(r.Parent, "cron-wf-every-second-") || r.ID != workflow.TriggeredID(r.Parent) || string(r.Result) != "42" {
+		t.Fatalf("scheduled workflow %s: parent %q, result %s", r.ID, r.Parent, r.Result)
+	}
+}

@@ -145,14 +145,18 @@ var internalOptions = worker.Options{
 	Backoff:     jetflow.Backoff{Initial: 50 * time.Millisecond, Base: 2, Max: 5 * time.Second},
 }
 
-// Register registers workflow def on worker w: its segment and wake
-// functions (SegmentFunction, WakeFunction). Call it before w.Start, on
+// Register registers workflow def on worker w: its segment, wake and
+// start functions (SegmentFunction, WakeFunction, StartFunction). Call it before w.Start, on
 // every worker that runs the workflow. Errors: worker.ErrRegistered.
 func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out]) error {
 	d := &driver{p: w.Producer(), def: def}
 	segFn := jetflow.Define[segArgs](SegmentFunction(def.name))
 	wakeFn := jetflow.Define[jetflow.Completion](WakeFunction(def.name))
+	startFn := jetflow.Define[json.RawMessage](StartFunction(def.name))
 	if err := worker.Register(w, segFn, d.segment, internalOptions); err != nil {
+		return err
+	}
+	if err := worker.Register(w, startFn, d.startRun, internalOptions); err != nil {
 		return err
 	}
 	return worker.Register(w, wakeFn, d.wake, internalOptions)
