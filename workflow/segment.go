@@ -148,18 +148,35 @@ var internalOptions = worker.Options{
 // Register registers workflow def on worker w: its segment, wake and
 // start functions (SegmentFunction, WakeFunction, StartFunction). Call it before w.Start, on
 // every worker that runs the workflow. Errors: worker.ErrRegistered.
-func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out]) error {
+func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...RegisterOptions) error {
 	d := &driver{p: w.Producer(), def: def}
+	segOpts := internalOptions
+	if len(opts) > 0 {
+		segOpts.MaxParallel, segOpts.Concurrency = opts[0].MaxParallel, opts[0].Concurrency
+	}
 	segFn := jetflow.Define[segArgs](SegmentFunction(def.name))
 	wakeFn := jetflow.Define[jetflow.Completion](WakeFunction(def.name))
 	startFn := jetflow.Define[json.RawMessage](StartFunction(def.name))
-	if err := worker.Register(w, segFn, d.segment, internalOptions); err != nil {
+	if err := worker.Register(w, segFn, d.segment, segOpts); err != nil {
 		return err
 	}
 	if err := worker.Register(w, startFn, d.startRun, internalOptions); err != nil {
 		return err
 	}
 	return worker.Register(w, wakeFn, d.wake, internalOptions)
+}
+
+// RegisterOptions tune how a definition's workflows run.
+type RegisterOptions struct {
+	// MaxParallel is the most segments of this definition running at once
+	// across every worker (the segment function's worker.Options
+	// MaxParallel): the most of its workflows executing code at a time.
+	// Workflows that wait (sleep, event, child) do not count. Default
+	// 1000.
+	MaxParallel int
+	// Concurrency is the most segments this worker runs at once. Default
+	// the worker's Config.Concurrency.
+	Concurrency int
 }
 
 // wake runs when a child run of the workflow ends or one of its timers

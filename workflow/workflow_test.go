@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -108,5 +109,43 @@ func TestPanicFailsWorkflow(t *testing.T) {
 	r := e.wait(t, id)
 	if r.State != jetflow.Failed || !strings.Contains(r.Error, jetflow.ErrPanic.Error()) || !strings.Contains(r.Error, "in the workflow") {
 		t.Fatalf("workflow %s: %.200s", r.State, r.Error)
+	}
+}
+
+// RegisterOptions.MaxParallel bounds the workflows executing at once.
+func TestMaxParallelWorkflows(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var mu sync.Mutex
+	running, most := 0, 0
+	def := workflow.Define("test.bounded", func(wf *workflow.Context, _ int) (int, error) {
+		return workflow.Step(wf, "work", func(ctx context.Context) (int, error) {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(30 * time.Millisecond) // work that takes a while
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return 1, nil
+		})
+	})
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def, workflow.RegisterOptions{MaxParallel: 1})) })
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def, workflow.RegisterOptions{MaxParallel: 1})) })
+	ctx := testCtx(t)
+	var ids []string
+	for i := range 6 {
+		id, err := workflow.Start(ctx, e.P, def, i)
+		must(t, err)
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		if r := e.wait(t, id); r.State != jetflow.Success {
+			t.Fatalf("%s: %s %s", id, r.State, r.Error)
+		}
+	}
+	if most != 1 {
+		t.Fatalf("%d workflows ran at once, want 1", most)
 	}
 }
