@@ -141,8 +141,8 @@ func (d *driver) journal(ctx context.Context) (*journal, error) {
 // and for long, so that a NATS hiccup never strands a workflow (a segment
 // that finds its predecessor still running retries too).
 var internalOptions = worker.Options{
-	MaxAttempts: 100,
-	Backoff:     jetflow.Backoff{Initial: 50 * time.Millisecond, Base: 2, Max: 5 * time.Second},
+	MaxAttempts: 1000, // about 8 hours of retries at the 30 s cap
+	Backoff:     jetflow.Backoff{Initial: 50 * time.Millisecond, Base: 2, Max: 30 * time.Second},
 }
 
 // Register registers workflow def on worker w: its segment, wake and
