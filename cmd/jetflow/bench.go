@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 
@@ -15,7 +14,7 @@ func init() {
 }
 
 func runBench(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--cron]")
 	n := fs.Int("n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
 	alwaysN := fs.Int("always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
 	mode := fs.String("mode", "both", "durability mode: interval, always or both")
@@ -26,12 +25,12 @@ func runBench(ctx context.Context, args []string) error {
 	claimFirst := fs.Bool("skip-claimfirst", false, "skip the end-to-end figure with every run claimed before its handler starts")
 	pool := fs.Bool("pool", false, "also measure work pools (before the core figures)")
 	cron := fs.Bool("cron", false, "also measure the cron evaluator (before the core figures)")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: jetflow bench [-n N] [-mode interval|always|both] [-lateness-runs N] [-quick] [-pool] [-cron]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
 		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("bench: unexpected argument %q", pos[0])
 	}
 	o := bench.Options{N: *n, AlwaysN: *alwaysN, LatenessRuns: *late, ArgsSize: *size, Dir: *dir, Quick: *quick, SkipClaimFirst: *claimFirst}
 	switch *mode {
@@ -41,7 +40,7 @@ func runBench(ctx context.Context, args []string) error {
 	case "always":
 		o.Modes = []embedded.Sync{embedded.SyncAlways}
 	default:
-		return fmt.Errorf("bench: -mode %q: want interval, always or both", *mode)
+		return usageErrorf("bench: --mode %q: want interval, always or both", *mode)
 	}
 	if *pool {
 		if err := bench.RunPool(ctx, os.Stdout, *quick); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/demo"
 	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nats.go"
@@ -385,20 +386,22 @@ func TestFunctionsList(t *testing.T) {
 	e.serveDemo(t)
 	e.serveDemo(t)
 	out, _ = mustCLI(ctx, t, "functions", "list", "--json", "--url", e.URL)
-	var rows []functionRow
-	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+	// The dashboard's /api/functions: one entry per function and worker.
+	var infos []kv.FunctionInfo
+	if err := json.Unmarshal([]byte(out), &infos); err != nil {
 		t.Fatalf("functions list --json printed %q: %v", out, err)
 	}
-	if len(rows) != 3 {
-		t.Fatalf("rows = %+v", rows)
+	if len(infos) != 6 {
+		t.Fatalf("entries = %+v, want 3 functions on 2 workers", infos)
 	}
-	for i, name := range []string{"demo.flaky", "demo.hello", "demo.report"} {
-		if rows[i].Name != name || len(rows[i].Workers) != 2 || rows[i].Concurrency != 20 {
-			t.Errorf("row %d = %+v, want %s on 2 workers", i, rows[i], name)
+	for i, fi := range infos {
+		name := []string{"demo.flaky", "demo.hello", "demo.report"}[i/2]
+		if fi.Name != name || fi.Worker == "" || fi.Concurrency != 10 || fi.Seen.IsZero() {
+			t.Errorf("entry %d = %+v, want %s", i, fi, name)
 		}
 	}
-	if rows[2].Kind != string(jetflow.AtMostOnce) || rows[2].MaxAttempts != 1 {
-		t.Errorf("demo.report = %+v, want atMostOnce with 1 attempt", rows[2])
+	if infos[5].Kind != jetflow.AtMostOnce || infos[5].MaxAttempts != 1 {
+		t.Errorf("demo.report = %+v, want atMostOnce with 1 attempt", infos[5])
 	}
 	table, _ := mustCLI(ctx, t, "functions", "list", "--url", e.URL)
 	if !strings.Contains(table, "demo.report  atMostOnce") {

@@ -219,7 +219,7 @@ func (c *connFlags) connect(ctx context.Context) (*nats.Conn, jetstream.JetStrea
 	nc, err := nats.Connect(s.url, opts...)
 	if err != nil {
 		hint := ""
-		if errors.Is(err, nats.ErrNoServers) {
+		if devHintApplies(s.url, err) {
 			hint = " (is `jetflow dev` running?)"
 		}
 		return nil, nil, fmt.Errorf("connect %s: %w%s", redactURL(s.url), err, hint)
@@ -235,6 +235,25 @@ func (c *connFlags) connect(ctx context.Context) (*nats.Conn, jetstream.JetStrea
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// devHintApplies reports whether the failure to connect to rawURL may mean
+// that `jetflow dev` is not running: nothing answered (connection refused)
+// on the address dev listens on by default, the CLI's default URL. A wrong
+// host, a TLS or login error, or any other URL gets no hint.
+func devHintApplies(rawURL string, err error) bool {
+	if !errors.Is(err, nats.ErrNoServers) {
+		return false
+	}
+	u, perr := url.Parse(rawURL)
+	if perr != nil || u.Scheme != "nats" || u.Port() != "4222" {
+		return false
+	}
+	switch u.Hostname() {
+	case "127.0.0.1", "localhost", "::1":
+		return true
+	}
+	return false
 }
 
 // displayURL is the server URL to print: the one connected to, or the one

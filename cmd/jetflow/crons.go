@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -22,11 +21,11 @@ const cronsUsage = `usage: jetflow crons <subcommand> [flags]
 
   crons list [--json]
   crons get <name> [--json]
-  crons pause <name>
-  crons resume <name>              next fire computed from now; nothing missed is replayed
-  crons delete <name>
-  crons add <name> '<schedule>' <function> ['<json args>'] [--tz Z] [--overlap] [--catch-up N]
-  crons next '<schedule>' [--tz Z] [--from RFC3339] [-n 10]
+  crons pause <name> [--json]
+  crons resume <name> [--json]     next fire computed from now; nothing missed is replayed
+  crons delete <name> [--json]
+  crons add <name> '<schedule>' <function> ['<json args>'] [--tz Z] [--overlap] [--catch-up N] [--json]
+  crons next '<schedule>' [--tz Z] [--from RFC3339] [-n 10] [--json]
 
 A schedule is "every 30s", "hourly 15", "daily 9:30", "weekly mon 9:00",
 "monthly 31 9:00", a cron expression ("0 9 * * 1-5", 6 fields with seconds
@@ -34,12 +33,13 @@ first, or @hourly, @daily, @weekly, @monthly, @yearly), optionally followed by
 a zone in parentheses: "daily 9:30 (America/New_York)", or given with --tz.
 
 Every subcommand but next takes --url (default $JETFLOW_URL or
-nats://127.0.0.1:4222) and --prefix (default jetflow).`
+nats://127.0.0.1:4222) and --prefix (default jetflow); --json prints the
+cron as the dashboard's API does (delete: {"name", "deleted"}; next:
+{"schedule", "from", "times"}).`
 
 func runCrons(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stderr(ctx), cronsUsage)
-		return flagErrHelp(len(args) == 0)
+	if done, err := subcommandHelp(ctx, "crons", cronsUsage, args); done {
+		return err
 	}
 	switch args[0] {
 	case "list", "ls":
@@ -58,7 +58,7 @@ func runCrons(ctx context.Context, args []string) error {
 		return cronsNext(ctx, args[1:])
 	}
 	fmt.Fprintln(stderr(ctx), cronsUsage)
-	return fmt.Errorf("crons: unknown subcommand %q", args[0])
+	return usageErrorf("crons: unknown subcommand %q", args[0])
 }
 
 // cronsClient connects and returns the crons API on the server's buckets.
@@ -85,7 +85,7 @@ func cronsList(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("crons list: unexpected argument %q", pos[0])
+		return usageErrorf("crons list: unexpected argument %q", pos[0])
 	}
 	c, crons, err := cronsClient(ctx, &cf)
 	if err != nil {
@@ -128,7 +128,7 @@ func cronsGet(ctx context.Context, args []string) error {
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return fmt.Errorf("crons get: want one cron name, got %d arguments", len(pos))
+		return usageErrorf("crons get: want one cron name, got %d arguments", len(pos))
 	}
 	c, crons, err := cronsClient(ctx, &cf)
 	if err != nil {
@@ -176,16 +176,17 @@ func printCron(w io.Writer, ci *scheduler.CronInfo) error {
 }
 
 func cronsChange(ctx context.Context, verb string, args []string) error {
-	fs := newFlagSet(ctx, "crons "+verb, "<name>")
+	fs := newFlagSet(ctx, "crons "+verb, "<name> [--json]")
 	var cf connFlags
 	cf.add(fs)
+	asJSON := fs.Bool("json", false, "print the cron after the change as JSON")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return fmt.Errorf("crons %s: want one cron name, got %d arguments", verb, len(pos))
+		return usageErrorf("crons %s: want one cron name, got %d arguments", verb, len(pos))
 	}
 	c, crons, err := cronsClient(ctx, &cf)
 	if err != nil {
@@ -210,6 +211,19 @@ func cronsChange(ctx context.Context, verb string, args []string) error {
 		return err
 	}
 	out := stdout(ctx)
+	if *asJSON {
+		if verb == "delete" {
+			return writeJSON(out, struct {
+				Name    string `json:"name"`
+				Deleted bool   `json:"deleted"`
+			}{name, true})
+		}
+		ci, err := crons.Get(ctx, name)
+		if err != nil {
+			return err
+		}
+		return writeJSON(out, ci)
+	}
 	switch verb {
 	case "pause":
 		fmt.Fprintf(out, "cron %s paused\n", name)
@@ -226,9 +240,10 @@ func cronsChange(ctx context.Context, verb string, args []string) error {
 }
 
 func cronsAdd(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "crons add", "<name> '<schedule>' <function> ['<json args>'] [--tz Z] [--overlap] [--catch-up N]")
+	fs := newFlagSet(ctx, "crons add", "<name> '<schedule>' <function> ['<json args>'] [--tz Z] [--overlap] [--catch-up N] [--json]")
 	var cf connFlags
 	cf.add(fs)
+	asJSON := fs.Bool("json", false, "print the registered cron as JSON")
 	tz := fs.String("tz", "", "IANA time zone of the schedule (default UTC)")
 	overlap := fs.Bool("overlap", false, "let a fire start while the previous run is still pending or running")
 	catchUp := fs.Int("catch-up", 0, "replay at most this many fires missed while no scheduler ran")
@@ -239,7 +254,7 @@ func cronsAdd(ctx context.Context, args []string) error {
 	}
 	if len(pos) < 3 || len(pos) > 4 {
 		fs.Usage()
-		return fmt.Errorf("crons add: want <name> <schedule> <function> [<json args>], got %d arguments", len(pos))
+		return usageErrorf("crons add: want <name> <schedule> <function> [<json args>], got %d arguments", len(pos))
 	}
 	spec, err := parseSpec(pos[1], *tz)
 	if err != nil {
@@ -268,12 +283,16 @@ func cronsAdd(ctx context.Context, args []string) error {
 	if fns, err := c.functions(ctx, ci.Function); err == nil && len(fns) == 0 {
 		fmt.Fprintf(stderr(ctx), "warning: no worker serves %s yet; its runs will wait as pending\n", ci.Function)
 	}
+	if *asJSON {
+		return writeJSON(stdout(ctx), ci)
+	}
 	fmt.Fprintf(stdout(ctx), "cron %s registered: %s; next fire %s\n", ci.Name, ci.Schedule, fireTime(ci.Next, ci.Schedule.TZ))
 	return nil
 }
 
 func cronsNext(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "crons next", "'<schedule>' [--tz Z] [--from RFC3339] [-n 10]")
+	fs := newFlagSet(ctx, "crons next", "'<schedule>' [--tz Z] [--from RFC3339] [-n 10] [--json]")
+	asJSON := fs.Bool("json", false, "print the schedule and its fire times as JSON")
 	tz := fs.String("tz", "", "IANA time zone of the schedule (default UTC)")
 	from := fs.String("from", "", "registration time, RFC 3339 (default now)")
 	n := fs.Int("n", 10, "how many fire times")
@@ -283,7 +302,7 @@ func cronsNext(ctx context.Context, args []string) error {
 	}
 	if len(pos) == 0 {
 		fs.Usage()
-		return errors.New("crons next: want a schedule")
+		return usageErrorf("crons next: want a schedule")
 	}
 	spec, err := parseSpec(strings.Join(pos, " "), *tz)
 	if err != nil {
@@ -303,6 +322,13 @@ func cronsNext(ctx context.Context, args []string) error {
 		return err
 	}
 	out := stdout(ctx)
+	if *asJSON {
+		return writeJSON(out, struct {
+			Schedule string      `json:"schedule"`
+			From     time.Time   `json:"from"`
+			Times    []time.Time `json:"times"`
+		}{spec.String(), at.UTC(), times})
+	}
 	fmt.Fprintf(out, "%s, registered at %s:\n", spec, at.UTC().Format(time.RFC3339))
 	zone := spec.TZ
 	if zone == "" {

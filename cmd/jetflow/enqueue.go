@@ -16,20 +16,21 @@ func init() {
 }
 
 func runEnqueue(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "enqueue", "<function> [<json args>] [--after 5s | --at RFC3339] [--id ID] [--max-attempts N]")
+	fs := newFlagSet(ctx, "enqueue", "<function> [<json args>] [--after 5s | --at RFC3339] [--id ID] [--max-attempts N] [--json]")
 	var cf connFlags
 	cf.add(fs)
 	after := fs.Duration("after", 0, "start the run after this delay (e.g. 5s, 10m)")
 	at := fs.String("at", "", "start the run at this time, RFC 3339 (e.g. 2026-12-25T09:00:00Z)")
 	id := fs.String("id", "", "run id, an idempotency key (default: generated)")
 	maxAttempts := fs.Int("max-attempts", 0, "attempts of this run, first included (default: the function's)")
+	asJSON := fs.Bool("json", false, "print the run's record as JSON (the dashboard's run), not its id")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) < 1 || len(pos) > 2 {
 		fs.Usage()
-		return fmt.Errorf("enqueue: want a function name and its JSON arguments, got %d arguments", len(pos))
+		return usageErrorf("enqueue: want a function name and its JSON arguments, got %d arguments", len(pos))
 	}
 	fn, raw := pos[0], "{}"
 	if len(pos) == 2 {
@@ -82,7 +83,17 @@ func runEnqueue(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", fn, err)
 	}
-	fmt.Fprintln(stdout(ctx), runID)
+	if *asJSON {
+		r, err := c.getRun(ctx, runID)
+		if err != nil {
+			return fmt.Errorf("enqueue %s: run %s scheduled, but reading it back: %w", fn, runID, err)
+		}
+		if err := writeJSON(stdout(ctx), r); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(stdout(ctx), runID)
+	}
 	served, err := c.functions(ctx, fn)
 	switch {
 	case err != nil:

@@ -27,23 +27,24 @@ type functionRow struct {
 }
 
 func runFunctions(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] != "list" && args[0] != "ls" {
-		fmt.Fprintln(stderr(ctx), "usage: jetflow functions list [--json] [--url URL] [--prefix P]")
-		if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-			return flagErrHelp(len(args) == 0)
-		}
-		return fmt.Errorf("functions: unknown subcommand %q", args[0])
+	const functionsUsage = "usage: jetflow functions list [--json] [--url URL] [--prefix P]"
+	if done, err := subcommandHelp(ctx, "functions", functionsUsage, args); done {
+		return err
+	}
+	if args[0] != "list" && args[0] != "ls" {
+		fmt.Fprintln(stderr(ctx), functionsUsage)
+		return usageErrorf("functions: unknown subcommand %q", args[0])
 	}
 	fs := newFlagSet(ctx, "functions list", "[--json]")
 	var cf connFlags
 	cf.add(fs)
-	asJSON := fs.Bool("json", false, "print as JSON")
+	asJSON := fs.Bool("json", false, "print as JSON, one entry per function and worker (the dashboard's /api/functions)")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("functions list: unexpected argument %q", pos[0])
+		return usageErrorf("functions list: unexpected argument %q", pos[0])
 	}
 	c, err := cf.client(ctx)
 	if err != nil {
@@ -54,11 +55,16 @@ func runFunctions(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	rows := groupFunctions(infos)
 	out := stdout(ctx)
 	if *asJSON {
-		return writeJSON(out, rows)
+		// What the dashboard's /api/functions returns: one entry per
+		// function and worker.
+		if infos == nil {
+			infos = []kv.FunctionInfo{}
+		}
+		return writeJSON(out, infos)
 	}
+	rows := groupFunctions(infos)
 	if len(rows) == 0 {
 		fmt.Fprintln(out, "no worker serves any function right now (workers register theirs when they start)")
 		return nil

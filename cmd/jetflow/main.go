@@ -8,12 +8,17 @@
 //	jetflow bench
 //
 // Every client command takes --url (default $JETFLOW_URL, else
-// nats://127.0.0.1:4222) and --prefix (default jetflow). Output goes to the
+// nats://127.0.0.1:4222) and --prefix (default jetflow); every command that
+// prints takes --json (the dashboard API's field names); -h and --help print
+// help on stdout at every level, --version the module version. Exit codes:
+// 0 done, 1 the command failed, 2 bad usage, 3 and 4 a run watched by
+// `runs watch` ended failed or canceled. Output goes to the
 // writers carried by the command's context (see withOutput), so tests run
 // commands in-process and in parallel.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -24,6 +29,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
 )
 
 // command is one subcommand. Each file registers its own in init(). run
@@ -54,24 +61,75 @@ func register(name, usage string, run func(ctx context.Context, args []string) e
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
-		os.Exit(2)
+	code := runMain(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// Exit codes of every command.
+const (
+	exitOK          = 0 // done; also --help and --version
+	exitError       = 1 // the command failed (connection, unknown run, refused request)
+	exitUsage       = 2 // bad usage: unknown command or flag, missing argument
+	exitRunFailed   = 3 // runs watch: the run ended failed
+	exitRunCanceled = 4 // runs watch: the run ended canceled
+)
+
+// exitError is an error with its own exit code.
+type exitCodeError struct {
+	code int
+	err  error
+}
+
+func (e *exitCodeError) Error() string { return e.err.Error() }
+func (e *exitCodeError) Unwrap() error { return e.err }
+
+// usageErrorf is a usage error (exit code 2).
+func usageErrorf(format string, args ...any) error {
+	return &exitCodeError{code: exitUsage, err: fmt.Errorf(format, args...)}
+}
+
+// runMain runs the command line args (without the program name) and
+// returns the exit code; output goes to stdout(ctx) and stderr(ctx).
+func runMain(ctx context.Context, args []string) int {
+	if len(args) == 0 {
+		usage(stderr(ctx))
+		return exitUsage
 	}
-	c, ok := commands[os.Args[1]]
-	if !ok {
-		fmt.Fprintf(os.Stderr, "jetflow: unknown command %q\n\n", os.Args[1])
-		usage()
-		os.Exit(2)
-	}
-	if err := c.run(ctx, os.Args[2:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(2)
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
+				return exitCode(ctx, c.run(ctx, append(args[2:len(args):len(args)], "--help")))
+			}
 		}
-		fmt.Fprintln(os.Stderr, "jetflow:", err)
-		os.Exit(1)
+		usage(stdout(ctx))
+		return exitOK
+	case "-version", "--version", "version":
+		fmt.Fprintln(stdout(ctx), "jetflow", telemetry.Version())
+		return exitOK
 	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr(ctx), "jetflow: unknown command %q\n\n", args[0])
+		usage(stderr(ctx))
+		return exitUsage
+	}
+	return exitCode(ctx, c.run(ctx, args[1:]))
+}
+
+// exitCode prints err (if any) on stderr(ctx) and returns its exit code.
+func exitCode(ctx context.Context, err error) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	code := exitError
+	var ce *exitCodeError
+	if errors.As(err, &ce) {
+		code = ce.code
+	}
+	fmt.Fprintln(stderr(ctx), "jetflow:", err)
+	return code
 }
 
 type outputKey struct{}
@@ -102,35 +160,131 @@ func stderr(ctx context.Context) io.Writer {
 	return os.Stderr
 }
 
-// newFlagSet returns a flag set for command name whose usage and errors go
-// to stderr(ctx).
+// newFlagSet returns a flag set for command name. Its usage lists the flags
+// as the README writes them (--name, -n for one letter); asked for with -h
+// or --help it goes to stdout(ctx), after a bad flag to stderr(ctx).
 func newFlagSet(ctx context.Context, name, args string) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr(ctx))
+	fs.SetOutput(&flagOutput{out: stdout(ctx), err: stderr(ctx)})
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: jetflow %s %s\n", name, args)
-		fs.PrintDefaults()
+		if hasFlags(fs) {
+			fmt.Fprintln(fs.Output(), "\nflags:")
+			printFlags(fs.Output(), fs)
+		}
 	}
 	return fs
 }
 
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: jetflow <command> [flags]\n\ncommands:")
+// flagOutput is the output of a flag set: stderr, except while Parse runs,
+// when it is held until Parse says whether help was asked for (stdout) or
+// a flag was wrong (stderr).
+type flagOutput struct {
+	out, err io.Writer
+	held     *bytes.Buffer
+}
+
+func (o *flagOutput) Write(p []byte) (int, error) {
+	if o.held != nil {
+		return o.held.Write(p)
+	}
+	return o.err.Write(p)
+}
+
+// parse is fs.Parse with the usage on the right writer. A request for help
+// returns flag.ErrHelp (exit code 0), a bad flag a usage error (2).
+func parse(fs *flag.FlagSet, args []string) error {
+	o, ok := fs.Output().(*flagOutput)
+	if !ok {
+		return fs.Parse(args)
+	}
+	o.held = new(bytes.Buffer)
+	err := fs.Parse(args)
+	held := o.held.Bytes()
+	o.held = nil
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		_, _ = o.out.Write(held)
+		return err
+	case err != nil:
+		_, _ = o.err.Write(held)
+		return &exitCodeError{code: exitUsage, err: err}
+	}
+	return nil
+}
+
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// printFlags lists the flags of fs as the README writes them.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, text := flag.UnquoteUsage(f)
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		line := "  " + dash + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "0s" {
+			text += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n      %s\n", line, text)
+	})
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
+// subcommandHelp handles a command with subcommands called with no
+// argument (its usage on stderr, a usage error) or asked for help (its
+// usage on stdout, exit code 0). ok is false when args name a subcommand.
+func subcommandHelp(ctx context.Context, name, text string, args []string) (bool, error) {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr(ctx), text)
+		return true, usageErrorf("%s: missing subcommand", name)
+	}
+	if isHelp(args[0]) {
+		fmt.Fprintln(stdout(ctx), text)
+		return true, flag.ErrHelp
+	}
+	return false, nil
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: jetflow <command> [flags]\n\ncommands:")
 	names := make([]string, 0, len(commands))
 	for n := range commands {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].usage)
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].usage)
 	}
+	fmt.Fprintln(w, `
+jetflow --version prints the version; jetflow <command> --help the flags of a
+command.
+
+Exit codes: 0 done (also --help, --version), 1 the command failed, 2 bad
+usage, 3 the run watched by runs watch ended failed, 4 it ended canceled.`)
 }
 
 // parseInterleaved parses flags that may come after positional arguments.
 func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parse(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()

@@ -24,16 +24,18 @@ const runsUsage = `usage: jetflow runs <subcommand> [flags]
 
   runs list [--state S] [--function F] [--limit N] [--after ID] [--json]
   runs get <id> [--json]
-  runs cancel <id>
-  runs watch <id>
+  runs cancel <id> [--json]
+  runs watch <id> [--json]
 
 Every subcommand takes --url (default $JETFLOW_URL or nats://127.0.0.1:4222)
-and --prefix (default jetflow).`
+and --prefix (default jetflow); --json prints what the dashboard's API
+returns, with its field names (runs watch: one run record per line, at each
+change). runs watch exits with 0 when the run ends success, 3 when it ends
+failed and 4 when it ends canceled (1 on an error of its own).`
 
 func runRuns(ctx context.Context, args []string) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprintln(stderr(ctx), runsUsage)
-		return flagErrHelp(len(args) == 0)
+	if done, err := subcommandHelp(ctx, "runs", runsUsage, args); done {
+		return err
 	}
 	switch args[0] {
 	case "list", "ls":
@@ -46,16 +48,7 @@ func runRuns(ctx context.Context, args []string) error {
 		return runsWatch(ctx, args[1:])
 	}
 	fmt.Fprintln(stderr(ctx), runsUsage)
-	return fmt.Errorf("runs: unknown subcommand %q", args[0])
-}
-
-// flagErrHelp is the error of a command asked for help (nil) or called
-// without arguments (an error, so that the exit code says so).
-func flagErrHelp(missing bool) error {
-	if missing {
-		return errors.New("missing subcommand")
-	}
-	return nil
+	return usageErrorf("runs: unknown subcommand %q", args[0])
 }
 
 func runsList(ctx context.Context, args []string) error {
@@ -72,7 +65,7 @@ func runsList(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("runs list: unexpected argument %q", pos[0])
+		return usageErrorf("runs list: unexpected argument %q", pos[0])
 	}
 	st := jetflow.State(*state)
 	if st != "" && !st.Valid() {
@@ -149,7 +142,7 @@ func oneRunArgs(ctx context.Context, name string, args []string, extra func(fs *
 	}
 	if len(pos) != 1 {
 		fs.Usage()
-		return nil, "", fmt.Errorf("%s: want one run id, got %d arguments", name, len(pos))
+		return nil, "", usageErrorf("%s: want one run id, got %d arguments", name, len(pos))
 	}
 	return &cf, pos[0], nil
 }
@@ -177,8 +170,17 @@ func runsGet(ctx context.Context, args []string) error {
 	return printRun(stdout(ctx), r)
 }
 
+// cancelJSON is the JSON of runs cancel, the dashboard's cancel answer.
+type cancelJSON struct {
+	Canceled bool         `json:"canceled"`
+	Run      *jetflow.Run `json:"run"`
+}
+
 func runsCancel(ctx context.Context, args []string) error {
-	cf, id, err := oneRunArgs(ctx, "runs cancel", args, nil)
+	var asJSON *bool
+	cf, id, err := oneRunArgs(ctx, "runs cancel", args, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print the result as JSON: canceled and the run record")
+	})
 	if err != nil {
 		return err
 	}
@@ -192,6 +194,9 @@ func runsCancel(ctx context.Context, args []string) error {
 		return err
 	}
 	if before.State.Terminal() {
+		if *asJSON {
+			return writeJSON(stdout(ctx), cancelJSON{Canceled: false, Run: before})
+		}
 		fmt.Fprintf(stdout(ctx), "run %s already ended (%s); nothing to cancel\n", id, before.State)
 		return nil
 	}
@@ -203,6 +208,18 @@ func runsCancel(ctx context.Context, args []string) error {
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
 	after := res.Run
+	if *asJSON {
+		if after == nil {
+			after = before
+		}
+		if werr := writeJSON(stdout(ctx), cancelJSON{Canceled: res.Canceled, Run: after}); werr != nil {
+			return werr
+		}
+		if res.Canceled {
+			return err
+		}
+		return nil
+	}
 	switch {
 	case res.Canceled:
 		fmt.Fprintf(stdout(ctx), "run %s canceled (was %s)\n", id, before.State)
@@ -218,7 +235,10 @@ func runsCancel(ctx context.Context, args []string) error {
 }
 
 func runsWatch(ctx context.Context, args []string) error {
-	cf, id, err := oneRunArgs(ctx, "runs watch", args, nil)
+	var asJSON *bool
+	cf, id, err := oneRunArgs(ctx, "runs watch", args, func(fs *flag.FlagSet) {
+		asJSON = fs.Bool("json", false, "print each change as one run record in JSON per line")
+	})
 	if err != nil {
 		return err
 	}
@@ -236,19 +256,42 @@ func runsWatch(ctx context.Context, args []string) error {
 	}
 	out := stdout(ctx)
 	var last *jetflow.Run
+	enc := json.NewEncoder(out)
 	for r := range ch {
 		if last == nil || notable(last, r) {
-			fmt.Fprintln(out, describeChange(last, r))
+			if *asJSON {
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			} else {
+				fmt.Fprintln(out, describeChange(last, r))
+			}
 		}
 		last = r
 	}
 	if last != nil && last.State.Terminal() {
-		return nil
+		return watchOutcome(last)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil // interrupted: not an error of the run
 	}
 	return fmt.Errorf("watch of run %s ended before the run did", id)
+}
+
+// watchOutcome is the error of runs watch for a run that ended as r: nil
+// on success, else an error whose exit code says failed (3) or canceled (4).
+func watchOutcome(r *jetflow.Run) error {
+	switch r.State {
+	case jetflow.Failed:
+		msg := "run " + r.ID + " failed"
+		if r.Error != "" {
+			msg += ": " + oneLine(r.Error, 200)
+		}
+		return &exitCodeError{code: exitRunFailed, err: errors.New(msg)}
+	case jetflow.Canceled:
+		return &exitCodeError{code: exitRunCanceled, err: fmt.Errorf("run %s canceled", r.ID)}
+	}
+	return nil
 }
 
 // describeChange is one line about record r, compared with prev (nil for
