@@ -106,3 +106,19 @@ func CompletionID(id string) string {
 	}
 	return shortID(id) + "-done"
 }
+
+// CompletionOf is Completion with its context typed: define an on-complete
+// function as Define[CompletionOf[C]] and pass its call with
+// OnCompleteCall, and the handler receives the finished run and its
+// context as a C, not raw JSON.
+type CompletionOf[C any] struct {
+	Run     *Run `json:"run"`
+	Context C    `json:"context"`
+}
+
+// OnCompleteCall is the call that runs fn when a run ends, with context c
+// (for producer.WithOnComplete and the like): the compiler checks that fn
+// takes a CompletionOf of c's type.
+func OnCompleteCall[C any](fn Function[CompletionOf[C]], c C) Call {
+	return Call{Name: fn.name, Kind: fn.kind, Args: c}
+}

@@ -82,3 +82,35 @@ func TestMiddlewareWrapsHandlers(t *testing.T) {
 		t.Fatalf("order %v, want %v", got, want)
 	}
 }
+
+type orderCtx struct {
+	Order string `json:"order"`
+}
+
+var (
+	typedWork = jetflow.Define[echoArgs]("typed.work")
+	typedDone = jetflow.Define[jetflow.CompletionOf[orderCtx]]("typed.done")
+)
+
+// An on-complete function defined on CompletionOf[C] gets the finished run
+// and its context typed.
+func TestTypedOnComplete(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{})
+	got := make(chan jetflow.CompletionOf[orderCtx], 1)
+	worker.Handle(e.W, typedWork, func(ctx context.Context, j *worker.Job[echoArgs]) error { return nil })
+	worker.Handle(e.W, typedDone, func(ctx context.Context, j *worker.Job[jetflow.CompletionOf[orderCtx]]) error {
+		got <- j.Args
+		return nil
+	})
+	e.start(t)
+	id, err := e.P.Enqueue(context.Background(), typedWork.With(echoArgs{N: 1}),
+		producer.WithOnComplete(jetflow.OnCompleteCall(typedDone, orderCtx{Order: "o-42"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := recv(t, got, "the typed callback")
+	if c.Run == nil || c.Run.ID != id || c.Run.State != jetflow.Success || c.Context.Order != "o-42" {
+		t.Fatalf("completion %+v (run %+v)", c, c.Run)
+	}
+}
