@@ -570,9 +570,15 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 // adopt lists run id among the workflow's children, so that Cancel
 // reaches it. A workflow that ended meanwhile (canceled) cancels the run
 // and stops the segment.
+//
+// It writes even when the segment's context has ended: a Cancel that came
+// between the start of the run and this write (it ends the context only
+// after the workflow's record is canceled) must still reach the run.
 func (s *segment) adopt(id string) {
 	eng := engine.Of(s.d.p)
-	_, err := eng.Runs().Change(s.ctx, engine.Beat, s.wf, func(r *jetflow.Run) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
+	defer cancel()
+	_, err := eng.Runs().Change(ctx, engine.Beat, s.wf, func(r *jetflow.Run) bool {
 		if slices.Contains(r.Children, id) || r.State != jetflow.InProgress {
 			return false
 		}
@@ -581,7 +587,7 @@ func (s *segment) adopt(id string) {
 		return true
 	})
 	if errors.Is(err, kv.ErrTerminal) {
-		_ = s.d.p.Cancel(context.WithoutCancel(s.ctx), id)
+		_ = s.d.p.Cancel(ctx, id)
 		s.abort(jetflow.ErrCanceled)
 	}
 	if err != nil {
