@@ -576,7 +576,7 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 // after the workflow's record is canceled) must still reach the run.
 func (s *segment) adopt(id string) {
 	eng := engine.Of(s.d.p)
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
+	ctx, cancel := s.detached()
 	defer cancel()
 	_, err := eng.Runs().Change(ctx, engine.Beat, s.wf, func(r *jetflow.Run) bool {
 		if slices.Contains(r.Children, id) || r.State != jetflow.InProgress {
@@ -593,4 +593,10 @@ func (s *segment) adopt(id string) {
 	if err != nil {
 		s.abort(err)
 	}
+}
+
+// detached is the segment's context without its cancellation (30 s at
+// most): for the writes that must complete once begun.
+func (s *segment) detached() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(s.ctx), 30*time.Second)
 }

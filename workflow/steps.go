@@ -197,7 +197,13 @@ func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) erro
 	r, err := s.d.p.Get(s.ctx, run)
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
-		if err := start(s.ctx); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
+		// Once started, a run is listed among the workflow's children
+		// even if a Cancel ends the segment's context meanwhile (adopt
+		// then cancels it): it is never left running, orphaned.
+		sctx, cancel := s.detached()
+		err := start(sctx)
+		cancel()
+		if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 			s.abort(err)
 		}
 		s.adopt(run)
@@ -268,7 +274,9 @@ func (s *segment) timer(step string, until time.Time) {
 	if !errors.Is(err, jetflow.ErrNotFound) {
 		s.abort(err)
 	}
-	_, err = s.d.p.RunAt(s.ctx, until, wakeCall(s.def.Name(), s.wf), producer.WithID(id), producer.WithParent(s.wf))
+	sctx, cancel := s.detached()
+	_, err = s.d.p.RunAt(sctx, until, wakeCall(s.def.Name(), s.wf), producer.WithID(id), producer.WithParent(s.wf))
+	cancel()
 	if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 		s.abort(err)
 	}
@@ -379,7 +387,10 @@ func StartChild[In, Out any](wf *Context, def *Workflow[In, Out], in In) (string
 		return outcome[string](wf, e)
 	}
 	child := runID(s.wf, "wf", id)
-	if _, err := Start(s.ctx, s.d.p, def, in, WithID(child), withParent(s.wf)); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
+	sctx, cancel := s.detached()
+	_, err := Start(sctx, s.d.p, def, in, WithID(child), withParent(s.wf))
+	cancel()
+	if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 		s.abort(err)
 	}
 	s.adopt(child)
