@@ -19,13 +19,6 @@ import (
 // states in the order the dashboard shows them.
 var states = []jetflow.State{jetflow.Pending, jetflow.InProgress, jetflow.Success, jetflow.Failed, jetflow.Canceled}
 
-// listPage is the body of GET /api/runs.
-type listPage struct {
-	Runs []*jetflow.Run `json:"runs"`
-	// Next is the cursor of the next page (pass it as after=), "" on the last.
-	Next string `json:"next,omitempty"`
-}
-
 // counts are the runs in each state (of one function, or of all).
 type counts struct {
 	Pending    int `json:"pending"`
@@ -117,19 +110,6 @@ func parseFilter(q url.Values, defLimit int) (producer.Filter, error) {
 		}
 	}
 	return f, nil
-}
-
-// list reads one page of runs.
-func (h *handler) list(ctx context.Context, f producer.Filter) (listPage, error) {
-	page, err := h.p.List(ctx, f)
-	if err != nil {
-		return listPage{}, err
-	}
-	runs := page.Runs
-	if runs == nil {
-		runs = []*jetflow.Run{}
-	}
-	return listPage{Runs: runs, Next: page.Next}, nil
 }
 
 // get reads run id; an invalid id is a bad request, an unknown one
@@ -225,14 +205,14 @@ func (h *handler) crons(ctx context.Context) ([]*kv.CronInfo, error) {
 }
 
 func (h *handler) apiList(w http.ResponseWriter, r *http.Request) {
-	f, err := parseFilter(r.URL.Query(), 100)
+	lq, err := parseList(r.URL.Query(), 100)
 	if err != nil {
 		h.fail(w, r, err)
 		return
 	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	page, err := h.list(ctx, f)
+	page, err := h.page(ctx, lq)
 	if err != nil {
 		h.fail(w, r, err)
 		return

@@ -29,16 +29,27 @@ func TestAPIListFiltersAndPages(t *testing.T) {
 
 	var all listPage
 	getJSON(t, "GET", e.URL+"/api/runs", http.StatusOK, &all)
-	if got, want := ids(all.Runs), []string{"a1", "a2", "a3", "a4", "a5", "b1", "b2"}; !slices.Equal(got, want) || all.Next != "" {
-		t.Fatalf("all runs: %v next %q, want %v and no next page", got, all.Next, want)
+	// Newest first, with the counts of the page's function filter.
+	if got, want := ids(all.Runs), []string{"b2", "b1", "a5", "a4", "a3", "a2", "a1"}; !slices.Equal(got, want) || all.Next != "" || all.Prev != "" {
+		t.Fatalf("all runs: %v next %q prev %q, want %v and no other page", got, all.Next, all.Prev, want)
 	}
-	if r := all.Runs[0]; r.Name != "test.idle" || r.State != jetflow.Pending || string(r.Args) != `{"n":1}` || r.ScheduledTime.IsZero() {
+	if all.Sort != "created" || all.Order != "desc" || all.Counts != (counts{Pending: 6, Canceled: 1, Total: 7}) {
+		t.Fatalf("sort %q order %q counts %+v", all.Sort, all.Order, all.Counts)
+	}
+	// The API's runs have the record's JSON field names.
+	_, _, raw := do(t, "GET", e.URL+"/api/runs?limit=1", nil)
+	for _, f := range []string{`"id":"b2"`, `"name":"other.fn"`, `"state":"pending"`, `"scheduledTime":`, `"creationTime":`, `"attempts":0`} {
+		if !strings.Contains(string(raw), f) {
+			t.Fatalf("GET /api/runs lacks %s: %s", f, raw)
+		}
+	}
+	if r := all.Runs[6]; r.Name != "test.idle" || r.State != jetflow.Pending || string(r.Args) != `{"n":1}` || r.ScheduledTime.IsZero() {
 		t.Fatalf("run a1 as listed: %+v", r)
 	}
 
 	var page listPage
 	getJSON(t, "GET", e.URL+"/api/runs?function=other.fn", http.StatusOK, &page)
-	if got := ids(page.Runs); !slices.Equal(got, []string{"b1", "b2"}) {
+	if got := ids(page.Runs); !slices.Equal(got, []string{"b2", "b1"}) {
 		t.Fatalf("function=other.fn: %v", got)
 	}
 	getJSON(t, "GET", e.URL+"/api/runs?state=canceled", http.StatusOK, &page)
@@ -47,24 +58,62 @@ func TestAPIListFiltersAndPages(t *testing.T) {
 	}
 	// States are accepted case-insensitively, as by the CLI.
 	getJSON(t, "GET", e.URL+"/api/runs?state=PENDING&function=test.idle", http.StatusOK, &page)
-	if got := ids(page.Runs); !slices.Equal(got, []string{"a1", "a3", "a4", "a5"}) {
+	if got := ids(page.Runs); !slices.Equal(got, []string{"a5", "a4", "a3", "a1"}) {
 		t.Fatalf("state=PENDING&function=test.idle: %v", got)
 	}
-
-	// Pages of 3 follow the cursor to the end, each run once.
-	var seen []string
-	after := ""
-	for range 10 {
-		page = listPage{}
-		getJSON(t, "GET", e.URL+"/api/runs?limit=3&after="+after, http.StatusOK, &page)
-		seen = append(seen, ids(page.Runs)...)
-		if page.Next == "" {
-			break
-		}
-		after = page.Next
+	// The other orders: by id, by state (pending first), by scheduled time.
+	getJSON(t, "GET", e.URL+"/api/runs?sort=id&order=asc", http.StatusOK, &page)
+	if got := ids(page.Runs); !slices.Equal(got, []string{"a1", "a2", "a3", "a4", "a5", "b1", "b2"}) {
+		t.Fatalf("sort=id&order=asc: %v", got)
 	}
-	if want := []string{"a1", "a2", "a3", "a4", "a5", "b1", "b2"}; !slices.Equal(seen, want) {
-		t.Fatalf("paged: %v, want %v", seen, want)
+	getJSON(t, "GET", e.URL+"/api/runs?sort=state&order=asc&limit=6", http.StatusOK, &page)
+	if got := ids(page.Runs); len(got) != 6 || got[5] == "a2" || page.Next == "" {
+		t.Fatalf("sort=state&order=asc: %v (next %q), want the 6 pending runs first", got, page.Next)
+	}
+	after6 := page.Next
+	page = listPage{}
+	getJSON(t, "GET", e.URL+"/api/runs?sort=state&order=asc&limit=6&after="+after6, http.StatusOK, &page)
+	if got := ids(page.Runs); !slices.Equal(got, []string{"a2"}) || page.Next != "" || page.Prev == "" {
+		t.Fatalf("sort=state, second page: %v next %q prev %q", got, page.Next, page.Prev)
+	}
+
+	// Pages of 3 follow the cursor to the end, each run once, in every
+	// order, and the prev cursors lead back to the first page.
+	for _, order := range []string{"", "sort=scheduled", "sort=scheduled&order=asc", "sort=state", "sort=id&order=asc", "sort=id"} {
+		var want listPage
+		getJSON(t, "GET", e.URL+"/api/runs?"+order, http.StatusOK, &want)
+		var seen []string
+		var pages []listPage
+		after := ""
+		for range 10 {
+			page = listPage{}
+			getJSON(t, "GET", e.URL+"/api/runs?limit=3&"+order+"&after="+after, http.StatusOK, &page)
+			seen = append(seen, ids(page.Runs)...)
+			pages = append(pages, page)
+			if (after == "") != (page.Prev == "") {
+				t.Fatalf("%s: page after %q has prev %q", order, after, page.Prev)
+			}
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+		if !slices.Equal(seen, ids(want.Runs)) || len(pages) != 3 {
+			t.Fatalf("%s: paged %v in %d pages, want %v", order, seen, len(pages), ids(want.Runs))
+		}
+		// Back from the last page.
+		back := pages[len(pages)-1].Prev
+		for i := len(pages) - 2; i >= 0; i-- {
+			page = listPage{}
+			getJSON(t, "GET", e.URL+"/api/runs?limit=3&"+order+"&before="+back, http.StatusOK, &page)
+			if !slices.Equal(ids(page.Runs), ids(pages[i].Runs)) || page.Next == "" {
+				t.Fatalf("%s: previous page %v (next %q), want %v", order, ids(page.Runs), page.Next, ids(pages[i].Runs))
+			}
+			back = page.Prev
+		}
+		if back != "" {
+			t.Fatalf("%s: the first page reached backwards has prev %q", order, back)
+		}
 	}
 
 	var empty listPage
@@ -73,7 +122,7 @@ func TestAPIListFiltersAndPages(t *testing.T) {
 		t.Fatalf("no match: runs %v, want an empty list", empty.Runs)
 	}
 
-	for _, q := range []string{"state=done", "limit=0", "limit=1001", "limit=x", "function=a..b", "after=a.b"} {
+	for _, q := range []string{"state=done", "limit=0", "limit=1001", "limit=x", "function=a..b", "after=a.b", "before=a.b", "sort=name", "order=up", "sort=created&order=asc", "after=a1&before=a2"} {
 		msg := apiError(t, "GET", e.URL+"/api/runs?"+q, http.StatusBadRequest)
 		t.Logf("%s: %s", q, msg)
 	}

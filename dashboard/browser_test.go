@@ -90,8 +90,8 @@ func TestBrowser(t *testing.T) {
 	if err := b.eval(`[...document.querySelectorAll('#runs-body tr[data-id]')].map(r => r.dataset.id)`, &order); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(order, ",") != "c1,f1,p1,p2,r1,s1" {
-		t.Fatalf("rows in order %v, want id order", order)
+	if strings.Join(order, ",") != "p2,c1,r1,f1,s1,p1" {
+		t.Fatalf("rows in order %v, want newest first", order)
 	}
 	checkScreenshot(t, b, filepath.Join(shots, "runs.png"))
 
@@ -119,15 +119,31 @@ func TestBrowser(t *testing.T) {
 		t.Fatalf("run page: %+v", prog)
 	}
 	checkScreenshot(t, b, filepath.Join(shots, "run.png"))
-	if err := b.eval(`document.querySelector('#cancel-form button').click()`, nil); err != nil {
-		t.Fatal(err)
+	// Cancel asks first; "Keep it" keeps it, "Yes" cancels.
+	click(t, b, "#cancel-btn")
+	b.waitFor("the cancel confirmation", `!document.getElementById('cancel-confirm').hidden && document.getElementById('cancel-btn').hidden`)
+	click(t, b, "#cancel-no")
+	b.waitFor("the confirmation to close", `document.getElementById('cancel-confirm').hidden && !document.getElementById('cancel-btn').hidden`)
+	if r, err := e.P.Get(context.Background(), "r1"); err != nil || r.State != jetflow.InProgress {
+		t.Fatalf("run r1 after Keep it: %v %v", r, err)
 	}
+	click(t, b, "#cancel-btn")
+	click(t, b, "#cancel-yes")
 	b.waitFor("the run page to show the run canceled", `document.getElementById('run-state').textContent === 'canceled'
 		&& document.getElementById('cancel-form').hidden
 		&& document.getElementById('cancel-msg').textContent === 'canceled'
 		&& document.querySelector('[data-field="completedTime"]').textContent !== ''`)
 	if r := e.waitState(t, "r1", jetflow.Canceled); r.Error == "" {
 		t.Fatalf("canceled run: %+v", r)
+	}
+}
+
+// click clicks the element selector names.
+func click(t *testing.T, b *browser, selector string) {
+	t.Helper()
+	b.waitFor(selector+" to be there", `!!document.querySelector(`+jsString(selector)+`)`)
+	if err := b.eval(`document.querySelector(`+jsString(selector)+`).click()`, nil); err != nil {
+		t.Fatal(err)
 	}
 }
 

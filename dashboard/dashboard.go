@@ -133,15 +133,21 @@ func New(p *producer.Producer, cfg Config) http.Handler {
 	page("/runs/{id}", h.runPage)
 	page("/functions", h.functionsPage)
 	page("/crons", h.cronsPage)
+	page("/favicon.ico", faviconHandler)
 	static, _ := fs.Sub(assetsFS, "assets/static")
 	page("/assets/", http.StripPrefix("/assets/", cacheFor(time.Hour, http.FileServerFS(static))).ServeHTTP)
 
 	api(http.MethodGet, "/api/runs", h.apiList)
 	api(http.MethodGet, "/api/runs/{id}", h.apiGet)
 	api(http.MethodPost, "/api/runs/{id}/cancel", h.apiCancel)
+	api(http.MethodPost, "/api/runs/{id}/rerun", h.apiRerun)
+	api(http.MethodGet, "/api/runs/{id}/reruns", h.apiReruns)
 	api(http.MethodGet, "/api/counts", h.apiCounts)
 	api(http.MethodGet, "/api/functions", h.apiFunctions)
 	api(http.MethodGet, "/api/crons", h.apiCrons)
+	api(http.MethodPost, "/api/crons/{name}/pause", h.apiCronAction("pause"))
+	api(http.MethodPost, "/api/crons/{name}/resume", h.apiCronAction("resume"))
+	api(http.MethodPost, "/api/crons/{name}/trigger", h.apiCronAction("trigger"))
 	api(http.MethodGet, "/api/events", h.events)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "no such API endpoint: "+r.URL.Path)
@@ -235,6 +241,10 @@ func statusOf(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, errBadRequest), errors.Is(err, jetflow.ErrInvalidRunID), errors.Is(err, jetflow.ErrInvalidName):
 		return http.StatusBadRequest
+	case errors.Is(err, errConflict):
+		return http.StatusConflict
+	case errors.Is(err, errNotImplemented):
+		return http.StatusNotImplemented
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	default:

@@ -16,7 +16,6 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/kv"
-	"github.com/jetflow-dev/jetflow/producer"
 )
 
 // pages are the parsed page templates of one handler (links carry its
@@ -36,6 +35,16 @@ func (h *handler) parsePages() (*pages, error) {
 		"apiRun":   func(id string) string { return h.path("/api/runs/" + url.PathEscape(id)) },
 		"fnPath":   func(fn string) string { return h.path("/?" + url.Values{"function": {fn}}.Encode()) },
 		"dur":      func(d time.Duration) string { return d.String() },
+		"span":     fmtSpan,
+		"sub1":     func(n int) int { return n - 1 },
+		"wait":     queueWait,
+		"runDur":   func(r *jetflow.Run) time.Duration { return runDuration(r, time.Now()) },
+		"utcTitle": utcTitle,
+		"ms":       func(t time.Time) int64 { return t.UnixMilli() },
+		"rerunnable": func(r *jetflow.Run) bool {
+			return r.State == jetflow.Failed || r.State == jetflow.Canceled
+		},
+		"ctl": func() bool { _, ok := h.cfg.Crons.(CronController); return ok },
 	}
 	parse := func(name string) (*template.Template, error) {
 		return template.New(name).Funcs(funcs).ParseFS(assetsFS, "assets/templates/layout.html", "assets/templates/"+name)
@@ -117,33 +126,29 @@ var stateLabels = map[jetflow.State]string{
 
 type indexData struct {
 	common
-	Filter       producer.Filter
+	Filter       listQuery
 	Runs         []*jetflow.Run
-	Next         string
 	Tabs         []stateTab
 	StateOptions []jetflow.State
 	Limits       []int
 	Functions    []string // known function names, for the filter's suggestions
+	Sorts        map[string]sortLink
 	NextHref     string
+	PrevHref     string
 	FirstHref    string
+	Next, Prev   string // the cursors
 	Filtered     bool
 }
 
-// query is the index page's query string for a filter ("" values left out).
-func query(f producer.Filter, defLimit int) string {
-	v := url.Values{}
-	if f.State != "" {
-		v.Set("state", string(f.State))
-	}
-	if f.Function != "" {
-		v.Set("function", f.Function)
-	}
-	if f.Limit != 0 && f.Limit != defLimit {
-		v.Set("limit", strconv.Itoa(f.Limit))
-	}
-	if f.After != "" {
-		v.Set("after", f.After)
-	}
+// sortLink is a sortable column's header link.
+type sortLink struct {
+	Href   string
+	Active bool
+	Arrow  string // ↓ or ↑ on the active column
+}
+
+// href is the index page's link for query v ("./" when empty).
+func href(v url.Values) string {
 	if len(v) == 0 {
 		return "./"
 	}
@@ -153,25 +158,20 @@ func query(f producer.Filter, defLimit int) string {
 const pageLimit = 50
 
 func (h *handler) index(w http.ResponseWriter, r *http.Request) {
-	f, err := parseFilter(r.URL.Query(), pageLimit)
+	lq, err := parseList(r.URL.Query(), pageLimit)
 	if err != nil {
 		h.pageError(w, r, err)
 		return
 	}
 	ctx, cancel := h.ctx(r)
 	defer cancel()
-	// The page and the counts each scan the runs bucket's headers (run
-	// side by side they were no faster: both load the same server).
-	page, err := h.list(ctx, f)
+	// One header scan gives the page and the counts.
+	page, err := h.page(ctx, lq)
 	if err != nil {
 		h.pageError(w, r, err)
 		return
 	}
-	c, err := h.counts(ctx, f.Function)
-	if err != nil {
-		h.pageError(w, r, err)
-		return
-	}
+	c := page.Counts
 	var names []string
 	if fns, err := h.functions(ctx); err == nil {
 		seen := map[string]bool{}
@@ -183,30 +183,50 @@ func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d := indexData{
-		common: h.common("runs", "Runs"), Filter: f, Runs: page.Runs, Next: page.Next,
+		common: h.common("runs", "Runs"), Filter: lq, Runs: page.Runs, Next: page.Next, Prev: page.Prev,
 		StateOptions: states, Limits: []int{20, 50, 100, 200, 500}, Functions: names,
-		Filtered: f.State != "" || f.Function != "",
+		Filtered: lq.State != "" || lq.Function != "", Sorts: map[string]sortLink{},
 	}
-	if f.Function != "" {
-		d.Title = "Runs of " + f.Function
+	if lq.Function != "" {
+		d.Title = "Runs of " + lq.Function
 	}
 	tab := func(key, label string, st jetflow.State) stateTab {
-		tf := producer.Filter{State: st, Function: f.Function, Limit: f.Limit}
-		return stateTab{Key: key, Label: label, State: st, Count: c.of(st), Active: f.State == st, Href: query(tf, pageLimit)}
+		tq := lq
+		tq.State = st
+		return stateTab{Key: key, Label: label, State: st, Count: c.of(st), Active: lq.State == st, Href: href(tq.values(pageLimit))}
 	}
 	d.Tabs = append(d.Tabs, tab("total", "All", ""))
 	for _, st := range states {
 		d.Tabs = append(d.Tabs, tab(string(st), stateLabels[st], st))
 	}
-	if page.Next != "" {
-		nf := f
-		nf.After = page.Next
-		d.NextHref = query(nf, pageLimit)
+	for _, key := range sortKeys {
+		sq := lq
+		sq.Sort, sq.Asc = key, key == sortState || key == sortID
+		l := sortLink{Active: lq.Sort == key}
+		if l.Active {
+			l.Arrow = "↓"
+			if lq.Asc {
+				l.Arrow = "↑"
+			}
+			if key != sortCreated {
+				sq.Asc = !lq.Asc // a second click reverses the order
+			}
+		}
+		l.Href = href(sq.values(pageLimit))
+		d.Sorts[key] = l
 	}
-	if f.After != "" {
-		ff := f
-		ff.After = ""
-		d.FirstHref = query(ff, pageLimit)
+	if page.Next != "" {
+		v := lq.values(pageLimit)
+		v.Set("after", page.Next)
+		d.NextHref = href(v)
+	}
+	if page.Prev != "" {
+		v := lq.values(pageLimit)
+		v.Set("before", page.Prev)
+		d.PrevHref = href(v)
+	}
+	if lq.After != nil || lq.Before != nil {
+		d.FirstHref = href(lq.values(pageLimit))
 	}
 	h.render(w, r, h.pages.index, http.StatusOK, d)
 }
@@ -230,6 +250,10 @@ type runData struct {
 	ProgressText   string
 	Children       []childRow
 	Trace          []string
+	RetryOf        string
+	Reruns         []*jetflow.Run
+	QueueWait      time.Duration
+	Duration       time.Duration
 }
 
 func (h *handler) runPage(w http.ResponseWriter, r *http.Request) {
@@ -245,6 +269,12 @@ func (h *handler) runPage(w http.ResponseWriter, r *http.Request) {
 		Args: prettyJSON(run.Args), Result: prettyJSON(run.Result),
 	}
 	d.Progress, d.ProgressText = progress(run.Progress)
+	d.RetryOf = retryOf(run)
+	if d.Reruns, err = h.reruns(ctx, run.ID); err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	d.QueueWait, d.Duration = queueWait(run), runDuration(run, time.Now())
 	if run.OnComplete != nil {
 		d.OnCompleteArgs = prettyJSON(run.OnComplete.Args)
 	}
@@ -304,6 +334,32 @@ func fmtTime(t time.Time) string {
 		return ""
 	}
 	return t.UTC().Format("2006-01-02 15:04:05")
+}
+
+// utcTitle is the exact UTC time of a time element's tooltip.
+func utcTitle(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05.000") + " UTC"
+}
+
+// fmtSpan shows a duration rounded for reading ("" when negative: not
+// known).
+func fmtSpan(d time.Duration) string {
+	switch {
+	case d < 0:
+		return ""
+	case d < time.Second:
+		return strconv.FormatInt(d.Milliseconds(), 10) + " ms"
+	case d < time.Minute:
+		return strconv.FormatFloat(math.Round(d.Seconds()*10)/10, 'f', -1, 64) + " s"
+	case d < time.Hour:
+		return fmt.Sprintf("%dm %ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh %dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd %dh", int(d.Hours())/24, int(d.Hours())%24)
 }
 
 func isoTime(t time.Time) string {

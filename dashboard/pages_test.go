@@ -69,9 +69,20 @@ func TestPages(t *testing.T) {
 	if !strings.Contains(filtered, `data-id="f1"`) || strings.Contains(filtered, `data-id="p1"`) {
 		t.Fatalf("state=failed shows the wrong rows:\n%s", filtered)
 	}
+	// Newest first, a page at a time, with links both ways.
 	paged := page(t, e.URL+"/?limit=2", http.StatusOK)
-	if !strings.Contains(paged, `href="?after=p1&amp;limit=2"`) || strings.Contains(paged, `data-id="s1"`) {
-		t.Fatalf("limit=2 has no link to the next page, or too many rows:\n%s", paged)
+	next := regexp.MustCompile(`<a id="next-page" href="\?(after=[^"]+)">`).FindStringSubmatch(paged)
+	if next == nil || strings.Contains(paged, `data-id="p1"`) || strings.Index(paged, `data-id="f1"`) > strings.Index(paged, `data-id="s1"`) || strings.Contains(paged, `id="prev-page"`) {
+		t.Fatalf("limit=2: want f1 then s1, a link to the next page and none to a previous one:\n%s", paged)
+	}
+	second := page(t, e.URL+"/?"+strings.ReplaceAll(next[1], "&amp;", "&"), http.StatusOK)
+	if !strings.Contains(second, `data-id="p1"`) || strings.Contains(second, `data-id="s1"`) || !strings.Contains(second, `id="prev-page"`) || !strings.Contains(second, `id="first-page"`) || strings.Contains(second, `id="next-page"`) {
+		t.Fatalf("second page: want p1 alone, links to the previous and first pages:\n%s", second)
+	}
+	// Times carry the exact UTC time in their tooltip; a run that has not
+	// reported progress has no progress bar.
+	if !regexp.MustCompile(`<time datetime="[^"]+" title="\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC">`).MatchString(index) {
+		t.Fatalf("no time element with its UTC time in the title:\n%s", index)
 	}
 
 	run := page(t, e.URL+"/runs/p1", http.StatusOK)
@@ -88,6 +99,9 @@ func TestPages(t *testing.T) {
 	if strings.Contains(run, "<b>bold</b>") {
 		t.Fatal("args reached the run page unescaped")
 	}
+	if !strings.Contains(run, `<section id="progress" class="progress" hidden>`) {
+		t.Fatalf("a run without progress shows a progress bar:\n%s", run)
+	}
 	done := page(t, e.URL+"/runs/s1", http.StatusOK)
 	if !strings.Contains(done, `action="/api/runs/s1/cancel" hidden>`) || !strings.Contains(done, "&#34;doubled&#34;: 2") {
 		t.Fatalf("ended run page: cancel form not hidden or result missing:\n%s", done)
@@ -95,6 +109,21 @@ func TestPages(t *testing.T) {
 	failed := page(t, e.URL+"/runs/f1", http.StatusOK)
 	if strings.Contains(failed, "<script>window.pwned") || !strings.Contains(failed, "&lt;script&gt;") {
 		t.Fatalf("failed run page: error not escaped:\n%s", failed)
+	}
+	// A failed run can be re-run; its attempt is listed with its worker.
+	if !strings.Contains(failed, `<form id="rerun-form" method="post" action="/api/runs/f1/rerun">`) || strings.Contains(done, `action="/api/runs/s1/rerun">`) {
+		t.Fatalf("re-run form: want it on the failed run only:\n%s", failed)
+	}
+	if !regexp.MustCompile(`<tr data-attempt="1">\s*<td class="num">1`).MatchString(failed) {
+		t.Fatalf("failed run page: no attempt row:\n%s", failed)
+	}
+	// The favicon.
+	st, hdr, icon := do(t, "GET", e.URL+"/favicon.ico", nil)
+	if st != http.StatusOK || hdr.Get("Content-Type") != "image/svg+xml" || !strings.HasPrefix(string(icon), "<svg") {
+		t.Fatalf("favicon: %d %q %s", st, hdr.Get("Content-Type"), icon)
+	}
+	if !strings.Contains(index, `<link rel="icon" href="/favicon.ico"`) {
+		t.Fatal("the pages do not link the favicon")
 	}
 
 	fns := page(t, e.URL+"/functions", http.StatusOK)

@@ -175,8 +175,12 @@ func apiError(t *testing.T, method, url string, want int) string {
 }
 
 type listPage struct {
-	Runs []*jetflow.Run `json:"runs"`
-	Next string         `json:"next"`
+	Runs   []*jetflow.Run `json:"runs"`
+	Next   string         `json:"next"`
+	Prev   string         `json:"prev"`
+	Sort   string         `json:"sort"`
+	Order  string         `json:"order"`
+	Counts counts         `json:"counts"`
 }
 
 type counts struct {

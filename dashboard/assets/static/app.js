@@ -23,10 +23,95 @@
 
   function runPath(id) { return base + '/runs/' + encodeURIComponent(id); }
 
-  // fmtTime matches the server's "2006-01-02 15:04:05" (UTC).
+  // fmtTime matches the server's "2006-01-02 15:04:05" (UTC): the text
+  // of a time element before decorate() makes it local and relative.
   function fmtTime(s) {
     if (!s || s.indexOf('0001-01-01') === 0) { return ''; }
     return s.slice(0, 10) + ' ' + s.slice(11, 19);
+  }
+
+  function pad(n, w) { n = String(n); while (n.length < (w || 2)) { n = '0' + n; } return n; }
+
+  // localTime is d in the browser's time zone, to the second.
+  function localTime(d) {
+    return d.getFullYear() + '-' + pad(d.getMonth() + 1) + '-' + pad(d.getDate()) + ' ' +
+      pad(d.getHours()) + ':' + pad(d.getMinutes()) + ':' + pad(d.getSeconds());
+  }
+
+  function utcExact(d) {
+    return d.toISOString().replace('T', ' ').replace('Z', '') + ' UTC';
+  }
+
+  // relative says how far d is from now: "12s ago", "in 3m".
+  function relative(d) {
+    var s = Math.round((d.getTime() - Date.now()) / 1000);
+    var a = Math.abs(s);
+    var t;
+    if (a < 5) { return 'just now'; }
+    if (a < 60) { t = a + 's'; } else if (a < 3600) { t = Math.floor(a / 60) + 'm'; } else if (a < 86400) { t = Math.floor(a / 3600) + 'h'; } else { t = Math.floor(a / 86400) + 'd'; }
+    return s < 0 ? t + ' ago' : 'in ' + t;
+  }
+
+  // span is a duration in ms as the server's fmtSpan writes it.
+  function span(ms) {
+    if (ms === null || ms === undefined || ms < 0 || isNaN(ms)) { return ''; }
+    if (ms < 1000) { return Math.round(ms) + ' ms'; }
+    var sec = ms / 1000;
+    if (sec < 60) { return String(Math.round(sec * 10) / 10) + ' s'; }
+    if (sec < 3600) { return Math.floor(sec / 60) + 'm ' + Math.floor(sec % 60) + 's'; }
+    if (sec < 172800) { return Math.floor(sec / 3600) + 'h ' + Math.floor(sec % 3600 / 60) + 'm'; }
+    return Math.floor(sec / 86400) + 'd ' + Math.floor(sec % 86400 / 3600) + 'h';
+  }
+
+  function parseTime(s) {
+    if (!s || s.indexOf('0001-01-01') === 0) { return null; }
+    var d = new Date(s);
+    return isNaN(d.getTime()) ? null : d;
+  }
+
+  function queueWait(run) {
+    var st = parseTime(run.startedTime), sc = parseTime(run.scheduledTime);
+    return st && sc ? Math.max(0, st - sc) : -1;
+  }
+
+  function duration(run) {
+    var st = parseTime(run.startedTime);
+    if (!st) { return -1; }
+    var end = parseTime(run.completedTime);
+    if (!end) {
+      if (terminal(run.state)) { return -1; }
+      end = new Date();
+    }
+    return Math.max(0, end - st);
+  }
+
+  function terminal(state) { return state === 'success' || state === 'failed' || state === 'canceled'; }
+
+  // decorate shows every time element of root in local time, relative to
+  // now (the list shows the relative time first), with the exact UTC time
+  // in its tooltip.
+  function decorate(root) {
+    (root || document).querySelectorAll('time[datetime]').forEach(function (t) {
+      var d = parseTime(t.getAttribute('datetime'));
+      if (!d) { return; }
+      var rel = relative(d);
+      t.textContent = t.closest('table.runs') ? rel : localTime(d) + ' (' + rel + ')';
+      t.title = localTime(d) + ' local\n' + utcExact(d);
+    });
+  }
+
+  function timeEl(iso) {
+    var d = parseTime(iso);
+    if (!d) { return null; }
+    var t = el('time', null, fmtTime(iso));
+    t.setAttribute('datetime', iso);
+    return t;
+  }
+
+  function setTime(node, iso) {
+    var t = timeEl(iso);
+    node.replaceChildren();
+    if (t) { node.appendChild(t); decorate(node); }
   }
 
   function attempts(run) {
@@ -93,48 +178,49 @@
     var tbody = document.getElementById('runs-body');
     var note = document.getElementById('page-note');
     var info = document.getElementById('page-info');
+    var params = new URLSearchParams(location.search);
     var filter = {
       state: main.dataset.state || '',
       fn: main.dataset['function'] || '',
-      limit: main.dataset.limit || '',
-      after: main.dataset.after || '',
-      next: main.dataset.next || ''
+      limit: params.get('limit') || '',
+      sort: params.get('sort') || '',
+      order: params.get('order') || '',
+      after: params.get('after') || '',
+      before: params.get('before') || '',
+      first: main.dataset.first === '1'
     };
     var outside = 0;
     var refreshing = false;
-    var buffered = [];
+    var again = false;
+    var timer = null;
 
     function matches(run) {
       return (!filter.state || run.state === filter.state) && (!filter.fn || run.name === filter.fn);
-    }
-    // inPage: the run would be listed on this page (ids in (after, next]).
-    function inPage(id) {
-      return (!filter.after || id > filter.after) && (!filter.next || id <= filter.next);
     }
 
     function cellsOf(tr) {
       return {
         state: tr.querySelector('.st .state'),
         attempts: tr.querySelector('.attempts'),
+        created: tr.querySelector('.created'),
         scheduled: tr.querySelector('.scheduled'),
-        completed: tr.querySelector('.completed'),
+        wait: tr.querySelector('.wait'),
+        duration: tr.querySelector('.duration'),
         err: tr.querySelector('.err')
       };
-    }
-
-    function timeCell(td, iso) {
-      var t = el('time', null, fmtTime(iso));
-      if (fmtTime(iso)) { t.setAttribute('datetime', iso); }
-      td.replaceChildren(t);
     }
 
     function fill(tr, run) {
       var c = cellsOf(tr);
       tr.dataset.state = run.state;
+      tr.dataset.started = run.startedTime || '';
+      tr.dataset.completed = run.completedTime || '';
       stateBadge(c.state, run.state);
       c.attempts.textContent = attempts(run);
-      timeCell(c.scheduled, run.scheduledTime);
-      timeCell(c.completed, run.completedTime);
+      setTime(c.created, run.creationTime);
+      setTime(c.scheduled, run.scheduledTime);
+      c.wait.textContent = span(queueWait(run));
+      c.duration.textContent = span(duration(run));
       c.err.textContent = short(run.error, 80);
       c.err.title = run.error || '';
     }
@@ -152,8 +238,10 @@
       st.appendChild(el('span', 'state'));
       tr.appendChild(st);
       tr.appendChild(el('td', 'num attempts'));
+      tr.appendChild(el('td', 'time created'));
       tr.appendChild(el('td', 'time scheduled'));
-      tr.appendChild(el('td', 'time completed'));
+      tr.appendChild(el('td', 'num wait'));
+      tr.appendChild(el('td', 'num duration'));
       tr.appendChild(el('td', 'err'));
       fill(tr, run);
       return tr;
@@ -178,18 +266,10 @@
       if (!tbody.querySelector('tr.empty')) {
         var tr = el('tr', 'empty');
         var td = el('td', null, filter.state || filter.fn ? 'No runs match this filter.' : 'No runs.');
-        td.colSpan = 7;
+        td.colSpan = 9;
         tr.appendChild(td);
         tbody.appendChild(tr);
       }
-    }
-
-    function insertSorted(tr, id) {
-      var all = rows();
-      for (var i = 0; i < all.length; i++) {
-        if (all[i].dataset.id > id) { tbody.insertBefore(tr, all[i]); return; }
-      }
-      tbody.appendChild(tr);
     }
 
     function flash(tr) {
@@ -199,25 +279,25 @@
     }
 
     function updateInfo() {
-      if (info) { info.textContent = rows().length + ' shown' + (filter.after ? ', after ' + filter.after : ''); }
+      if (info) { info.textContent = rows().length + ' shown'; }
       if (note) {
         note.hidden = outside === 0;
         note.textContent = outside + ' new or changed run' + (outside === 1 ? '' : 's') + ' on other pages';
       }
     }
 
+    // A run that is not on the page: the first page reloads its rows
+    // (the server knows where it goes in the order); another page says
+    // how many changed elsewhere.
     function onRun(run) {
-      if (refreshing) { buffered.push(run); return; }
       var tr = findRow(run.id);
       if (tr) {
         fill(tr, run);
         tr.classList.toggle('filtered-out', !matches(run));
         flash(tr);
       } else if (matches(run)) {
-        if (inPage(run.id)) {
-          tr = newRow(run);
-          insertSorted(tr, run.id);
-          flash(tr);
+        if (filter.first) {
+          schedule();
         } else {
           outside++;
         }
@@ -238,37 +318,59 @@
       });
     }
 
-    // refresh reloads the page's rows: on (re)connect, changes made
-    // before the events stream was in place are picked up.
+    function schedule() {
+      if (timer) { return; }
+      timer = setTimeout(function () { timer = null; refresh(); }, 500);
+    }
+
+    // refresh reloads the page's rows in the server's order: on
+    // (re)connect, changes made before the events stream was in place are
+    // picked up.
     function refresh() {
+      if (refreshing) { again = true; return; }
       var q = new URLSearchParams();
       if (filter.state) { q.set('state', filter.state); }
       if (filter.fn) { q.set('function', filter.fn); }
-      if (filter.limit) { q.set('limit', filter.limit); }
+      if (filter.limit) { q.set('limit', filter.limit); } else { q.set('limit', main.dataset.limit); }
+      if (filter.sort) { q.set('sort', filter.sort); }
+      if (filter.order) { q.set('order', filter.order); }
       if (filter.after) { q.set('after', filter.after); }
+      if (filter.before) { q.set('before', filter.before); }
       refreshing = true;
-      return api('/api/runs?' + q.toString()).then(function (page) {
-        var keep = {};
-        page.runs.forEach(function (run) { keep[run.id] = true; });
-        rows().forEach(function (tr) { if (!keep[tr.dataset.id]) { tr.remove(); } });
+      api('/api/runs?' + q.toString()).then(function (page) {
+        var old = {};
+        rows().forEach(function (tr) { old[tr.dataset.id] = tr; });
+        var frag = document.createDocumentFragment();
         page.runs.forEach(function (run) {
-          var tr = findRow(run.id);
-          if (tr) { fill(tr, run); } else { insertSorted(newRow(run), run.id); }
+          var tr = old[run.id];
+          if (tr) { fill(tr, run); } else { tr = newRow(run); flash(tr); }
+          frag.appendChild(tr);
         });
-        filter.next = page.next || '';
-        main.dataset.next = filter.next;
+        rows().forEach(function (tr) { tr.remove(); });
+        tbody.insertBefore(frag, tbody.firstChild);
+        setCounts(page.counts);
+        main.dataset.next = page.next || '';
+        main.dataset.prev = page.prev || '';
       }).catch(function (err) {
         setLive(false, 'error: ' + err.message);
       }).then(function () {
         refreshing = false;
-        var b = buffered;
-        buffered = [];
-        b.forEach(onRun);
         showEmpty();
         updateInfo();
         main.dataset.live = 'ready';
+        if (again) { again = false; refresh(); }
       });
     }
+
+    // Durations of running runs and relative times move with the clock.
+    setInterval(function () {
+      rows().forEach(function (tr) {
+        if (tr.dataset.state === 'inProgress' && tr.dataset.started) {
+          tr.querySelector('.duration').textContent = span(Date.now() - new Date(tr.dataset.started));
+        }
+      });
+      decorate(tbody);
+    }, 5000);
 
     var url = base + '/api/events' + (filter.fn ? '?function=' + encodeURIComponent(filter.fn) : '');
     connect(url, {
@@ -284,14 +386,36 @@
   function initRun(main) {
     var id = main.dataset.run;
     var form = document.getElementById('cancel-form');
+    var confirmEl = document.getElementById('cancel-confirm');
+    var cancelBtn = document.getElementById('cancel-btn');
+    var rerunForm = document.getElementById('rerun-form');
     var msg = document.getElementById('cancel-msg');
     var childrenEl = document.getElementById('children');
     var childrenCount = document.getElementById('children-count');
+    var rerunsEl = document.getElementById('reruns');
+    var attemptsBody = document.querySelector('#attempts tbody');
     var pending = false;
     var again = false;
+    var last = null;
 
     function field(name, text) {
       document.querySelectorAll('[data-field="' + name + '"]').forEach(function (e) { e.textContent = text; });
+    }
+    function timeField(name, iso) {
+      document.querySelectorAll('[data-field="' + name + '"]').forEach(function (e) { setTime(e, iso); });
+    }
+
+    function runLink(cid, state) {
+      var li = el('span', 'rerun');
+      li.dataset.id = cid;
+      var a = el('a', null, cid);
+      a.href = runPath(cid);
+      li.appendChild(a);
+      li.appendChild(document.createTextNode(' '));
+      var s = el('span');
+      stateBadge(s, state || '');
+      li.appendChild(s);
+      return li;
     }
 
     function childItem(cid, state) {
@@ -307,17 +431,57 @@
       return li;
     }
 
+    function renderAttempts(run) {
+      attemptsBody.replaceChildren();
+      if (!run.attempts) {
+        var tr0 = el('tr', 'empty');
+        var td0 = el('td', null, 'No attempt has started yet.');
+        td0.colSpan = 7;
+        tr0.appendChild(td0);
+        attemptsBody.appendChild(tr0);
+        return;
+      }
+      var tr = el('tr');
+      tr.dataset.attempt = String(run.attempts);
+      tr.appendChild(el('td', 'num', run.attempts + (run.maxAttempts ? ' / ' + run.maxAttempts : '')));
+      tr.appendChild(el('td', 'id', run.owner || ''));
+      var st = el('td');
+      setTime(st, run.startedTime);
+      tr.appendChild(st);
+      var en = el('td');
+      setTime(en, run.completedTime);
+      tr.appendChild(en);
+      tr.appendChild(el('td', 'num', span(duration(run))));
+      var oc = el('td');
+      var badge = el('span');
+      stateBadge(badge, run.state);
+      oc.appendChild(badge);
+      tr.appendChild(oc);
+      var er = el('td', 'err-cell');
+      er.appendChild(el('pre', 'error-text', run.error || ''));
+      tr.appendChild(er);
+      attemptsBody.appendChild(tr);
+    }
+
     function render(run) {
+      last = run;
       stateBadge(document.getElementById('run-state'), run.state);
       document.getElementById('run-state').classList.add('big');
       field('state', run.state);
       field('attempts', attempts(run));
-      field('scheduledTime', fmtTime(run.scheduledTime));
-      field('startedTime', fmtTime(run.startedTime));
-      field('completedTime', fmtTime(run.completedTime));
+      timeField('creationTime', run.creationTime);
+      timeField('scheduledTime', run.scheduledTime);
+      timeField('startedTime', run.startedTime);
+      timeField('completedTime', run.completedTime);
+      field('queueWait', span(queueWait(run)));
+      field('duration', span(duration(run)));
       field('error', run.error || '');
-      var terminal = run.state === 'success' || run.state === 'failed' || run.state === 'canceled';
-      if (form) { form.hidden = terminal; }
+      var ended = terminal(run.state);
+      if (form) {
+        form.hidden = ended;
+        if (ended) { confirmEl.hidden = true; cancelBtn.hidden = false; }
+      }
+      if (rerunForm) { rerunForm.hidden = !(run.state === 'failed' || run.state === 'canceled'); }
       var p = progress(run.progress);
       var sec = document.getElementById('progress');
       sec.hidden = !p;
@@ -327,6 +491,7 @@
       }
       document.getElementById('result').textContent =
         run.result === undefined ? '' : JSON.stringify(run.result, null, 2);
+      renderAttempts(run);
       var known = {};
       childrenEl.querySelectorAll('li[data-id]').forEach(function (li) { known[li.dataset.id] = li; });
       (run.children || []).forEach(function (cid) {
@@ -340,12 +505,25 @@
       childrenCount.textContent = String((run.children || []).length);
     }
 
+    function loadReruns() {
+      return api('/api/runs/' + encodeURIComponent(id) + '/reruns').then(function (res) {
+        rerunsEl.replaceChildren();
+        res.reruns.forEach(function (r) {
+          rerunsEl.appendChild(runLink(r.id, r.state));
+          rerunsEl.appendChild(document.createTextNode(' '));
+        });
+      }).catch(function () {});
+    }
+
     // reload reads the whole record; changes that arrive meanwhile are
     // read once more after it.
     function reload() {
       if (pending) { again = true; return; }
       pending = true;
-      api('/api/runs/' + encodeURIComponent(id)).then(render).catch(function (err) {
+      Promise.all([
+        api('/api/runs/' + encodeURIComponent(id)).then(render),
+        loadReruns()
+      ]).catch(function (err) {
         setLive(false, 'error: ' + err.message);
       }).then(function () {
         pending = false;
@@ -355,19 +533,55 @@
     }
 
     if (form) {
+      // Cancel asks first: the button shows the confirmation, which does it.
       form.addEventListener('submit', function (ev) {
         ev.preventDefault();
-        var btn = form.querySelector('button');
-        btn.disabled = true;
+        cancelBtn.hidden = true;
+        confirmEl.hidden = false;
+        document.getElementById('cancel-no').focus();
+      });
+      document.getElementById('cancel-no').addEventListener('click', function () {
+        confirmEl.hidden = true;
+        cancelBtn.hidden = false;
+      });
+      document.getElementById('cancel-yes').addEventListener('click', function () {
+        var yes = document.getElementById('cancel-yes');
+        yes.disabled = true;
         msg.textContent = 'canceling\u2026';
         api('/api/runs/' + encodeURIComponent(id) + '/cancel', { method: 'POST' }).then(function (res) {
           msg.textContent = res.canceled ? 'canceled' : 'the run had already ended (' + res.run.state + ')';
+          confirmEl.hidden = true;
+          cancelBtn.hidden = false;
           render(res.run);
         }).catch(function (err) {
           msg.textContent = 'cancel failed: ' + err.message;
+        }).then(function () { yes.disabled = false; });
+      });
+    }
+
+    if (rerunForm) {
+      rerunForm.addEventListener('submit', function (ev) {
+        ev.preventDefault();
+        var btn = rerunForm.querySelector('button');
+        btn.disabled = true;
+        msg.textContent = 're-running\u2026';
+        api('/api/runs/' + encodeURIComponent(id) + '/rerun', { method: 'POST' }).then(function (res) {
+          msg.replaceChildren(document.createTextNode('started '));
+          var a = el('a', null, res.run.id);
+          a.id = 'rerun-link';
+          a.href = runPath(res.run.id);
+          msg.appendChild(a);
+          return loadReruns();
+        }).catch(function (err) {
+          msg.textContent = 're-run failed: ' + err.message;
         }).then(function () { btn.disabled = false; });
       });
     }
+
+    setInterval(function () {
+      if (last && last.state === 'inProgress') { field('duration', span(duration(last))); }
+      decorate(main);
+    }, 5000);
 
     connect(base + '/api/events?run=' + encodeURIComponent(id), {
       ready: function () { setLive(true, 'live'); reload(); },
@@ -376,8 +590,42 @@
     });
   }
 
+  // ---- crons -----------------------------------------------------------
+
+  function initCrons(main) {
+    var msg = document.getElementById('cron-msg');
+    main.querySelectorAll('form[data-action]').forEach(function (f) {
+      f.addEventListener('submit', function (ev) {
+        ev.preventDefault();
+        var btn = f.querySelector('button');
+        btn.disabled = true;
+        var action = f.dataset.action;
+        var name = f.closest('tr').dataset.cron;
+        api('/api/crons/' + encodeURIComponent(name) + '/' + action, { method: 'POST' }).then(function (res) {
+          if (action === 'trigger') {
+            msg.replaceChildren(document.createTextNode(name + ': started '));
+            var a = el('a', null, res.run.id);
+            a.id = 'triggered-link';
+            a.href = runPath(res.run.id);
+            msg.appendChild(a);
+            btn.disabled = false;
+            return;
+          }
+          location.reload();
+        }).catch(function (err) {
+          msg.textContent = name + ': ' + action + ' failed: ' + err.message;
+          btn.disabled = false;
+        });
+      });
+    });
+    main.dataset.live = 'ready';
+  }
+
   var runs = document.getElementById('runs-page');
   if (runs) { initRuns(runs); }
   var run = document.getElementById('run-page');
   if (run) { initRun(run); }
+  var crons = document.getElementById('crons-page');
+  if (crons) { initCrons(crons); }
+  decorate(document);
 }());

@@ -1,0 +1,404 @@
+package dashboard
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/kv"
+)
+
+// Sort orders of the runs list.
+const (
+	// sortCreated: newest first by creation time (the default).
+	sortCreated = "created"
+	// sortScheduled: by scheduled time (due time, or the next retry's).
+	sortScheduled = "scheduled"
+	// sortState: pending, inProgress, success, failed, canceled, then by
+	// scheduled time.
+	sortState = "state"
+	// sortID: by run id.
+	sortID = "id"
+)
+
+var sortKeys = []string{sortCreated, sortScheduled, sortState, sortID}
+
+// listQuery is one request for a page of runs.
+type listQuery struct {
+	State    jetflow.State
+	Function string
+	Limit    int
+	Sort     string
+	Asc      bool    // ascending order; descending (newest first) by default
+	After    *cursor // the page after this row (next page)
+	Before   *cursor // the page before this row (previous page)
+}
+
+// cursor is the position of one row in a sort order: its sort keys and id.
+// On the wire it is opaque (base64url JSON); a plain run id is accepted as
+// an id-order cursor, as producer.Filter.After is.
+type cursor struct {
+	K1 int64  `json:"a,omitempty"`
+	K2 int64  `json:"b,omitempty"`
+	ID string `json:"i"`
+}
+
+func (c cursor) String() string {
+	data, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(data)
+}
+
+func parseCursor(s string) (*cursor, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var c cursor
+	if data, err := base64.RawURLEncoding.DecodeString(s); err == nil && json.Unmarshal(data, &c) == nil && jetflow.ValidateRunID(c.ID) == nil {
+		return &c, nil
+	}
+	if jetflow.ValidateRunID(s) == nil {
+		return &cursor{ID: s}, nil
+	}
+	return nil, badRequestf(fmt.Sprintf("cursor %q: not a cursor of this list (pass the next or prev value of a page)", s))
+}
+
+// parseList reads state, function, limit, sort, order, after and before.
+func parseList(q url.Values, defLimit int) (listQuery, error) {
+	f, err := parseFilter(url.Values{"state": q["state"], "function": q["function"], "limit": q["limit"]}, defLimit)
+	if err != nil {
+		return listQuery{}, err
+	}
+	lq := listQuery{State: f.State, Function: f.Function, Limit: f.Limit, Sort: sortCreated}
+	if s := q.Get("sort"); s != "" {
+		if !slices.Contains(sortKeys, s) {
+			return lq, badRequestf(fmt.Sprintf("sort %q: one of %s", s, strings.Join(sortKeys, ", ")))
+		}
+		lq.Sort = s
+	}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		lq.Asc = true
+	default:
+		return lq, badRequestf(fmt.Sprintf("order %q: asc or desc", o))
+	}
+	if lq.Sort == sortCreated && lq.Asc {
+		return lq, badRequestf("sort=created is newest first only (order=desc): finding the oldest runs would read every record")
+	}
+	if lq.After, err = parseCursor(q.Get("after")); err != nil {
+		return lq, err
+	}
+	if lq.Before, err = parseCursor(q.Get("before")); err != nil {
+		return lq, err
+	}
+	if lq.After != nil && lq.Before != nil {
+		return lq, badRequestf("after and before: give one of the two")
+	}
+	return lq, nil
+}
+
+// values is the query string of lq without its cursors ("" values and
+// defaults left out).
+func (lq listQuery) values(defLimit int) url.Values {
+	v := url.Values{}
+	if lq.State != "" {
+		v.Set("state", string(lq.State))
+	}
+	if lq.Function != "" {
+		v.Set("function", lq.Function)
+	}
+	if lq.Limit != 0 && lq.Limit != defLimit {
+		v.Set("limit", strconv.Itoa(lq.Limit))
+	}
+	if lq.Sort != sortCreated {
+		v.Set("sort", lq.Sort)
+	}
+	if lq.Asc {
+		v.Set("order", "asc")
+	}
+	return v
+}
+
+// entry is what the header scan knows of one run.
+type entry struct {
+	ID       string
+	State    jetflow.State
+	Function string
+	Due      int64 // scheduled time, Unix ms
+	run      *jetflow.Run
+}
+
+var stateRank = map[jetflow.State]int64{jetflow.Pending: 0, jetflow.InProgress: 1, jetflow.Success: 2, jetflow.Failed: 3, jetflow.Canceled: 4}
+
+// key is e's position in sort order s (the created order uses the record).
+func (e *entry) key(s string) cursor {
+	switch s {
+	case sortScheduled:
+		return cursor{K1: e.Due, ID: e.ID}
+	case sortState:
+		// Within a state, newest scheduled first in either direction of
+		// the state order is not kept: the order is one tuple.
+		return cursor{K1: stateRank[e.State], K2: e.Due, ID: e.ID}
+	case sortCreated:
+		if e.run != nil {
+			return cursor{K1: e.run.CreationTime.UnixMicro(), ID: e.ID}
+		}
+	}
+	return cursor{ID: e.ID}
+}
+
+func compareCursor(a, b cursor) int {
+	return cmp.Or(cmp.Compare(a.K1, b.K1), cmp.Compare(a.K2, b.K2), strings.Compare(a.ID, b.ID))
+}
+
+// scanned is one header scan of the runs bucket: the runs of one function
+// (or all) and their counts per state.
+type scanned struct {
+	entries []*entry
+	counts  counts
+}
+
+// scan reads the record headers of the runs bucket, then the waiting
+// messages of runs published without a record. Its cost is proportional to
+// the records kept and the runs waiting: the one full pass a page costs.
+func (h *handler) scan(ctx context.Context, function string) (scanned, error) {
+	st := engine.Of(h.p).Store()
+	queued := make(map[string]string)
+	// Queued messages first: a run's record is written before its message
+	// goes, so a run taken between the two scans is still seen once.
+	if err := st.ScanQueued(ctx, function, func(fn, id string) { queued[id] = fn }); err != nil {
+		return scanned{}, err
+	}
+	var s scanned
+	err := st.Scan(ctx, func(hd kv.Header) {
+		delete(queued, hd.ID)
+		if function != "" && hd.Function != function {
+			return
+		}
+		s.counts.add(hd.State)
+		s.entries = append(s.entries, &entry{ID: hd.ID, State: hd.State, Function: hd.Function, Due: hd.Due.UnixMilli()})
+	})
+	if err != nil {
+		return s, err
+	}
+	// A run with no record yet is known by its message, which holds its
+	// times (read one by one: their number is the backlog of runs no
+	// worker has taken).
+	for id, fn := range queued {
+		r, ok, err := st.QueuedRunOf(ctx, fn, id)
+		if err != nil {
+			return s, err
+		}
+		if !ok {
+			if r, err = st.Get(ctx, id); err != nil {
+				continue // taken and ended meanwhile, or expired
+			}
+		}
+		s.counts.add(r.State)
+		s.entries = append(s.entries, &entry{ID: id, State: r.State, Function: r.Name, Due: r.ScheduledTime.UnixMilli(), run: r})
+	}
+	return s, nil
+}
+
+// listPage is the body of GET /api/runs: the runs as the record has them
+// (jetflow.Run's JSON), in the order asked for.
+type listPage struct {
+	Runs []*jetflow.Run `json:"runs"`
+	// Next is the cursor of the next page (pass it as after=), "" on the
+	// last page; Prev the cursor of the previous one (before=), "" on the
+	// first.
+	Next string `json:"next,omitempty"`
+	Prev string `json:"prev,omitempty"`
+	// Sort and Order say the order of Runs.
+	Sort  string `json:"sort"`
+	Order string `json:"order"`
+	// Counts are the runs of the function filter (or all) in each state.
+	Counts counts `json:"counts"`
+}
+
+// page reads one page of runs: one header scan (which also gives the
+// counts), then only the records of the page, except in created order:
+// there the candidates are read newest scheduled first until no older one
+// can have been created later (a run is created at or before its scheduled
+// time), so a page near the top reads about as many records as it shows.
+func (h *handler) page(ctx context.Context, lq listQuery) (listPage, error) {
+	s, err := h.scan(ctx, lq.Function)
+	if err != nil {
+		return listPage{}, err
+	}
+	out := listPage{Runs: []*jetflow.Run{}, Sort: lq.Sort, Order: "desc", Counts: s.counts}
+	if lq.Asc {
+		out.Order = "asc"
+	}
+	cands := s.entries[:0:0]
+	for _, e := range s.entries {
+		if lq.State == "" || e.State == lq.State {
+			cands = append(cands, e)
+		}
+	}
+	var rows []*entry
+	var hasPrev, hasNext bool
+	if lq.Sort == sortCreated {
+		rows, hasPrev, hasNext, err = h.pageCreated(ctx, lq, cands)
+		if err != nil {
+			return out, err
+		}
+	} else {
+		// before(a, b): a comes first in the page order.
+		sign := -1
+		if lq.Asc {
+			sign = 1
+		}
+		slices.SortFunc(cands, func(a, b *entry) int { return sign * compareCursor(a.key(lq.Sort), b.key(lq.Sort)) })
+		lo, hi := 0, len(cands)
+		switch {
+		case lq.After != nil:
+			lo, _ = slices.BinarySearchFunc(cands, *lq.After, func(e *entry, c cursor) int { return sign * compareCursor(e.key(lq.Sort), c) })
+			if lo < len(cands) && compareCursor(cands[lo].key(lq.Sort), *lq.After) == 0 {
+				lo++
+			}
+			hi = min(len(cands), lo+lq.Limit)
+		case lq.Before != nil:
+			hi, _ = slices.BinarySearchFunc(cands, *lq.Before, func(e *entry, c cursor) int { return sign * compareCursor(e.key(lq.Sort), c) })
+			lo = max(0, hi-lq.Limit)
+		default:
+			hi = min(len(cands), lq.Limit)
+		}
+		rows, hasPrev, hasNext = cands[lo:hi], lo > 0, hi < len(cands)
+		for _, e := range rows {
+			if e.run != nil {
+				continue
+			}
+			r, err := engine.Of(h.p).Store().Get(ctx, e.ID)
+			if errors.Is(err, jetflow.ErrNotFound) {
+				continue // expired since the scan
+			}
+			if err != nil {
+				return out, err
+			}
+			e.run = r
+		}
+	}
+	for _, e := range rows {
+		if e.run != nil {
+			out.Runs = append(out.Runs, e.run)
+		}
+	}
+	if len(rows) > 0 {
+		if hasPrev {
+			out.Prev = rows[0].key(lq.Sort).String()
+		}
+		if hasNext {
+			out.Next = rows[len(rows)-1].key(lq.Sort).String()
+		}
+	}
+	return out, nil
+}
+
+// pageCreated is a page newest first by creation time. A run's creation
+// time is in its record only, but it is never later than its scheduled
+// time (the producer schedules at now or later; a retry moves it later),
+// which the header scan has: candidates are read newest scheduled first,
+// and the walk stops once the next one's scheduled time is older than the
+// creation time of the page's last row.
+func (h *handler) pageCreated(ctx context.Context, lq listQuery, cands []*entry) (rows []*entry, hasPrev, hasNext bool, err error) {
+	slices.SortFunc(cands, func(a, b *entry) int { return cmp.Or(cmp.Compare(b.Due, a.Due), strings.Compare(b.ID, a.ID)) })
+	st := engine.Of(h.p).Store()
+	read := func(e *entry) (bool, error) {
+		if e.run != nil {
+			return true, nil
+		}
+		r, err := st.Get(ctx, e.ID)
+		if errors.Is(err, jetflow.ErrNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		e.run = r
+		return true, nil
+	}
+	desc := func(a, b *entry) int { return compareCursor(b.key(sortCreated), a.key(sortCreated)) }
+	if lq.Before != nil {
+		// The rows created after the cursor: every one is scheduled at
+		// or after the cursor's creation time.
+		var above []*entry
+		for _, e := range cands {
+			if dueEnd(e) <= lq.Before.K1 {
+				break
+			}
+			ok, err := read(e)
+			if err != nil {
+				return nil, false, false, err
+			}
+			if ok && compareCursor(e.key(sortCreated), *lq.Before) > 0 {
+				above = append(above, e)
+			}
+		}
+		slices.SortFunc(above, desc)
+		lo := max(0, len(above)-lq.Limit)
+		return above[lo:], lo > 0, true, nil
+	}
+	// The page after the cursor (or the first): keep the best Limit+1.
+	var best []*entry
+	for _, e := range cands {
+		if len(best) > lq.Limit && dueEnd(e) <= best[lq.Limit].key(sortCreated).K1 {
+			break
+		}
+		ok, err := read(e)
+		if err != nil {
+			return nil, false, false, err
+		}
+		if !ok || (lq.After != nil && compareCursor(e.key(sortCreated), *lq.After) >= 0) {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(best, e, desc)
+		best = slices.Insert(best, i, e)
+		if len(best) > lq.Limit+1 {
+			best = best[:lq.Limit+1]
+		}
+	}
+	if len(best) > lq.Limit {
+		return best[:lq.Limit], lq.After != nil, true, nil
+	}
+	return best, lq.After != nil, false, nil
+}
+
+// dueEnd is the end of the millisecond of e's scheduled time, in
+// microseconds (the header has milliseconds; the created order uses
+// microseconds): e was created before it.
+func dueEnd(e *entry) int64 { return (e.Due + 1) * 1000 }
+
+// durations of a run for the list: how long it waited for a worker (its
+// start minus its scheduled time) and how long it ran (to its end, or to
+// now while it runs).
+func queueWait(r *jetflow.Run) time.Duration {
+	if r.StartedTime.IsZero() || r.ScheduledTime.IsZero() {
+		return -1
+	}
+	return max(0, r.StartedTime.Sub(r.ScheduledTime))
+}
+
+func runDuration(r *jetflow.Run, now time.Time) time.Duration {
+	if r.StartedTime.IsZero() {
+		return -1
+	}
+	end := r.CompletedTime
+	if end.IsZero() {
+		if r.State.Terminal() {
+			return -1
+		}
+		end = now
+	}
+	return max(0, end.Sub(r.StartedTime))
+}
