@@ -268,3 +268,42 @@ func TestIDReusableAfterItsRecordExpired(t *testing.T) {
 		t.Fatalf("reused record: %+v %v", r, err)
 	}
 }
+
+// The repair sweep republishes a claimed run whose worker stopped
+// heartbeating and whose message is gone, but leaves alone a record in
+// progress that no worker claimed (a workflow's: its segments are runs of
+// their own), which no worker would consume.
+func TestRepairSkipsInProgressRecordsWithoutOwner(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := scheduler.New(ctx, ts.JS, scheduler.Config{StaleAfter: time.Millisecond, RepairGrace: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour).UTC()
+	for _, r := range []*jetflow.Run{
+		{ID: "lost-claim", Owner: "gone-worker"},
+		{ID: "workflow-like"},
+	} {
+		r.Name, r.Kind, r.Args, r.State = ticked.Name(), jetflow.Retryable, []byte(`{"N":1}`), jetflow.InProgress
+		r.ScheduledTime, r.CreationTime, r.StartedTime, r.Heartbeat, r.Attempts = old, old, old, old, 1
+		if _, err := engine.Of(p).Runs().Write(ctx, engine.Open, engine.None, r, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Repair(ctx); err != nil {
+		t.Fatal(err)
+	}
+	store := engine.Of(p).Store()
+	if q, err := store.Queued(ctx, ticked.Name(), "lost-claim"); err != nil || !q {
+		t.Fatalf("claimed run of a lost worker: queued %v %v, want republished", q, err)
+	}
+	if q, err := store.Queued(ctx, ticked.Name(), "workflow-like"); err != nil || q {
+		t.Fatalf("owner-less record: queued %v %v, want left alone", q, err)
+	}
+}

@@ -138,7 +138,10 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 			continue
 		}
 		r, err := s.store.Get(ctx, h.ID)
-		if err != nil || r.State != jetflow.InProgress {
+		if err != nil || r.State != jetflow.InProgress || r.Owner == "" {
+			// No owner: not a worker's claim but a record that is in
+			// progress by itself (a workflow's, whose segments are runs of
+			// their own): nothing to republish.
 			continue
 		}
 		last := r.Heartbeat
