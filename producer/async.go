@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -48,7 +49,21 @@ func (f *Pending) Wait(ctx context.Context) error {
 // Pending holds the result. Errors before anything is sent are returned at
 // once: jetflow.ErrInvalidName, jetflow.ErrBadArgs, jetflow.ErrInvalidRunID,
 // ErrArgsTooLarge.
-func (p *Producer) EnqueueAsync(ctx context.Context, c jetflow.Call, opts ...Option) (*Pending, error) {
+func (p *Producer) EnqueueAsync(ctx context.Context, c jetflow.Call, opts ...Option) (pd *Pending, err error) {
+	ctx, span := telemetry.StartPublish(ctx, c.Name)
+	if span.On() {
+		// The span ends when the message is sent, not when it is durable.
+		defer func() {
+			id, serr := "", err
+			if pd != nil {
+				id = pd.id
+				if serr == nil && pd.ack == nil {
+					serr = pd.err
+				}
+			}
+			span.End(id, p.subject(c.Name, id), serr)
+		}()
+	}
 	r, o, err := p.prepare(ctx, time.Time{}, c, opts)
 	if err != nil {
 		return nil, err
@@ -57,7 +72,7 @@ func (p *Producer) EnqueueAsync(ctx context.Context, c jetflow.Call, opts ...Opt
 		return nil, err
 	}
 	if !p.direct(r, o) {
-		id, err := p.Enqueue(ctx, c, opts...)
+		id, err := p.runAt(ctx, time.Time{}, c, opts)
 		if id == "" {
 			return nil, err
 		}

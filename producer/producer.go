@@ -162,7 +162,25 @@ func (p *Producer) RunAfter(ctx context.Context, delay time.Duration, c jetflow.
 }
 
 // RunAt schedules a run to start at t (a zero or past t means now).
-func (p *Producer) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts ...Option) (string, error) {
+func (p *Producer) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts ...Option) (id string, err error) {
+	ctx, span := telemetry.StartPublish(ctx, c.Name)
+	if span.On() {
+		defer func() { span.End(id, p.subject(c.Name, id), err) }()
+	}
+	return p.runAt(ctx, t, c, opts)
+}
+
+// subject is the subject a run of fn with id is published on ("" without
+// an id).
+func (p *Producer) subject(fn, id string) string {
+	if id == "" {
+		return ""
+	}
+	return p.cfg.FunctionSubject(fn, id)
+}
+
+// runAt is RunAt within the producer span ctx carries.
+func (p *Producer) runAt(ctx context.Context, t time.Time, c jetflow.Call, opts []Option) (string, error) {
 	r, o, err := p.prepare(ctx, t, c, opts)
 	if err != nil {
 		return "", err
@@ -300,9 +318,27 @@ type Item struct {
 // Limits are checked before anything is written: ErrTooManyRuns,
 // ErrArgsTooLarge. An item whose WithID exists already fails the whole call
 // with ErrAlreadyExists (the error names the id) and nothing is written.
-func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
+func (p *Producer) Batch(ctx context.Context, items []Item) (ids []string, err error) {
 	if len(items) == 0 {
 		return nil, nil
+	}
+	// One producer span per item (when tracing), each the parent of its run.
+	var spans []telemetry.Publish
+	var ctxs []context.Context
+	if telemetry.Tracing() && len(items) <= MaxBatch {
+		spans, ctxs = make([]telemetry.Publish, len(items)), make([]context.Context, len(items))
+		for i, it := range items {
+			ctxs[i], spans[i] = telemetry.StartPublish(ctx, it.Call.Name)
+		}
+		defer func() {
+			for i, sp := range spans {
+				id := ""
+				if err == nil {
+					id = ids[i]
+				}
+				sp.End(id, p.subject(items[i].Call.Name, id), err)
+			}
+		}()
 	}
 	if len(items) > MaxBatch {
 		return nil, fmt.Errorf("%w: %d > %d", ErrTooManyRuns, len(items), MaxBatch)
@@ -313,7 +349,11 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 	seen := make(map[string]bool, len(items))
 	allDirect := true
 	for i, it := range items {
-		r, o, err := p.prepare(ctx, it.At, it.Call, it.Options)
+		ictx := ctx
+		if ctxs != nil {
+			ictx = ctxs[i]
+		}
+		r, o, err := p.prepare(ictx, it.At, it.Call, it.Options)
 		if err != nil {
 			return nil, fmt.Errorf("item %d: %w", i, err)
 		}
@@ -331,7 +371,7 @@ func (p *Producer) Batch(ctx context.Context, items []Item) ([]string, error) {
 	if total > MaxBatchArgs {
 		return nil, fmt.Errorf("%w: %d bytes in one call, limit %d", ErrArgsTooLarge, total, MaxBatchArgs)
 	}
-	ids := make([]string, len(runs))
+	ids = make([]string, len(runs))
 	for i, r := range runs {
 		ids[i] = r.ID
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -66,6 +67,7 @@ func (p *Producer) ride(ctx context.Context, op func(ctx context.Context, retrie
 			return err
 		}
 		p.log.DebugContext(ctx, "transient NATS error; retrying", "error", err, "delay", delay)
+		telemetry.Retrying(ctx, err, delay)
 		select {
 		case <-ctx.Done():
 			return err

@@ -73,8 +73,10 @@
 // as River's worker middleware does: logging, metrics, auth context, rate
 // limits. A middleware receives the Run (id, name, attempt, times) and calls
 // next; an error it returns is the run's outcome, a panic in it is recovered
-// like a handler's. jetflow's own span, started counter and lateness
-// histogram are a middleware too, outside the application's.
+// like a handler's. jetflow's own span (OpenTelemetry's messaging
+// conventions: a child of the producer's span, linked to the run's earlier
+// attempts), started counter, queue-wait and handler-duration histograms
+// are a middleware too, outside the application's.
 //
 // # Lifecycle
 //

@@ -7,6 +7,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -41,16 +42,42 @@ func chain(h HandlerFunc, mws ...Middleware) HandlerFunc {
 	return h
 }
 
-// telemetryMiddleware is jetflow's own: a span per run (when the
-// application installed a TracerProvider), the started counter and the
-// lateness histogram. It wraps the application's middleware.
+// telemetryMiddleware is jetflow's own: a span per attempt (when the
+// application installed a TracerProvider; OpenTelemetry's messaging
+// conventions, kind consumer, a child of the producer's span and linked to
+// the run's earlier attempts), the started counter, the queue-wait and the
+// handler-duration histograms. It wraps the application's middleware.
 func telemetryMiddleware(next HandlerFunc) HandlerFunc {
 	return func(ctx context.Context, run Run) error {
 		j := run.(*jobCore)
 		if telemetry.Tracing() {
 			var span trace.Span
-			ctx, span = telemetry.Tracer().Start(ctx, "jetflow.run "+j.fn.name, trace.WithSpanKind(trace.SpanKindConsumer),
-				trace.WithAttributes(attribute.String("jetflow.run_id", j.env.ID), attribute.Int("jetflow.attempt", j.env.Attempt)))
+			var nextTrace map[string]string
+			j.mu.Lock()
+			var cur map[string]string
+			if j.rec != nil {
+				cur = j.rec.Trace
+			}
+			j.mu.Unlock()
+			if cur == nil {
+				cur = j.env.Trace
+			}
+			ctx, span, nextTrace = telemetry.StartProcess(ctx, telemetry.Process{
+				Function: j.fn.name, RunID: j.env.ID, Attempt: j.env.Attempt,
+				Subject: j.w.scfg.FunctionSubject(j.fn.name, j.env.ID),
+			}, cur)
+			if len(nextTrace) > 0 && len(cur) > 0 {
+				// A retry's record and message carry this attempt's span
+				// (tracestate), for the next attempt's link. Copy on write:
+				// the record's writers read the map under j.mu.
+				j.mu.Lock()
+				if j.rec != nil {
+					r := *j.rec
+					r.Trace = nextTrace
+					j.rec = &r
+				}
+				j.mu.Unlock()
+			}
 			defer span.End()
 			defer func() {
 				if p := recover(); p != nil {
@@ -69,9 +96,21 @@ func telemetryMiddleware(next HandlerFunc) HandlerFunc {
 	}
 }
 
+var (
+	outcomeSuccess = metric.WithAttributes(attribute.String(telemetry.AttrOutcome, "success"))
+	outcomeError   = metric.WithAttributes(attribute.String(telemetry.AttrOutcome, "error"))
+)
+
 func telemetryCount(ctx context.Context, j *jobCore, next HandlerFunc, run Run) error {
 	met := telemetry.M()
 	met.Started.Add(ctx, 1, j.fn.attr)
-	met.Lateness.Record(ctx, j.started.Sub(j.env.Scheduled).Seconds(), j.fn.attr)
-	return next(ctx, run)
+	met.QueueWait.Record(ctx, j.started.Sub(j.env.Scheduled).Seconds(), j.fn.attr)
+	start := time.Now()
+	err := next(ctx, run)
+	outcome := outcomeSuccess
+	if err != nil {
+		outcome = outcomeError
+	}
+	met.Duration.Record(ctx, time.Since(start).Seconds(), j.fn.attr, outcome)
+	return err
 }

@@ -18,7 +18,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-const scope = "github.com/jetflow-dev/jetflow"
+// scope is the name of jetflow's instrumentation scope; its version is
+// Version().
+const scope = Module
 
 var prop = propagation.TraceContext{}
 
@@ -60,7 +62,7 @@ func tracerNow() *tracerOf {
 	}
 	// Until the application installs a provider, the global one is OTel's
 	// own delegating placeholder, whose spans record nothing.
-	c := &tracerOf{p: p, t: p.Tracer(scope), on: fmt.Sprintf("%T", p) != "*global.tracerProvider"}
+	c := &tracerOf{p: p, t: p.Tracer(scope, trace.WithInstrumentationVersion(Version())), on: fmt.Sprintf("%T", p) != "*global.tracerProvider"}
 	cachedTracer.Store(c)
 	return c
 }
@@ -74,13 +76,22 @@ func Tracer() trace.Tracer { return tracerNow().t }
 // (trace context still travels in headers).
 func Tracing() bool { return tracerNow().on }
 
-// Metrics are jetflow's instruments.
+// Metrics are jetflow's instruments. Their attribute is jetflow.function.
 type Metrics struct {
 	Started, Succeeded, Failed, Retried, Canceled metric.Int64Counter
 	// SettleFailed counts acks, naks and terms the server did not take.
 	SettleFailed metric.Int64Counter
-	Lateness     metric.Float64Histogram
+	// QueueWait is the time from a run's scheduled time to the start of
+	// its attempt (s): what a run waited for a worker.
+	QueueWait metric.Float64Histogram
+	// Duration is the time one attempt's handler ran (s), with its outcome
+	// (jetflow.outcome: success or error).
+	Duration metric.Float64Histogram
 }
+
+// secondsBuckets are the histogram bounds (s): from a millisecond to an
+// hour, where runs' waits and durations fall.
+var secondsBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 var (
 	once sync.Once
@@ -90,23 +101,27 @@ var (
 // M returns the instruments, created once from the global MeterProvider.
 func M() *Metrics {
 	once.Do(func() {
-		meter := otel.Meter(scope)
+		meter := otel.Meter(scope, metric.WithInstrumentationVersion(Version()))
 		m.Started, _ = meter.Int64Counter("jetflow.runs.started", metric.WithDescription("runs started by a worker"))
-		m.Succeeded, _ = meter.Int64Counter("jetflow.runs.succeeded")
-		m.Failed, _ = meter.Int64Counter("jetflow.runs.failed")
-		m.Retried, _ = meter.Int64Counter("jetflow.runs.retried")
-		m.Canceled, _ = meter.Int64Counter("jetflow.runs.canceled")
+		m.Succeeded, _ = meter.Int64Counter("jetflow.runs.succeeded", metric.WithDescription("runs ended success"))
+		m.Failed, _ = meter.Int64Counter("jetflow.runs.failed", metric.WithDescription("runs ended failed"))
+		m.Retried, _ = meter.Int64Counter("jetflow.runs.retried", metric.WithDescription("attempts failed and retried"))
+		m.Canceled, _ = meter.Int64Counter("jetflow.runs.canceled", metric.WithDescription("attempts canceled while running"))
 		m.SettleFailed, _ = meter.Int64Counter("jetflow.deliveries.settle_failed",
 			metric.WithDescription("acks, naks and terms of deliveries that failed"))
-		m.Lateness, _ = meter.Float64Histogram("jetflow.runs.lateness", metric.WithUnit("s"),
-			metric.WithDescription("start time minus scheduled time"))
+		m.QueueWait, _ = meter.Float64Histogram("jetflow.runs.queue_wait", metric.WithUnit("s"),
+			metric.WithDescription("time from a run's scheduled time to the start of its attempt"),
+			metric.WithExplicitBucketBoundaries(secondsBuckets...))
+		m.Duration, _ = meter.Float64Histogram("jetflow.runs.duration", metric.WithUnit("s"),
+			metric.WithDescription("time the handler of one attempt ran"),
+			metric.WithExplicitBucketBoundaries(secondsBuckets...))
 	})
 	return &m
 }
 
 // Fn is the attribute set naming a function.
 func Fn(name string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("function", name))
+	return metric.WithAttributes(attribute.String(AttrFunction, name))
 }
 
 // Seconds converts a duration for histograms.
