@@ -41,6 +41,7 @@ import (
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -67,6 +68,7 @@ type Result struct {
 }
 
 type config struct {
+	workflow    bool
 	url         string
 	role        string
 	id          string
@@ -127,6 +129,7 @@ func main() {
 	flag.DurationVar(&c.spread, "spread", 0, "producer: due times spread over this span")
 	flag.StringVar(&c.idPfx, "id-prefix", "run", "producer: run ids are <prefix>-<i>")
 	flag.StringVar(&c.ledger, "ledger", "", "worker: append \"<run id> <attempt> <pid>\" to this file at each handler start (fsynced)")
+	flag.BoolVar(&c.workflow, "workflow", false, "worker: also serve the workflow it.flow (steps a, b at-most-once, c; each appends \"<workflow id>/<step> 0 <pid>\" to the ledger and works -work long)")
 	flag.DurationVar(&c.statsEvery, "stats-every", 0, "worker: print a STATS line this often (0: only on SIGUSR1)")
 	flag.IntVar(&c.parallel, "parallel", 4, "load: concurrent calls")
 	flag.BoolVar(&c.retry, "retry", true, "load: retry a failed call until it returns an id (else report it FAILED)")
@@ -260,6 +263,39 @@ func (l *ledger) note(id string, attempt int) error {
 	return l.f.Sync()
 }
 
+// Flow is the workflow it.flow: three inline steps, the second at most
+// once, each noted in the ledger as "<workflow id>/<step>" when it starts
+// and working for work. Its result is "abc".
+type Flow = workflow.Workflow[Args, string]
+
+func flowDef(led *ledger, work time.Duration) *Flow {
+	step := func(wf *workflow.Context, name string) func(ctx context.Context) (string, error) {
+		return func(ctx context.Context) (string, error) {
+			if err := led.note(wf.ID()+"/"+name, 0); err != nil {
+				os.Exit(3)
+			}
+			select {
+			case <-ctx.Done():
+				return "", context.Cause(ctx)
+			case <-time.After(work):
+			}
+			return name, nil
+		}
+	}
+	return workflow.Define("it.flow", func(wf *workflow.Context, in Args) (string, error) {
+		a, err := workflow.Step(wf, "a", step(wf, "a"))
+		if err != nil {
+			return "", err
+		}
+		b, err := workflow.Step(wf, "b", step(wf, "b"), workflow.StepOptions{Kind: jetflow.AtMostOnce})
+		if err != nil {
+			return "", err
+		}
+		c, err := workflow.Step(wf, "c", step(wf, "c"))
+		return a + b + c, err
+	})
+}
+
 // stats prints the heap after a GC and the goroutine count.
 func stats() {
 	runtime.GC()
@@ -339,6 +375,11 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 	}
 	for _, fn := range fns {
 		worker.Handle(w, fn, h, worker.Options{ClaimAfter: c.claimAfter})
+	}
+	if c.workflow {
+		if err := workflow.Register(w, flowDef(led, c.work)); err != nil {
+			return err
+		}
 	}
 	// Start's ctx is the worker's lifetime (it stops when ctx ends): the
 	// process's, not setup's per-try timeout.
