@@ -15,14 +15,29 @@
 //
 // # Pages
 //
-//   - / lists runs (id, function, state, attempts, scheduled and completed
-//     times, error) a page at a time, filtered by state and function, with
-//     the number of runs in each state. Rows and counts follow changes live.
+//   - / lists runs a page at a time, newest first (by creation time), or
+//     sorted by scheduled time, state or id (click a column's header; a
+//     second click reverses it), filtered by state and function, with
+//     the number of runs in each state. Columns: id, function, state,
+//     attempts, created and scheduled times (relative, local time and the
+//     exact UTC time in the tooltip), queue wait (started minus
+//     scheduled), duration (completed, or now, minus started) and error.
+//     Next and Previous follow cursors both ways. Rows and counts follow
+//     changes live; on the first page a new run appears on top.
 //   - /runs/<id> shows every field of one run: arguments and result as
-//     indented JSON, a progress bar, its parent and children, and a Cancel
-//     button while it has not ended.
-//   - /functions lists what live workers serve; /crons lists the crons
-//     when Config.Crons is set.
+//     indented JSON, a progress bar when the run reports progress, its
+//     attempt (worker, start, end, error: the record keeps the last
+//     attempt only), its parent and children, a Cancel button that asks
+//     for confirmation while it has not ended, and Re-run on a failed or
+//     canceled run: a new run of the same function with the same
+//     arguments, id <id>-rerun-<n>, whose parent is the run; each page
+//     links the other ("Retry of", "Re-runs").
+//   - /functions lists what live workers serve (functions cannot be
+//     paused: workers have no pause switch); /crons lists the crons when
+//     Config.Crons is set, with Trigger now (the cron's call, now, id
+//     trigger-<name>-<unix second>) and, when Config.Crons is a
+//     CronController (*scheduler.Crons), Pause and Resume.
+//   - /favicon.ico is the dashboard's icon (SVG).
 //
 // The page is plain HTML from html/template with a small script and a style
 // sheet embedded in the binary: no external assets, no CDN. Run data is
@@ -44,17 +59,41 @@
 //
 // # JSON API
 //
-//	GET  /api/runs?state=&function=&limit=&after=   {"runs": [...], "next": "<cursor>"}
+// Runs are jetflow.Run records with its JSON field names (id, name, state,
+// scheduledTime, creationTime, startedTime, completedTime, attempts,
+// error, parent, children, progress, ...), as the CLI's --json prints them.
+//
+//	GET  /api/runs?state=&function=&limit=&sort=&order=&after=|before=
+//	         {"runs": [...], "next": "<cursor>", "prev": "<cursor>",
+//	          "sort": "created", "order": "desc", "counts": {...}}
 //	GET  /api/runs/<id>                             the run record
 //	POST /api/runs/<id>/cancel                      {"canceled": bool, "run": {...}}
+//	POST /api/runs/<id>/rerun                       201 {"run": {...}, "retryOf": "<id>"}
+//	GET  /api/runs/<id>/reruns                      {"retryOf": "<id>"|"", "reruns": [...]}
 //	GET  /api/counts?function=                      {"pending": n, ..., "total": n}
 //	GET  /api/functions                             {"functions": [kv.FunctionInfo...]}
 //	GET  /api/crons                                 {"crons": [kv.CronInfo...]} (Config.Crons)
+//	POST /api/crons/<name>/pause|resume|trigger     {"cron": {...}, "run": {...} (trigger)}
 //	GET  /api/events?function=|run=                 Server-Sent Events
 //
+// sort is created (the default, newest first only), scheduled, state or
+// id; order is desc (the default) or asc. next and prev are opaque
+// cursors: pass next as after= for the following page and prev as before=
+// for the one before; each is "" at its end. A page costs one header-only
+// scan of the runs bucket (it also gives the counts) and reads the
+// records it shows; in created order it reads records newest scheduled
+// first until no older one can have been created later (creation is never
+// after the scheduled time), about a page's worth near the top. A run
+// published without a record yet is read from its waiting message.
+//
+// Re-run answers 409 for a run that is not failed or canceled; pause and
+// resume answer 501 when Config.Crons cannot pause (CronsOf). POSTs from
+// other origins are refused (403), as every POST.
+//
 // Errors are JSON, {"error": "..."}, with the status that fits: 400 for a
-// bad parameter, 404 for an unknown run (jetflow.ErrNotFound), 405 with an
-// Allow header for a wrong method, 500 otherwise.
+// bad parameter, 404 for an unknown run or cron (jetflow.ErrNotFound), 405
+// with an Allow header for a wrong method, 409 and 501 as above, 500
+// otherwise.
 //
 // # Events
 //
