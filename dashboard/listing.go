@@ -136,6 +136,7 @@ type entry struct {
 	Function string
 	Due      int64 // scheduled time, Unix ms
 	run      *jetflow.Run
+	queuedFn string // a run known by its waiting message only, not read yet
 }
 
 var stateRank = map[jetflow.State]int64{jetflow.Pending: 0, jetflow.InProgress: 1, jetflow.Success: 2, jetflow.Failed: 3, jetflow.Canceled: 4}
@@ -192,9 +193,18 @@ func (h *handler) scan(ctx context.Context, function string) (scanned, error) {
 		return s, err
 	}
 	// A run with no record yet is known by its message, which holds its
-	// times (read one by one: their number is the backlog of runs no
-	// worker has taken).
+	// times: read one by one, up to maxQueuedReads (their number is the
+	// backlog of runs no worker has taken). Beyond that a waiting run is
+	// placed as due now (it is due now or earlier) and read if it is on
+	// the page.
+	now := time.Now().UnixMilli()
+	n := 0
 	for id, fn := range queued {
+		if n++; n > maxQueuedReads {
+			s.counts.add(jetflow.Pending)
+			s.entries = append(s.entries, &entry{ID: id, State: jetflow.Pending, Function: fn, Due: now, queuedFn: fn})
+			continue
+		}
 		r, ok, err := st.QueuedRunOf(ctx, fn, id)
 		if err != nil {
 			return s, err
@@ -208,6 +218,39 @@ func (h *handler) scan(ctx context.Context, function string) (scanned, error) {
 		s.entries = append(s.entries, &entry{ID: id, State: r.State, Function: r.Name, Due: r.ScheduledTime.UnixMilli(), run: r})
 	}
 	return s, nil
+}
+
+// maxQueuedReads bounds the waiting messages a page reads to know their
+// times.
+const maxQueuedReads = 5000
+
+// read reads e's record (or its waiting message) unless it has it; false
+// when the run is gone (expired, or taken and ended without a record).
+func (h *handler) read(ctx context.Context, e *entry) (bool, error) {
+	if e.run != nil {
+		return true, nil
+	}
+	st := engine.Of(h.p).Store()
+	r, err := st.Get(ctx, e.ID)
+	if errors.Is(err, jetflow.ErrNotFound) && e.queuedFn != "" {
+		q, ok, qerr := st.QueuedRunOf(ctx, e.queuedFn, e.ID)
+		switch {
+		case qerr != nil:
+			return false, qerr
+		case ok:
+			r, err = q, nil
+		default:
+			r, err = st.Get(ctx, e.ID) // taken meanwhile: the record is there
+		}
+	}
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	e.run = r
+	return true, nil
 }
 
 // listPage is the body of GET /api/runs: the runs as the record has them
@@ -276,17 +319,9 @@ func (h *handler) page(ctx context.Context, lq listQuery) (listPage, error) {
 		}
 		rows, hasPrev, hasNext = cands[lo:hi], lo > 0, hi < len(cands)
 		for _, e := range rows {
-			if e.run != nil {
-				continue
-			}
-			r, err := engine.Of(h.p).Store().Get(ctx, e.ID)
-			if errors.Is(err, jetflow.ErrNotFound) {
-				continue // expired since the scan
-			}
-			if err != nil {
+			if _, err := h.read(ctx, e); err != nil { // a run gone since the scan is left out
 				return out, err
 			}
-			e.run = r
 		}
 	}
 	for _, e := range rows {
@@ -313,21 +348,7 @@ func (h *handler) page(ctx context.Context, lq listQuery) (listPage, error) {
 // creation time of the page's last row.
 func (h *handler) pageCreated(ctx context.Context, lq listQuery, cands []*entry) (rows []*entry, hasPrev, hasNext bool, err error) {
 	slices.SortFunc(cands, func(a, b *entry) int { return cmp.Or(cmp.Compare(b.Due, a.Due), strings.Compare(b.ID, a.ID)) })
-	st := engine.Of(h.p).Store()
-	read := func(e *entry) (bool, error) {
-		if e.run != nil {
-			return true, nil
-		}
-		r, err := st.Get(ctx, e.ID)
-		if errors.Is(err, jetflow.ErrNotFound) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		e.run = r
-		return true, nil
-	}
+	read := func(e *entry) (bool, error) { return h.read(ctx, e) }
 	desc := func(a, b *entry) int { return compareCursor(b.key(sortCreated), a.key(sortCreated)) }
 	if lq.Before != nil {
 		// The rows created after the cursor: every one is scheduled at

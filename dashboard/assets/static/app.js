@@ -318,9 +318,12 @@
       });
     }
 
+    // schedule reloads the rows soon: at most every 500 ms, and less often
+    // when a reload is slow (each is a scan of the runs bucket's headers).
+    var took = 0;
     function schedule() {
       if (timer) { return; }
-      timer = setTimeout(function () { timer = null; refresh(); }, 500);
+      timer = setTimeout(function () { timer = null; refresh(); }, Math.max(500, 2 * took));
     }
 
     // refresh reloads the page's rows in the server's order: on
@@ -337,7 +340,9 @@
       if (filter.after) { q.set('after', filter.after); }
       if (filter.before) { q.set('before', filter.before); }
       refreshing = true;
+      var start = Date.now();
       api('/api/runs?' + q.toString()).then(function (page) {
+        took = Date.now() - start;
         var old = {};
         rows().forEach(function (tr) { old[tr.dataset.id] = tr; });
         var frag = document.createDocumentFragment();
@@ -431,8 +436,47 @@
       return li;
     }
 
+    // attemptRow is one attempt: a = {attempt, worker, startedTime,
+    // completedTime, state, error}.
+    function attemptRow(a, max) {
+      var tr = el('tr');
+      tr.dataset.attempt = String(a.attempt);
+      tr.appendChild(el('td', 'num', a.attempt + (max ? ' / ' + max : '')));
+      tr.appendChild(el('td', 'id', a.worker || ''));
+      var st = el('td');
+      setTime(st, a.startedTime);
+      tr.appendChild(st);
+      var en = el('td');
+      setTime(en, a.completedTime);
+      tr.appendChild(en);
+      tr.appendChild(el('td', 'num', span(a.duration)));
+      var oc = el('td');
+      var badge = el('span');
+      stateBadge(badge, a.state || '');
+      oc.appendChild(badge);
+      tr.appendChild(oc);
+      var er = el('td', 'err-cell');
+      er.appendChild(el('pre', 'error-text', a.error || ''));
+      tr.appendChild(er);
+      return tr;
+    }
+
     function renderAttempts(run) {
       attemptsBody.replaceChildren();
+      // A record that keeps every attempt (a "history" list, when the
+      // worker writes one) shows them all.
+      if (Array.isArray(run.history) && run.history.length > 0) {
+        run.history.forEach(function (a) {
+          var s = parseTime(a.startedTime), e = parseTime(a.completedTime);
+          attemptsBody.appendChild(attemptRow({
+            attempt: a.attempt, worker: a.worker, startedTime: a.startedTime, completedTime: a.completedTime,
+            state: a.outcome, error: a.error, duration: s && e ? e - s : -1
+          }, run.maxAttempts));
+        });
+        var n = document.getElementById('attempts-note');
+        if (n) { n.hidden = true; }
+        return;
+      }
       if (!run.attempts) {
         var tr0 = el('tr', 'empty');
         var td0 = el('td', null, 'No attempt has started yet.');
@@ -441,26 +485,10 @@
         attemptsBody.appendChild(tr0);
         return;
       }
-      var tr = el('tr');
-      tr.dataset.attempt = String(run.attempts);
-      tr.appendChild(el('td', 'num', run.attempts + (run.maxAttempts ? ' / ' + run.maxAttempts : '')));
-      tr.appendChild(el('td', 'id', run.owner || ''));
-      var st = el('td');
-      setTime(st, run.startedTime);
-      tr.appendChild(st);
-      var en = el('td');
-      setTime(en, run.completedTime);
-      tr.appendChild(en);
-      tr.appendChild(el('td', 'num', span(duration(run))));
-      var oc = el('td');
-      var badge = el('span');
-      stateBadge(badge, run.state);
-      oc.appendChild(badge);
-      tr.appendChild(oc);
-      var er = el('td', 'err-cell');
-      er.appendChild(el('pre', 'error-text', run.error || ''));
-      tr.appendChild(er);
-      attemptsBody.appendChild(tr);
+      attemptsBody.appendChild(attemptRow({
+        attempt: run.attempts, worker: run.owner, startedTime: run.startedTime, completedTime: run.completedTime,
+        state: run.state, error: run.error, duration: duration(run)
+      }, run.maxAttempts));
     }
 
     function render(run) {
