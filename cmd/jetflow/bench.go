@@ -14,7 +14,7 @@ func init() {
 }
 
 func runBench(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--cron]")
+	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--cron] [--workflow]")
 	n := fs.Int("n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
 	alwaysN := fs.Int("always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
 	mode := fs.String("mode", "both", "durability mode: interval, always or both")
@@ -25,6 +25,7 @@ func runBench(ctx context.Context, args []string) error {
 	claimFirst := fs.Bool("skip-claimfirst", false, "skip the end-to-end figure with every run claimed before its handler starts")
 	pool := fs.Bool("pool", false, "also measure work pools (before the core figures)")
 	cron := fs.Bool("cron", false, "also measure the cron evaluator (before the core figures)")
+	wf := fs.Bool("workflow", false, "also measure durable workflows (before the core figures)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -50,6 +51,11 @@ func runBench(ctx context.Context, args []string) error {
 	if *cron {
 		if err := bench.RunCron(ctx, os.Stdout, *quick); err != nil {
 			return fmt.Errorf("bench cron: %w", err)
+		}
+	}
+	if *wf {
+		if err := bench.RunWorkflow(ctx, os.Stdout, *quick); err != nil {
+			return fmt.Errorf("bench workflow: %w", err)
 		}
 	}
 	// The core figures come last, so that SUMMARY is the last line.

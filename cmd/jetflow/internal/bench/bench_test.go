@@ -144,3 +144,17 @@ func BenchmarkEndToEndOverlapped(b *testing.B) {
 	b.ReportMetric(e.Cost.Wire, "wire-msgs/run")
 	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
 }
+
+// The workflow figures run end to end (quick sizes) and print each line.
+func TestRunWorkflowQuick(t *testing.T) {
+	var out strings.Builder
+	if err := RunWorkflow(context.Background(), &out, true); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"3-step workflows", "1000 sequential steps", "resume after sleep", "SendEvent to the next step"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("no %q line in:\n%s", want, out.String())
+		}
+	}
+	t.Log(out.String())
+}

@@ -1,0 +1,319 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
+)
+
+type wfBenchSteps struct {
+	K int `json:"k"`
+}
+
+type wfBenchSleep struct {
+	Due time.Time `json:"due"`
+}
+
+type wfBenchNone struct{}
+
+// The workflow figures' state: counters and the latencies their last steps
+// report (one bench at a time).
+var (
+	wfBenchDone    atomic.Int64
+	wfBenchPlain   atomic.Int64
+	wfBenchLatMu   sync.Mutex
+	wfBenchLat     []time.Duration
+	wfBenchPlainFn = jetflow.Define[wfBenchSteps]("bench.wf.plain")
+)
+
+func wfBenchNote(d time.Duration) {
+	wfBenchLatMu.Lock()
+	wfBenchLat = append(wfBenchLat, d)
+	wfBenchLatMu.Unlock()
+}
+
+func wfBenchTake() []time.Duration {
+	wfBenchLatMu.Lock()
+	defer wfBenchLatMu.Unlock()
+	out := wfBenchLat
+	wfBenchLat = nil
+	return out
+}
+
+func wfNoop(context.Context) (int, error) { return 0, nil }
+
+var (
+	// K no-op inline steps.
+	wfBenchStepsDef = workflow.Define("bench.wf.steps", func(wf *workflow.Context, in wfBenchSteps) (int, error) {
+		for i := range in.K {
+			if _, err := workflow.Step(wf, fmt.Sprintf("s%d", i), wfNoop); err != nil {
+				return 0, err
+			}
+		}
+		_, err := workflow.Step(wf, "done", func(context.Context) (int, error) { wfBenchDone.Add(1); return 0, nil })
+		return in.K, err
+	})
+	// A durable sleep until Due, then a step that reports its lateness.
+	wfBenchSleepDef = workflow.Define("bench.wf.sleep", func(wf *workflow.Context, in wfBenchSleep) (int, error) {
+		wf.SleepUntil(in.Due)
+		_, err := workflow.Step(wf, "woke", func(context.Context) (int, error) {
+			wfBenchNote(time.Since(in.Due))
+			return 0, nil
+		})
+		return 0, err
+	})
+	// An await of event "go", whose payload is when it was sent, then a
+	// step that reports how long after the send it started.
+	wfBenchEventDef = workflow.Define("bench.wf.event", func(wf *workflow.Context, _ wfBenchNone) (int, error) {
+		sent, err := workflow.AwaitEvent[time.Time](wf, "go", time.Minute)
+		if err != nil {
+			return 0, err
+		}
+		_, err = workflow.Step(wf, "got", func(context.Context) (int, error) {
+			wfBenchNote(time.Since(sent))
+			return 0, nil
+		})
+		return 0, err
+	})
+)
+
+// RunWorkflow measures durable workflows on a fresh embedded server
+// (default durability), in one process (producer, worker, scheduler), and
+// prints each figure beside raw JetStream publish-then-consume and plain
+// runs measured in the same run:
+//   - N workflows of 3 no-op inline steps (started 32 at a time, timed to
+//     the last one's end) against 3N plain no-op runs (EnqueueAsync), as
+//     workflows/s beside plain runs/s ÷ 3;
+//   - the cost of one step in workflows of 10, 100 and 1000 sequential
+//     steps (one workflow each), which must stay flat;
+//   - the lateness of the first step after a durable sleep (M workflows
+//     due over 2 s), and the delay from SendEvent to the step after the
+//     await (M workflows).
+//
+// N is 2,000 and M 500 (200 and 50 when quick).
+func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
+	n, m := 2_000, 500
+	if quick {
+		n, m = 200, 50
+	}
+	dir, err := os.MkdirTemp("", "jetflow-bench-wf-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Options{Dir: dir})
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+	line := func(format string, a ...any) { fmt.Fprintf(out, "workflow "+format+"\n", a...) }
+
+	raw, err := RawPublishConsume(ctx, srv.ClientURL(), 3*n, 100)
+	if err != nil {
+		return fmt.Errorf("raw: %w", err)
+	}
+	rawRate := rate(3*n, raw.Publish+raw.Consume)
+
+	scfg := streams.Config{Prefix: "benchwf"}
+	wnc, wjs, err := poolBenchConnect(srv.ClientURL(), "bench-wf-worker")
+	if err != nil {
+		return err
+	}
+	defer wnc.Close()
+	pnc, pjs, err := poolBenchConnect(srv.ClientURL(), "bench-wf-producer")
+	if err != nil {
+		return err
+	}
+	defer pnc.Close()
+	snc, sjs, err := poolBenchConnect(srv.ClientURL(), "bench-wf-scheduler")
+	if err != nil {
+		return err
+	}
+	defer snc.Close()
+
+	w, err := worker.New(ctx, wjs, worker.Config{Streams: scfg, Concurrency: 64})
+	if err != nil {
+		return err
+	}
+	worker.Handle(w, wfBenchPlainFn, func(context.Context, *worker.Job[wfBenchSteps]) error { wfBenchPlain.Add(1); return nil },
+		worker.Options{Concurrency: 64, MaxParallel: 10_000})
+	for _, reg := range []error{
+		workflow.Register(w, wfBenchStepsDef, workflow.RegisterOptions{Concurrency: 64}),
+		workflow.Register(w, wfBenchSleepDef, workflow.RegisterOptions{Concurrency: 64}),
+		workflow.Register(w, wfBenchEventDef, workflow.RegisterOptions{Concurrency: 64}),
+	} {
+		if reg != nil {
+			return reg
+		}
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	}()
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: scfg, LeaseTTL: time.Second})
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Stop(sctx)
+	}()
+	p, err := producer.New(ctx, pjs, producer.Config{Streams: scfg})
+	if err != nil {
+		return err
+	}
+	if err := poolBenchWait(ctx, time.Minute, s.IsLeader); err != nil {
+		return fmt.Errorf("scheduler leader: %w", err)
+	}
+
+	// 3N plain runs.
+	wfBenchPlain.Store(0)
+	start := time.Now()
+	pend := make([]*producer.Pending, 0, 3*n)
+	for i := range 3 * n {
+		pd, err := p.EnqueueAsync(ctx, wfBenchPlainFn.With(wfBenchSteps{K: i}))
+		if err != nil {
+			return fmt.Errorf("plain runs: %w", err)
+		}
+		pend = append(pend, pd)
+	}
+	for _, pd := range pend {
+		if err := pd.Wait(ctx); err != nil {
+			return fmt.Errorf("plain runs: %w", err)
+		}
+	}
+	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return wfBenchPlain.Load() >= int64(3*n) }); err != nil {
+		return fmt.Errorf("plain runs: %d of %d ran: %w", wfBenchPlain.Load(), 3*n, err)
+	}
+	plainRate := rate(3*n, time.Since(start))
+
+	// N workflows of 3 steps.
+	wfBenchDone.Store(0)
+	start = time.Now()
+	if err := wfBenchStart(ctx, n, func(ctx context.Context, i int) error {
+		_, err := workflow.Start(ctx, p, wfBenchStepsDef, wfBenchSteps{K: 3})
+		return err
+	}); err != nil {
+		return fmt.Errorf("3-step workflows: %w", err)
+	}
+	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return wfBenchDone.Load() >= int64(n) }); err != nil {
+		return fmt.Errorf("3-step workflows: %d of %d ended: %w", wfBenchDone.Load(), n, err)
+	}
+	wfRate := rate(n, time.Since(start))
+	line("raw publish+consume %s msg/s; plain no-op runs %s runs/s (%s of raw)", fmtRate(rawRate), fmtRate(plainRate), trimFloat(ratio(plainRate, rawRate)))
+	line("3-step workflows %s /s; 3 plain runs %s /s; ratio %s (target >= 0.5)", fmtRate(wfRate), fmtRate(plainRate/3), trimFloat(ratio(wfRate, plainRate/3)))
+
+	// The cost of a step at 10, 100 and 1000 steps.
+	for _, k := range []int{10, 100, 1000} {
+		wfBenchDone.Store(0)
+		start := time.Now()
+		if _, err := workflow.Start(ctx, p, wfBenchStepsDef, wfBenchSteps{K: k}); err != nil {
+			return err
+		}
+		if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return wfBenchDone.Load() >= 1 }); err != nil {
+			return fmt.Errorf("%d-step workflow: %w", k, err)
+		}
+		line("%d sequential steps: %s per step", k, fmtDur(per(time.Since(start), k)))
+	}
+
+	// Resume after a durable sleep.
+	wfBenchTake()
+	first := time.Now().Add(time.Second)
+	if err := wfBenchStart(ctx, m, func(ctx context.Context, i int) error {
+		due := first.Add(2 * time.Second * time.Duration(i) / time.Duration(m))
+		_, err := workflow.Start(ctx, p, wfBenchSleepDef, wfBenchSleep{Due: due})
+		return err
+	}); err != nil {
+		return fmt.Errorf("sleeping workflows: %w", err)
+	}
+	if err := poolBenchWait(ctx, 5*time.Minute, func() bool {
+		wfBenchLatMu.Lock()
+		defer wfBenchLatMu.Unlock()
+		return len(wfBenchLat) >= m
+	}); err != nil {
+		return fmt.Errorf("sleeping workflows: %w", err)
+	}
+	sl := percentiles(wfBenchTake())
+	line("resume after sleep (%d): lateness p50 %s p99 %s max %s (target p99 < 25ms)", sl.N, fmtDur(sl.P50), fmtDur(sl.P99), fmtDur(sl.Max))
+
+	// SendEvent to the next step.
+	ids := make([]string, m)
+	if err := wfBenchStart(ctx, m, func(ctx context.Context, i int) error {
+		id, err := workflow.Start(ctx, p, wfBenchEventDef, wfBenchNone{})
+		ids[i] = id
+		return err
+	}); err != nil {
+		return fmt.Errorf("awaiting workflows: %w", err)
+	}
+	// Each waits once its first segment has parked on the await.
+	if err := poolBenchWait(ctx, 5*time.Minute, func() bool {
+		for _, id := range ids {
+			st, err := workflow.Get(ctx, p, id)
+			if err != nil || !st.Waiting {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return fmt.Errorf("awaiting workflows: %w", err)
+	}
+	if err := wfBenchStart(ctx, m, func(ctx context.Context, i int) error {
+		return workflow.SendEvent(ctx, p, ids[i], "go", time.Now())
+	}); err != nil {
+		return fmt.Errorf("send events: %w", err)
+	}
+	if err := poolBenchWait(ctx, 5*time.Minute, func() bool {
+		wfBenchLatMu.Lock()
+		defer wfBenchLatMu.Unlock()
+		return len(wfBenchLat) >= m
+	}); err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	ev := percentiles(wfBenchTake())
+	line("SendEvent to the next step (%d): p50 %s p99 %s max %s (target p99 < 25ms)", ev.N, fmtDur(ev.P50), fmtDur(ev.P99), fmtDur(ev.Max))
+	return nil
+}
+
+// wfBenchStart calls start(i) for i in [0, n), 32 at a time.
+func wfBenchStart(ctx context.Context, n int, start func(ctx context.Context, i int) error) error {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	var mu sync.Mutex
+	var first error
+	for i := range n {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := start(ctx, i); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return first
+}
