@@ -101,6 +101,9 @@ type handler struct {
 	log   *slog.Logger
 	pages *pages
 	root  http.Handler
+	// queuedReads bounds the waiting messages a page reads
+	// (maxQueuedReads; tests lower it).
+	queuedReads int
 }
 
 // New returns the dashboard of the runs p reads: HTML pages, the JSON API
@@ -109,7 +112,7 @@ type handler struct {
 // ends with it. It does not own p's connection.
 func New(p *producer.Producer, cfg Config) http.Handler {
 	cfg = cfg.withDefaults()
-	h := &handler{p: p, cfg: cfg, log: cfg.Logger}
+	h := &handler{p: p, cfg: cfg, log: cfg.Logger, queuedReads: maxQueuedReads}
 	ps, err := h.parsePages()
 	if err != nil {
 		panic(err) // the templates are embedded: a test parses them

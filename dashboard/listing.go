@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
 	"net/url"
 	"slices"
 	"strconv"
@@ -137,6 +139,7 @@ type entry struct {
 	Due      int64 // scheduled time, Unix ms
 	run      *jetflow.Run
 	queuedFn string // a run known by its waiting message only, not read yet
+	unplaced bool   // its times were not read: its keys are unplacedDue
 }
 
 var stateRank = map[jetflow.State]int64{jetflow.Pending: 0, jetflow.InProgress: 1, jetflow.Success: 2, jetflow.Failed: 3, jetflow.Canceled: 4}
@@ -151,6 +154,9 @@ func (e *entry) key(s string) cursor {
 		// the state order is not kept: the order is one tuple.
 		return cursor{K1: stateRank[e.State], K2: e.Due, ID: e.ID}
 	case sortCreated:
+		if e.unplaced {
+			return cursor{K1: unplacedDue * 1000, ID: e.ID}
+		}
 		if e.run != nil {
 			return cursor{K1: e.run.CreationTime.UnixMicro(), ID: e.ID}
 		}
@@ -193,16 +199,16 @@ func (h *handler) scan(ctx context.Context, function string) (scanned, error) {
 		return s, err
 	}
 	// A run with no record yet is known by its message, which holds its
-	// times: read one by one, up to maxQueuedReads (their number is the
-	// backlog of runs no worker has taken). Beyond that a waiting run is
-	// placed as due now (it is due now or earlier) and read if it is on
-	// the page.
-	now := time.Now().UnixMilli()
-	n := 0
-	for id, fn := range queued {
-		if n++; n > maxQueuedReads {
+	// times: read one by one, the first maxQueuedReads in id order (their
+	// number is the backlog of runs no worker has taken). The others are
+	// not placed by time: they come first in the newest-first orders (in
+	// id order among themselves) and are read when they are on the page.
+	qids := slices.Sorted(maps.Keys(queued))
+	for i, id := range qids {
+		fn := queued[id]
+		if i >= h.queuedReads {
 			s.counts.add(jetflow.Pending)
-			s.entries = append(s.entries, &entry{ID: id, State: jetflow.Pending, Function: fn, Due: now, queuedFn: fn})
+			s.entries = append(s.entries, &entry{ID: id, State: jetflow.Pending, Function: fn, Due: unplacedDue, queuedFn: fn, unplaced: true})
 			continue
 		}
 		r, ok, err := st.QueuedRunOf(ctx, fn, id)
@@ -219,6 +225,10 @@ func (h *handler) scan(ctx context.Context, function string) (scanned, error) {
 	}
 	return s, nil
 }
+
+// unplacedDue is the sort key of a waiting run whose time was not read:
+// after every real time (it is shown first newest first).
+const unplacedDue = math.MaxInt64 / 2000
 
 // maxQueuedReads bounds the waiting messages a page reads to know their
 // times.
@@ -348,7 +358,21 @@ func (h *handler) page(ctx context.Context, lq listQuery) (listPage, error) {
 // creation time of the page's last row.
 func (h *handler) pageCreated(ctx context.Context, lq listQuery, cands []*entry) (rows []*entry, hasPrev, hasNext bool, err error) {
 	slices.SortFunc(cands, func(a, b *entry) int { return cmp.Or(cmp.Compare(b.Due, a.Due), strings.Compare(b.ID, a.ID)) })
-	read := func(e *entry) (bool, error) { return h.read(ctx, e) }
+	// An unplaced run's key is known without reading it; it is read if
+	// it is on the page.
+	read := func(e *entry) (bool, error) {
+		if e.unplaced {
+			return true, nil
+		}
+		return h.read(ctx, e)
+	}
+	defer func() {
+		for _, e := range rows {
+			if err == nil && e.unplaced {
+				_, err = h.read(ctx, e)
+			}
+		}
+	}()
 	desc := func(a, b *entry) int { return compareCursor(b.key(sortCreated), a.key(sortCreated)) }
 	if lq.Before != nil {
 		// The rows created after the cursor: every one is scheduled at

@@ -475,6 +475,13 @@
         });
         var n = document.getElementById('attempts-note');
         if (n) { n.hidden = true; }
+        // The attempt running or waiting now is the record's own.
+        if (run.attempts > run.history[run.history.length - 1].attempt) {
+          attemptsBody.appendChild(attemptRow({
+            attempt: run.attempts, worker: run.owner, startedTime: run.startedTime, completedTime: run.completedTime,
+            state: run.state, error: terminal(run.state) ? run.error : '', duration: duration(run)
+          }, run.maxAttempts));
+        }
         return;
       }
       if (!run.attempts) {
