@@ -77,8 +77,35 @@ type Run struct {
 	Priority int `json:"priority,omitempty"`
 	// Trace carries W3C trace context for runs dispatched later.
 	Trace map[string]string `json:"trace,omitempty"`
+	// History lists the attempts that ended, oldest first, once a run has
+	// had more than one (a run that succeeds at its first attempt keeps
+	// none: its record says it all). At most MaxHistory, the latest.
+	History []Attempt `json:"history,omitempty"`
 	// Revision is the record's KV revision (not stored in the record).
 	Revision uint64 `json:"-"`
+}
+
+// Attempt is one ended attempt of a run (Run.History).
+type Attempt struct {
+	Attempt       int       `json:"attempt"`
+	Worker        string    `json:"worker,omitempty"`
+	StartedTime   time.Time `json:"startedTime,omitzero"`
+	CompletedTime time.Time `json:"completedTime,omitzero"`
+	// Outcome: success, failed (retried or not), lost (its worker stopped
+	// heartbeating), canceled.
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
+}
+
+// MaxHistory bounds Run.History.
+const MaxHistory = 20
+
+// AddAttempt appends a to r.History, keeping the latest MaxHistory.
+func (r *Run) AddAttempt(a Attempt) {
+	r.History = append(r.History, a)
+	if n := len(r.History); n > MaxHistory {
+		r.History = append(r.History[:0:0], r.History[n-MaxHistory:]...)
+	}
 }
 
 // Callback names a function to run when a run ends, with context args of

@@ -126,6 +126,12 @@ func appendRun(b []byte, r *jetflow.Run) ([]byte, error) {
 			return b, err
 		}
 	}
+	if len(r.History) > 0 {
+		b = append(b, `,"history":`...)
+		if b, err = appendJSON(b, r.History); err != nil {
+			return b, err
+		}
+	}
 	return append(b, '}'), nil
 }
 

@@ -21,7 +21,11 @@ func TestCodecMatchesEncodingJSON(t *testing.T) {
 			Parent: "p", HeldBy: "h", Children: []string{"c1", "c2"},
 			Progress: &jetflow.Progress{Percent: 50, Processed: 1, Total: 2, Message: "half", Updated: now},
 			Result:   json.RawMessage(`[1,2]`), OnComplete: &jetflow.Callback{Function: "done", Args: json.RawMessage(`{"x":1}`)},
-			Pool: "pl", Priority: -1, Trace: map[string]string{"traceparent": "00-abc"}},
+			Pool: "pl", Priority: -1, Trace: map[string]string{"traceparent": "00-abc"},
+			History: []jetflow.Attempt{
+				{Attempt: 1, Worker: "w0", StartedTime: now, CompletedTime: now, Outcome: "failed", Error: "x \"y\""},
+				{Attempt: 2, Outcome: "lost"},
+			}},
 		{ID: "c", Name: "x", State: jetflow.Success, ScheduledTime: now.In(time.FixedZone("X", 3600)), CreationTime: now},
 	}
 	for _, r := range runs {

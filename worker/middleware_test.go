@@ -3,9 +3,11 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -112,5 +114,48 @@ func TestTypedOnComplete(t *testing.T) {
 	c := recv(t, got, "the typed callback")
 	if c.Run == nil || c.Run.ID != id || c.Run.State != jetflow.Success || c.Context.Order != "o-42" {
 		t.Fatalf("completion %+v (run %+v)", c, c.Run)
+	}
+}
+
+var historyFn = jetflow.Define[echoArgs]("history.work")
+
+// A run that took several attempts keeps each in its record's history:
+// attempt, worker, times, outcome and error; a first-attempt success keeps
+// none.
+func TestAttemptHistory(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{ID: "w-hist"})
+	worker.Handle(e.W, historyFn, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		if j.Attempt() < 3 && j.Args.N == 1 {
+			return fmt.Errorf("attempt %d fails", j.Attempt())
+		}
+		return nil
+	}, worker.Options{Backoff: jetflow.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
+	e.start(t)
+	ctx := context.Background()
+	flaky, err := e.P.Enqueue(ctx, historyFn.With(echoArgs{N: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	once, err := e.P.Enqueue(ctx, historyFn.With(echoArgs{N: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.wait(t, flaky)
+	if r.State != jetflow.Success || len(r.History) != 3 {
+		t.Fatalf("flaky run: %s with history %+v, want success after 3 attempts listed", r.State, r.History)
+	}
+	for i, a := range r.History {
+		want := "failed"
+		if i == 2 {
+			want = "success"
+		}
+		if a.Attempt != i+1 || a.Outcome != want || a.Worker != "w-hist" || a.StartedTime.IsZero() || a.CompletedTime.IsZero() ||
+			(want == "failed") != strings.Contains(a.Error, fmt.Sprintf("attempt %d fails", i+1)) {
+			t.Fatalf("history[%d] = %+v", i, a)
+		}
+	}
+	if r := e.wait(t, once); r.State != jetflow.Success || len(r.History) != 0 {
+		t.Fatalf("first-attempt success: %+v, want no history", r.History)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -256,6 +257,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		r.State = jetflow.Failed
 		r.Error = jetflow.ErrWorkerLost.Error()
 		r.CompletedTime = w.now().UTC()
+		r.AddAttempt(lostAttempt(r, w.now()))
 		if _, err := w.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
 			telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
 			w.complete(ctx, r)
@@ -267,6 +269,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		// that kills its process every time ends failed after MaxAttempts
 		// instead of being redelivered forever.
 		j.env.Attempt = r.Attempts + 1
+		r.AddAttempt(lostAttempt(r, w.now()))
 		if j.env.Attempt > j.maxAttempts() {
 			r.State, r.CompletedTime = jetflow.Failed, w.now().UTC()
 			r.Error = fmt.Sprintf("%v: attempt %d lost, no attempts left", jetflow.ErrWorkerLost, r.Attempts)
@@ -284,6 +287,20 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 	}
 	j.rec, j.rev = r, r.Revision
 	return true
+}
+
+// lostAttempt is the history entry of r's attempt whose worker is gone.
+func lostAttempt(r *jetflow.Run, now time.Time) jetflow.Attempt {
+	return jetflow.Attempt{Attempt: r.Attempts, Worker: r.Owner, StartedTime: r.StartedTime,
+		CompletedTime: now.UTC(), Outcome: "lost", Error: jetflow.ErrWorkerLost.Error()}
+}
+
+// clip cuts s to at most n bytes (valid UTF-8).
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // recordArgs is what a record stores as the args of a run whose message
@@ -336,10 +353,7 @@ func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md
 	if jetflow.ValidateRunID(id) != nil || !msgIDFits(m.Headers().Get(streams.HeaderMsgID), streams.Envelope{ID: id, Attempt: 1}) {
 		id = dlq
 	}
-	why := reason.Error()
-	if len(why) > maxReason {
-		why = strings.ToValidUTF8(why[:maxReason], "?") + "…"
-	}
+	why := clip(reason.Error(), maxReason)
 	subject := m.Subject()
 	if len(subject) > 512 {
 		subject = subject[:512] + "…"
@@ -486,6 +500,12 @@ func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 	if r.StartedTime.IsZero() {
 		r.StartedTime = j.started
 	}
+	if len(r.History) > 0 || r.Attempts > 1 {
+		// Not the first attempt: the history shows them all. (A first
+		// attempt's success keeps none: one write of the hot path less.)
+		r.AddAttempt(jetflow.Attempt{Attempt: r.Attempts, Worker: w.cfg.ID, StartedTime: r.StartedTime,
+			CompletedTime: r.CompletedTime, Outcome: string(jetflow.Success)})
+	}
 	rev := j.rev
 	j.closed = true // no heartbeat or progress write may slip in before the outcome
 	j.mu.Unlock()
@@ -621,6 +641,9 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	if r.StartedTime.IsZero() {
 		r.StartedTime = j.started
 	}
+	r.History = slices.Clone(r.History)
+	r.AddAttempt(jetflow.Attempt{Attempt: j.env.Attempt, Worker: w.cfg.ID, StartedTime: r.StartedTime,
+		CompletedTime: w.now().UTC(), Outcome: "failed", Error: clip(r.Error, maxReason)})
 	rev := j.rev
 	j.closed = true // no heartbeat or progress write may slip in before the outcome
 	j.mu.Unlock()

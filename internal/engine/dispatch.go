@@ -92,7 +92,7 @@ func Envelope(r *jetflow.Run) streams.Envelope {
 		Function: r.Name, ID: r.ID, Rev: r.Revision, Attempt: r.Attempts + 1,
 		MaxAttempts: r.MaxAttempts, Parent: r.Parent, Scheduled: r.ScheduledTime,
 		Created: r.CreationTime, Args: r.Args, Timeout: r.Timeout, Trace: r.Trace,
-		Reload: r.OnComplete != nil || r.Pool != "" || len(r.Children) > 0,
+		Reload: r.OnComplete != nil || r.Pool != "" || len(r.Children) > 0 || len(r.History) > 0,
 	}
 }
 
