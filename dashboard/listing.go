@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -140,6 +141,7 @@ type entry struct {
 	run      *jetflow.Run
 	queuedFn string // a run known by its waiting message only, not read yet
 	unplaced bool   // its times were not read: its keys are unplacedDue
+	gone     bool   // read, and not found
 }
 
 var stateRank = map[jetflow.State]int64{jetflow.Pending: 0, jetflow.InProgress: 1, jetflow.Success: 2, jetflow.Failed: 3, jetflow.Canceled: 4}
@@ -237,8 +239,8 @@ const maxQueuedReads = 5000
 // read reads e's record (or its waiting message) unless it has it; false
 // when the run is gone (expired, or taken and ended without a record).
 func (h *handler) read(ctx context.Context, e *entry) (bool, error) {
-	if e.run != nil {
-		return true, nil
+	if e.run != nil || e.gone {
+		return e.run != nil, nil
 	}
 	st := engine.Of(h.p).Store()
 	r, err := st.Get(ctx, e.ID)
@@ -254,6 +256,7 @@ func (h *handler) read(ctx context.Context, e *entry) (bool, error) {
 		}
 	}
 	if errors.Is(err, jetflow.ErrNotFound) {
+		e.gone = true
 		return false, nil
 	}
 	if err != nil {
@@ -261,6 +264,38 @@ func (h *handler) read(ctx context.Context, e *entry) (bool, error) {
 	}
 	e.run = r
 	return true, nil
+}
+
+// readAhead is how many records the created order reads at once, and
+// readers how many requests it has in flight.
+const (
+	readAhead = 64
+	readers   = 16
+)
+
+// prefetch reads the records of es side by side (the walk in created
+// order then finds them read).
+func (h *handler) prefetch(ctx context.Context, es []*entry) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	sem := make(chan struct{}, readers)
+	for _, e := range es {
+		if e.run != nil || e.gone || e.unplaced {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if _, err := h.read(ctx, e); err != nil {
+				mu.Lock()
+				first = cmp.Or(first, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return first
 }
 
 // listPage is the body of GET /api/runs: the runs as the record has them
@@ -378,9 +413,14 @@ func (h *handler) pageCreated(ctx context.Context, lq listQuery, cands []*entry)
 		// The rows created after the cursor: every one is scheduled at
 		// or after the cursor's creation time.
 		var above []*entry
-		for _, e := range cands {
+		for i, e := range cands {
 			if dueEnd(e) <= lq.Before.K1 {
 				break
+			}
+			if i%readAhead == 0 {
+				if err := h.prefetch(ctx, cands[i:min(len(cands), i+readAhead)]); err != nil {
+					return nil, false, false, err
+				}
 			}
 			ok, err := read(e)
 			if err != nil {
@@ -396,9 +436,14 @@ func (h *handler) pageCreated(ctx context.Context, lq listQuery, cands []*entry)
 	}
 	// The page after the cursor (or the first): keep the best Limit+1.
 	var best []*entry
-	for _, e := range cands {
+	for i, e := range cands {
 		if len(best) > lq.Limit && dueEnd(e) <= best[lq.Limit].key(sortCreated).K1 {
 			break
+		}
+		if i%readAhead == 0 {
+			if err := h.prefetch(ctx, cands[i:min(len(cands), i+readAhead)]); err != nil {
+				return nil, false, false, err
+			}
 		}
 		ok, err := read(e)
 		if err != nil {

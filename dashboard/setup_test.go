@@ -124,7 +124,7 @@ func (e *env) waitState(t *testing.T, id string, st jetflow.State) *jetflow.Run 
 }
 
 // do sends a request and returns the status, headers and body.
-func do(t *testing.T, method, url string, hdr map[string]string) (int, http.Header, []byte) {
+func do(t testing.TB, method, url string, hdr map[string]string) (int, http.Header, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, nil)
 	if err != nil {
@@ -147,7 +147,7 @@ func do(t *testing.T, method, url string, hdr map[string]string) (int, http.Head
 }
 
 // getJSON expects status want and decodes the body into v.
-func getJSON(t *testing.T, method, url string, want int, v any) {
+func getJSON(t testing.TB, method, url string, want int, v any) {
 	t.Helper()
 	st, hdr, body := do(t, method, url, nil)
 	if st != want {
