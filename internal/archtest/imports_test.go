@@ -27,6 +27,8 @@ var roles = map[string][]string{
 	"retrier":   {"producer", "worker"},
 	"webhook":   {"producer", "worker"},
 	"dashboard": {"producer"},
+	// jetflowtest: jetflow inside a user's test, on a fake clock.
+	"jetflowtest": {"producer", "worker", "scheduler"},
 	// workflow: durable workflows, being built on the producer and the
 	// worker (to be drawn in docs/architecture.md when it lands).
 	"workflow": {"producer", "worker"},
