@@ -25,9 +25,10 @@
 //     Next and Previous follow cursors both ways. Rows and counts follow
 //     changes live; on the first page a new run appears on top.
 //   - /runs/<id> shows every field of one run: arguments and result as
-//     indented JSON, a progress bar when the run reports progress, its
-//     attempt (worker, start, end, error: the record keeps the last
-//     attempt only), its parent and children, a Cancel button that asks
+//     indented JSON, a progress bar when the run reports progress, every
+//     attempt with its worker, start, end, outcome and error (from the
+//     record's history, jetflow.Run.History, kept once a run has had more
+//     than one attempt), its parent and children, a Cancel button that asks
 //     for confirmation while it has not ended, and Re-run on a failed or
 //     canceled run: a new run of the same function with the same
 //     arguments, id <id>-rerun-<n>, whose parent is the run; each page

@@ -252,6 +252,8 @@ type runData struct {
 	Trace          []string
 	RetryOf        string
 	Reruns         []*jetflow.Run
+	Attempts       []attemptRow
+	Earlier        int // attempts before the ones listed, not recorded
 	QueueWait      time.Duration
 	Duration       time.Duration
 }
@@ -275,6 +277,7 @@ func (h *handler) runPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.QueueWait, d.Duration = queueWait(run), runDuration(run, time.Now())
+	d.Attempts, d.Earlier = attemptRows(run, d.Duration)
 	if run.OnComplete != nil {
 		d.OnCompleteArgs = prettyJSON(run.OnComplete.Args)
 	}
@@ -294,6 +297,41 @@ func (h *handler) runPage(w http.ResponseWriter, r *http.Request) {
 	}
 	sort.Strings(d.Trace)
 	h.render(w, r, h.pages.run, http.StatusOK, d)
+}
+
+// attemptRow is one attempt on a run's page.
+type attemptRow struct {
+	N              int
+	Worker         string
+	Started, Ended time.Time
+	Duration       time.Duration
+	Outcome, Error string
+}
+
+// attemptRows lists a run's attempts: those of its history (kept once a
+// run has had more than one), then the attempt running or waiting now;
+// without a history, the record's own (last) attempt. earlier counts the
+// attempts before the first listed (a history keeps the latest
+// jetflow.MaxHistory).
+func attemptRows(r *jetflow.Run, current time.Duration) (rows []attemptRow, earlier int) {
+	for _, a := range r.History {
+		d := time.Duration(-1)
+		if !a.StartedTime.IsZero() && !a.CompletedTime.IsZero() {
+			d = max(0, a.CompletedTime.Sub(a.StartedTime))
+		}
+		rows = append(rows, attemptRow{N: a.Attempt, Worker: a.Worker, Started: a.StartedTime, Ended: a.CompletedTime, Duration: d, Outcome: a.Outcome, Error: a.Error})
+	}
+	if r.Attempts > 0 && (len(rows) == 0 || r.Attempts > rows[len(rows)-1].N) {
+		row := attemptRow{N: r.Attempts, Worker: r.Owner, Started: r.StartedTime, Ended: r.CompletedTime, Duration: current, Outcome: string(r.State)}
+		if len(rows) == 0 || r.State.Terminal() {
+			row.Error = r.Error
+		}
+		rows = append(rows, row)
+	}
+	if len(rows) > 0 {
+		earlier = rows[0].N - 1
+	}
+	return rows, earlier
 }
 
 type functionsData struct {

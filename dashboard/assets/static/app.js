@@ -473,8 +473,6 @@
             state: a.outcome, error: a.error, duration: s && e ? e - s : -1
           }, run.maxAttempts));
         });
-        var n = document.getElementById('attempts-note');
-        if (n) { n.hidden = true; }
         // The attempt running or waiting now is the record's own.
         if (run.attempts > run.history[run.history.length - 1].attempt) {
           attemptsBody.appendChild(attemptRow({
