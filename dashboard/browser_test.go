@@ -36,6 +36,7 @@ func TestBrowser(t *testing.T) {
 
 	b := startBrowser(t)
 	shots := t.TempDir()
+	t.Logf("screenshots in %s", shots)
 
 	// The runs page: one row per run, with its state, and the counts.
 	b.navigate(e.URL + "/")
@@ -122,6 +123,7 @@ func TestBrowser(t *testing.T) {
 	// Cancel asks first; "Keep it" keeps it, "Yes" cancels.
 	click(t, b, "#cancel-btn")
 	b.waitFor("the cancel confirmation", `!document.getElementById('cancel-confirm').hidden && document.getElementById('cancel-btn').hidden`)
+	checkScreenshot(t, b, filepath.Join(shots, "run-cancel-confirm.png"))
 	click(t, b, "#cancel-no")
 	b.waitFor("the confirmation to close", `document.getElementById('cancel-confirm').hidden && !document.getElementById('cancel-btn').hidden`)
 	if r, err := e.P.Get(context.Background(), "r1"); err != nil || r.State != jetflow.InProgress {
