@@ -62,6 +62,14 @@ func TestHelpAtEveryLevel(t *testing.T) {
 	if !strings.Contains(out, "\n  -n int") || !strings.Contains(out, "\n  --tz string") {
 		t.Errorf("crons next -h:\n%s", out)
 	}
+	code, _, errw := runCLI(ctx, "runs", "list", "--bogus")
+	if code != exitUsage || !strings.Contains(errw, "not defined: --bogus") || strings.Contains(errw, " -bogus") {
+		t.Errorf("runs list --bogus: exit %d, stderr %q", code, errw)
+	}
+	code, _, errw = runCLI(ctx, "runs", "list", "--limit", "x")
+	if code != exitUsage || !strings.Contains(errw, "for flag --limit") {
+		t.Errorf("runs list --limit x: exit %d, stderr %q", code, errw)
+	}
 	_, out, _ = runCLI(ctx, "--help")
 	if !strings.Contains(out, "Exit codes:") || !strings.Contains(out, "--version") {
 		t.Errorf("jetflow --help does not document exit codes and --version:\n%s", out)

@@ -26,6 +26,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -207,10 +208,20 @@ func parse(fs *flag.FlagSet, args []string) error {
 		_, _ = o.out.Write(held)
 		return err
 	case err != nil:
-		_, _ = o.err.Write(held)
-		return &exitCodeError{code: exitUsage, err: err}
+		_, _ = o.err.Write([]byte(dashFlags(string(held))))
+		return &exitCodeError{code: exitUsage, err: errors.New(dashFlags(err.Error()))}
 	}
 	return nil
+}
+
+// flagInMessage is a flag named in the flag package's messages ("flag
+// provided but not defined: -bogus", "invalid value ... for flag -limit").
+var flagInMessage = regexp.MustCompile(`(defined: |flag )-([A-Za-z0-9][A-Za-z0-9_-]+)`)
+
+// dashFlags writes the flags named in a flag package message as the
+// README does: --name (one-letter flags keep one dash).
+func dashFlags(msg string) string {
+	return flagInMessage.ReplaceAllString(msg, "${1}--${2}")
 }
 
 func hasFlags(fs *flag.FlagSet) bool {
