@@ -301,3 +301,45 @@ func TestRequireHelpersFail(t *testing.T) {
 		t.Errorf("RequireNotEnqueued of args never scheduled failed: %q", msg)
 	}
 }
+
+// Exponential backoff with jitter (the default) passes within an Advance
+// as long as its delays; a paused cron does not fire.
+func TestDefaultBackoffAndPausedCron(t *testing.T) {
+	t.Parallel()
+	e := jetflowtest.New(t, jetflowtest.Options{Crons: scheduler.CronConfig{Crons: []scheduler.CronDef{
+		{Name: "every-minute", Schedule: scheduler.Interval(time.Minute), Call: followUp.With(noteArgs{Text: "tick"})},
+	}}})
+	var fails, ticks atomic.Int32
+	jetflowtest.Handle(e, note, func(ctx context.Context, j *worker.Job[noteArgs]) error {
+		if fails.Add(1) <= 4 {
+			return errors.New("down")
+		}
+		return nil
+	})
+	jetflowtest.Handle(e, followUp, func(ctx context.Context, j *worker.Job[noteArgs]) error {
+		ticks.Add(1)
+		return nil
+	})
+	ctx := context.Background()
+	if err := e.Crons.Pause(ctx, "every-minute"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.Producer.Enqueue(ctx, note.With(noteArgs{Text: "x"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Advance(time.Hour) // backoff of 4 failures: at most 1+2+4+8 s
+	if r := get(t, e, id); r.State != jetflow.Success || r.Attempts != 5 {
+		t.Fatalf("after an hour: state %s, attempts %d", r.State, r.Attempts)
+	}
+	if n := ticks.Load(); n != 0 {
+		t.Fatalf("paused cron fired %d times", n)
+	}
+	if err := e.Crons.Resume(ctx, "every-minute"); err != nil {
+		t.Fatal(err)
+	}
+	e.Advance(10 * time.Minute)
+	if n := ticks.Load(); n != 10 {
+		t.Fatalf("resumed cron fired %d times in 10 minutes, want 10", n)
+	}
+}
