@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -240,6 +241,35 @@ func TestHistograms(t *testing.T) {
 	for _, name := range []string{"jetflow.runs.duration", "jetflow.runs.queue_wait"} {
 		if !seen[name] {
 			t.Errorf("no %s data point for %s", name, echo.Name())
+		}
+	}
+}
+
+// Every item of a Batch, and a run of EnqueueAsync, has its own producer
+// span, the parent of its run's span.
+func TestBatchAndAsyncPublishSpans(t *testing.T) {
+	installOTel()
+	e := setup(t, worker.Config{})
+	worker.Handle(e.W, otelChild, func(ctx context.Context, j *worker.Job[echoArgs]) error { return nil })
+	e.start(t)
+	ctx := context.Background()
+	ids, err := e.P.Batch(ctx, []producer.Item{{Call: otelChild.With(echoArgs{N: 1})}, {Call: otelChild.With(echoArgs{N: 2}), At: time.Now().Add(50 * time.Millisecond)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pd, err := e.P.EnqueueAsync(ctx, otelChild.With(echoArgs{N: 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pd.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range append(ids, pd.ID()) {
+		e.wait(t, id)
+		pub, run := spanOf(t, id, "publish"), spanOf(t, id, "process")
+		if pub.SpanKind != trace.SpanKindProducer || run.Parent.SpanID() != pub.SpanContext.SpanID() ||
+			run.SpanContext.TraceID() != pub.SpanContext.TraceID() {
+			t.Errorf("run %s: publish span %s (%s), run span's parent %s", id, pub.SpanContext.SpanID(), pub.SpanKind, run.Parent.SpanID())
 		}
 	}
 }
