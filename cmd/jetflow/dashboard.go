@@ -14,6 +14,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow/dashboard"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
 )
 
 func init() {
@@ -33,7 +34,7 @@ func runDashboard(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("dashboard: unexpected argument %q", pos[0])
+		return usageErrorf("dashboard: unexpected argument %q", pos[0])
 	}
 	if *base != "" && !strings.HasPrefix(*base, "/") {
 		return fmt.Errorf("dashboard: --base-path %q: must start with /", *base)
@@ -47,7 +48,12 @@ func runDashboard(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Close()
+	// Crons with pause and resume where the user may write the crons
+	// bucket; read-only (trigger now only) where it may not.
 	dcfg.Crons, dcfg.BasePath = dashboard.CronsOf(c.p), *base
+	if crons, err := scheduler.NewCrons(ctx, c.js, scheduler.CronConfig{Streams: c.sc}); err == nil {
+		dcfg.Crons = crons
+	}
 	stop, err := startDashboard(ctx, *listen, c.p, dcfg, sec)
 	if err != nil {
 		return err

@@ -61,7 +61,7 @@ func runDev(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) > 0 {
-		return fmt.Errorf("dev: unexpected argument %q", pos[0])
+		return usageErrorf("dev: unexpected argument %q", pos[0])
 	}
 	var syncMode embedded.Sync
 	switch *syncFlag {
