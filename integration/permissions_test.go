@@ -193,6 +193,16 @@ func TestRolePermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A worker on the producer's user may not create its consumer: Start
+	// says so at once.
+	pw, err := worker.New(ctx, pjs, worker.Config{})
+	if err != nil {
+		t.Fatalf("worker.New as producer: %v", err)
+	}
+	worker.Handle(pw, permChild, func(context.Context, *worker.Job[permArgs]) error { return nil })
+	start = time.Now()
+	denied(t, "worker.Start as producer (no consumer create)", start, pw.Start(ctx))
+
 	// Worker and scheduler with their own users.
 	w, err := worker.New(ctx, wjs, worker.Config{})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -328,16 +329,23 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	for _, e := range fns {
-		cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-			Durable:       ConsumerName(w.scfg.Prefix, e.name),
-			Description:   "jetflow function " + e.name,
-			FilterSubject: w.scfg.FunctionFilter(e.name),
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       w.cfg.AckWait,
-			MaxDeliver:    -1,
-			MaxAckPending: e.opts.MaxParallel,
-			Replicas:      0,
-		})
+		var cons jetstream.Consumer
+		// A user without the right to create the consumer fails at once
+		// with the server's permissions violation, not at ctx's end.
+		err := natsperm.Do(ctx, w.nc, func(ctx context.Context) error {
+			var err error
+			cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+				Durable:       ConsumerName(w.scfg.Prefix, e.name),
+				Description:   "jetflow function " + e.name,
+				FilterSubject: w.scfg.FunctionFilter(e.name),
+				AckPolicy:     jetstream.AckExplicitPolicy,
+				AckWait:       w.cfg.AckWait,
+				MaxDeliver:    -1,
+				MaxAckPending: e.opts.MaxParallel,
+				Replicas:      0,
+			})
+			return err
+		}, "$JS.")
 		if err != nil {
 			w.stopConsumers(fns)
 			w.halt()
