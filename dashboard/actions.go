@@ -255,3 +255,34 @@ func faviconHandler(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "public, max-age=86400")
 	_, _ = w.Write([]byte(favicon))
 }
+
+// functionResult is the answer to a function's pause or resume.
+type functionResult struct {
+	Function string `json:"function"`
+	Paused   bool   `json:"paused"`
+}
+
+// apiFunctionAction pauses (or resumes) a function on every worker: its
+// runs wait as pending meanwhile (producer.PauseFunction).
+func (h *handler) apiFunctionAction(pause bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := h.ctx(r)
+		defer cancel()
+		name := r.PathValue("name")
+		var err error
+		if pause {
+			err = h.p.PauseFunction(ctx, name)
+		} else {
+			err = h.p.ResumeFunction(ctx, name)
+		}
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		if strings.Contains(r.Header.Get("Accept"), "text/html") {
+			http.Redirect(w, r, h.path("/functions"), http.StatusSeeOther)
+			return
+		}
+		writeJSON(w, http.StatusOK, functionResult{Function: name, Paused: pause})
+	}
+}

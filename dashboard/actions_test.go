@@ -227,3 +227,38 @@ func TestAPICreatedOrder(t *testing.T) {
 		t.Fatalf("back one page: %v prev %q next %q", ids(p.Runs), p.Prev, p.Next)
 	}
 }
+
+// A function paused from the dashboard is paused on every worker (its runs
+// wait), the functions page says so and offers Resume; resume undoes it.
+func TestAPIFunctionPauseResume(t *testing.T) {
+	t.Parallel()
+	e := setup(t, dashboard.Config{})
+	e.startWorker(t)
+	ctx := context.Background()
+	var res struct {
+		Function string `json:"function"`
+		Paused   bool   `json:"paused"`
+	}
+	getJSON(t, "POST", e.URL+"/api/functions/test.ok/pause", http.StatusOK, &res)
+	if res.Function != "test.ok" || !res.Paused {
+		t.Fatalf("pause answered %+v", res)
+	}
+	testserver.Eventually(t, 10*time.Second, "worker paused test.ok", func() bool { return e.W.Paused("test.ok") })
+	testserver.Eventually(t, 20*time.Second, "functions page shows it paused", func() bool {
+		_, _, body := do(t, "GET", e.URL+"/functions", nil)
+		return strings.Contains(string(body), "/api/functions/test.ok/resume")
+	})
+	getJSON(t, "POST", e.URL+"/api/functions/test.ok/resume", http.StatusOK, &res)
+	if res.Paused {
+		t.Fatalf("resume answered %+v", res)
+	}
+	testserver.Eventually(t, 10*time.Second, "worker resumed test.ok", func() bool { return !e.W.Paused("test.ok") })
+	paused, err := e.P.PausedFunctions(ctx)
+	if err != nil || paused["test.ok"] {
+		t.Fatalf("paused functions after resume: %v %v", paused, err)
+	}
+	// A cross-site POST is refused, as for every action.
+	if code, _, _ := do(t, "POST", e.URL+"/api/functions/test.ok/pause", map[string]string{"Origin": "https://evil.example", "Sec-Fetch-Site": "cross-site"}); code != http.StatusForbidden {
+		t.Fatalf("cross-site pause: %d, want 403", code)
+	}
+}

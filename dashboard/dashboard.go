@@ -147,6 +147,8 @@ func New(p *producer.Producer, cfg Config) http.Handler {
 	api(http.MethodGet, "/api/runs/{id}/reruns", h.apiReruns)
 	api(http.MethodGet, "/api/counts", h.apiCounts)
 	api(http.MethodGet, "/api/functions", h.apiFunctions)
+	api(http.MethodPost, "/api/functions/{name}/pause", h.apiFunctionAction(true))
+	api(http.MethodPost, "/api/functions/{name}/resume", h.apiFunctionAction(false))
 	api(http.MethodGet, "/api/crons", h.apiCrons)
 	api(http.MethodPost, "/api/crons/{name}/pause", h.apiCronAction("pause"))
 	api(http.MethodPost, "/api/crons/{name}/resume", h.apiCronAction("resume"))

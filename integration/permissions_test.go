@@ -18,14 +18,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/dashboard"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // rolePasswords are the passwords of docs/permissions.md's users, given to
@@ -230,6 +233,15 @@ func TestRolePermissions(t *testing.T) {
 		t.Fatalf("worker.Start: %v", err)
 	}
 	t.Cleanup(func() { stopWithin(w.Stop) })
+	// The worker's user follows a pause (set here by the admin) and its end.
+	if err := kv.SetPaused(ctx, ajs, streams.Config{}, permChild.Name(), true); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 10*time.Second, "worker follows the pause", func() bool { return w.Paused(permChild.Name()) })
+	if err := kv.SetPaused(ctx, ajs, streams.Config{}, permChild.Name(), false); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 10*time.Second, "worker follows the resume", func() bool { return !w.Paused(permChild.Name()) })
 	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
 	if err != nil {
 		t.Fatalf("scheduler.New: %v", err)

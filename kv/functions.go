@@ -3,6 +3,7 @@ package kv
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -33,6 +34,9 @@ type FunctionInfo struct {
 	MaxAttempts int           `json:"maxAttempts"`
 	Timeout     time.Duration `json:"timeout,omitempty"`
 	Seen        time.Time     `json:"seen"`
+	// Paused: the worker has stopped taking runs of the function
+	// (SetPaused).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // FunctionMsg is the write of fi into the functions bucket of cfg, with its
@@ -75,7 +79,7 @@ func ReadFunctions(ctx context.Context, js jetstream.JetStream, cfg streams.Conf
 				})
 				return out, nil
 			}
-			if e.Operation() != jetstream.KeyValuePut {
+			if e.Operation() != jetstream.KeyValuePut || strings.HasPrefix(e.Key(), pausedPrefix) {
 				continue
 			}
 			var fi FunctionInfo
@@ -92,4 +96,60 @@ func ReadFunctions(ctx context.Context, js jetstream.JetStream, cfg streams.Conf
 			out = append(out, fi)
 		}
 	}
+}
+
+// A paused function: the key =paused.<function> of the functions bucket
+// (no TTL: a pause lasts until it is resumed). Workers watch these keys and
+// stop taking runs of a paused function; its runs wait in the stream as
+// pending, and resume where they were.
+const pausedPrefix = "=paused."
+
+// PausedKey is the key that marks fn paused.
+func PausedKey(fn string) string { return pausedPrefix + fn }
+
+// PausedFunction returns the function a key of the functions bucket marks
+// paused, and false for any other key.
+func PausedFunction(key string) (string, bool) { return strings.CutPrefix(key, pausedPrefix) }
+
+// SetPaused pauses (paused true) or resumes function fn for every worker.
+// Errors: jetflow.ErrInvalidName, and the server's.
+func SetPaused(ctx context.Context, js jetstream.JetStream, cfg streams.Config, fn string, paused bool) error {
+	if err := jetflow.ValidateName(fn); err != nil {
+		return err
+	}
+	b, err := js.KeyValue(ctx, cfg.WithDefaults().FunctionsBucket())
+	if err != nil {
+		return fmt.Errorf("functions bucket: %w", err)
+	}
+	if paused {
+		_, err = b.Put(ctx, PausedKey(fn), []byte(time.Now().UTC().Format(time.RFC3339Nano)))
+	} else {
+		err = b.Purge(ctx, PausedKey(fn))
+	}
+	if err != nil {
+		return fmt.Errorf("functions bucket: %w", err)
+	}
+	return nil
+}
+
+// Paused reads which functions are paused.
+func Paused(ctx context.Context, js jetstream.JetStream, cfg streams.Config) (map[string]bool, error) {
+	b, err := js.KeyValue(ctx, cfg.WithDefaults().FunctionsBucket())
+	if err != nil {
+		return nil, fmt.Errorf("functions bucket: %w", err)
+	}
+	keys, err := b.ListKeysFiltered(ctx, pausedPrefix+">")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return map[string]bool{}, nil
+		}
+		return nil, fmt.Errorf("functions bucket: %w", err)
+	}
+	out := map[string]bool{}
+	for k := range keys.Keys() {
+		if fn, ok := PausedFunction(k); ok {
+			out[fn] = true
+		}
+	}
+	return out, nil
 }

@@ -33,9 +33,9 @@ func decodeArgs(data []byte, v any) error {
 // be free.
 func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
 	w.mu.Lock()
-	if w.stopping {
+	if w.stopping || e.paused {
 		w.mu.Unlock()
-		w.settle(m, nakIt) // stopping: back to the stream, unharmed
+		w.settle(m, nakIt) // stopping or paused: back to the stream, unharmed
 		return
 	}
 	w.inflight.Add(1)

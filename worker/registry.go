@@ -19,10 +19,13 @@ func (w *Worker) register(ctx context.Context, fns []*fnEntry) error {
 		if e.kind == jetflow.AtMostOnce {
 			attempts = 1
 		}
+		w.mu.Lock()
+		paused := e.paused
+		w.mu.Unlock()
 		fi := FunctionInfo{
 			Name: e.name, Kind: e.kind, Worker: w.cfg.ID, Concurrency: e.opts.Concurrency,
 			MaxParallel: e.opts.MaxParallel, MaxAttempts: attempts, Timeout: e.opts.Timeout,
-			Seen: w.now().UTC(),
+			Seen: w.now().UTC(), Paused: paused,
 		}
 		if _, err := w.js.PublishMsg(ctx, kv.FunctionMsg(w.scfg, fi)); err != nil {
 			return err

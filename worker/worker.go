@@ -160,8 +160,12 @@ type fnEntry struct {
 	run  func(ctx context.Context, j *jobCore) error
 	// handle is run wrapped in the middleware, built at Start.
 	handle HandlerFunc
-	work   chan jetstream.Msg // to the runners
-	cc     jetstream.ConsumeContext
+	work   chan jetstream.Msg       // to the runners
+	cc     jetstream.ConsumeContext // nil while paused; guarded by Worker.mu after Start
+	cons   jetstream.Consumer
+	// paused: the function is paused (kv.SetPaused): no pull; a delivery
+	// still buffered goes back to the stream at once.
+	paused bool
 	attr   metric.MeasurementOption
 }
 
@@ -328,6 +332,37 @@ func (w *Worker) Start(ctx context.Context) error {
 			}
 		}
 	}
+	// Functions paused for every worker (kv.SetPaused), and a watch of
+	// their pauses and resumes while the worker runs.
+	// A user that may not read the bucket is told at once (natsperm), and
+	// the worker runs without following pauses.
+	var paused map[string]bool
+	var pauses <-chan jetstream.KeyValueEntry
+	var pauseWatch jetstream.KeyWatcher
+	perr := natsperm.Do(ctx, w.nc, func(ctx context.Context) error {
+		var err error
+		if paused, err = kv.Paused(ctx, w.js, w.scfg); err != nil {
+			return err
+		}
+		b, err := w.js.KeyValue(ctx, w.scfg.FunctionsBucket())
+		if err != nil {
+			return err
+		}
+		pw, err := b.Watch(context.WithoutCancel(ctx), kv.PausedKey(">"), jetstream.UpdatesOnly())
+		if err != nil {
+			return err
+		}
+		pauseWatch, pauses = pw, pw.Updates()
+		return nil
+	}, "$JS.")
+	if perr != nil {
+		w.log.Warn("paused functions: not read; pausing is not followed", "error", perr)
+	}
+	stopPauseWatch := func() {
+		if pauseWatch != nil {
+			_ = pauseWatch.Stop()
+		}
+	}
 	for _, e := range fns {
 		var cons jetstream.Consumer
 		// A user without the right to create the consumer fails at once
@@ -352,15 +387,12 @@ func (w *Worker) Start(ctx context.Context) error {
 			unsub()
 			return fmt.Errorf("worker: consumer for %s: %w", e.name, err)
 		}
-		cc, err := cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
-			jetstream.PullMaxMessages(e.opts.Concurrency),
-			// Pull requests renewed every 2 s (heartbeats every second),
-			// not 30 s: a pull the server lost stalls the function for a
-			// couple of seconds, not half a minute.
-			jetstream.PullExpiry(pullExpiry),
-			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-				w.log.Debug("consume", "function", e.name, "error", err)
-			}))
+		e.cons = cons
+		if paused[e.name] {
+			e.paused = true // runs wait in the stream until it is resumed
+			continue
+		}
+		cc, err := w.consume(e)
 		if err != nil {
 			w.stopConsumers(fns)
 			w.halt()
@@ -400,6 +432,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			select {
 			case <-ctx.Done():
 				unsub()
+				stopPauseWatch()
 				return
 			case <-hb.C:
 				w.heartbeat(ctx)
@@ -412,6 +445,18 @@ func (w *Worker) Start(ctx context.Context) error {
 			case <-t.C:
 				_ = w.register(ctx, fns)
 				w.pruneCanceled()
+			case en, ok := <-pauses:
+				if !ok {
+					pauses = nil
+					continue
+				}
+				if en == nil {
+					continue
+				}
+				if fn, ok := kv.PausedFunction(en.Key()); ok {
+					w.setPaused(fn, en.Operation() == jetstream.KeyValuePut)
+					_ = w.register(ctx, fns)
+				}
 			}
 		}
 	})
@@ -441,11 +486,64 @@ func (w *Worker) halt() {
 }
 
 func (w *Worker) stopConsumers(fns []*fnEntry) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for _, e := range fns {
 		if e.cc != nil {
 			e.cc.Stop()
 		}
 	}
+}
+
+// consume starts pulling e's runs.
+func (w *Worker) consume(e *fnEntry) (jetstream.ConsumeContext, error) {
+	return e.cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
+		jetstream.PullMaxMessages(e.opts.Concurrency),
+		// Pull requests renewed every 2 s (heartbeats every second), not
+		// 30 s: a pull the server lost stalls the function for a couple of
+		// seconds, not half a minute.
+		jetstream.PullExpiry(pullExpiry),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			w.log.Debug("consume", "function", e.name, "error", err)
+		}))
+}
+
+// setPaused pauses or resumes function fn on this worker, if it serves it:
+// paused, it stops pulling (runs already running finish; deliveries still
+// buffered go back to the stream); resumed, it pulls again.
+func (w *Worker) setPaused(fn string, paused bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.fns[fn]
+	if e == nil || e.cons == nil || w.stopping || e.paused == paused {
+		return
+	}
+	e.paused = paused
+	if paused {
+		if e.cc != nil {
+			e.cc.Drain() // buffered deliveries reach dispatch, which gives them back
+			e.cc = nil
+		}
+		w.log.Info("function paused", "function", fn)
+		return
+	}
+	cc, err := w.consume(e)
+	if err != nil {
+		w.log.Warn("function resumed, but consuming failed; resumed at the next change", "function", fn, "error", err)
+		e.paused = true
+		return
+	}
+	e.cc = cc
+	w.log.Info("function resumed", "function", fn)
+}
+
+// Paused reports whether this worker has paused function fn (kv.SetPaused,
+// producer.PauseFunction): it takes none of its runs.
+func (w *Worker) Paused(fn string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e := w.fns[fn]
+	return e != nil && e.paused
 }
 
 // Stop stops taking new runs, waits for running handlers to finish, and

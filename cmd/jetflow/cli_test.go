@@ -10,14 +10,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/demo"
 	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // syncBuffer is a bytes.Buffer safe for the goroutines of a command.
@@ -407,6 +409,32 @@ func TestFunctionsList(t *testing.T) {
 	if !strings.Contains(table, "demo.report  atMostOnce") {
 		t.Fatalf("functions list:\n%s", table)
 	}
+	// Pause and resume: every worker follows, and the list says so.
+	pausedIs := func(want bool) func() bool {
+		return func() bool {
+			out, _ := mustCLI(ctx, t, "functions", "list", "--json", "--url", e.URL)
+			var infos []kv.FunctionInfo
+			if json.Unmarshal([]byte(out), &infos) != nil {
+				return false
+			}
+			n := 0
+			for _, fi := range infos {
+				if fi.Name == "demo.hello" && fi.Paused == want {
+					n++
+				}
+			}
+			return n == 2
+		}
+	}
+	if out, _ := mustCLI(ctx, t, "functions", "pause", "demo.hello", "--url", e.URL); !strings.Contains(out, "demo.hello paused") {
+		t.Fatalf("functions pause: %q", out)
+	}
+	testserver.Eventually(t, 20*time.Second, "both workers paused demo.hello", pausedIs(true))
+	if table, _ := mustCLI(ctx, t, "functions", "list", "--url", e.URL); !strings.Contains(table, "paused") {
+		t.Fatalf("functions list after pause:\n%s", table)
+	}
+	mustCLI(ctx, t, "functions", "resume", "demo.hello", "--url", e.URL)
+	testserver.Eventually(t, 20*time.Second, "both workers resumed demo.hello", pausedIs(false))
 }
 
 func TestDevOnceRunsTheDemo(t *testing.T) {

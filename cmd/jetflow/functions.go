@@ -12,7 +12,7 @@ import (
 )
 
 func init() {
-	register("functions", "list the functions workers serve: functions list", runFunctions)
+	register("functions", "the functions workers serve: functions list|pause|resume", runFunctions)
 }
 
 // functionRow is one function of `functions list`, summed over its workers.
@@ -24,12 +24,16 @@ type functionRow struct {
 	MaxParallel int       `json:"maxParallel"`
 	MaxAttempts int       `json:"maxAttempts"`
 	LastSeen    time.Time `json:"lastSeen"`
+	Paused      bool      `json:"paused,omitempty"`
 }
 
 func runFunctions(ctx context.Context, args []string) error {
-	const functionsUsage = "usage: jetflow functions list [--json] [--url URL] [--prefix P]"
+	const functionsUsage = "usage: jetflow functions list [--json] | pause <function> | resume <function>   [--url URL] [--prefix P]"
 	if done, err := subcommandHelp(ctx, "functions", functionsUsage, args); done {
 		return err
+	}
+	if args[0] == "pause" || args[0] == "resume" {
+		return runFunctionPause(ctx, args[0], args[1:])
 	}
 	if args[0] != "list" && args[0] != "ls" {
 		fmt.Fprintln(stderr(ctx), functionsUsage)
@@ -70,10 +74,14 @@ func runFunctions(ctx context.Context, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FUNCTION\tKIND\tWORKERS\tCONCURRENCY\tMAX ATTEMPTS\tLAST SEEN")
+	fmt.Fprintln(tw, "FUNCTION\tKIND\tWORKERS\tCONCURRENCY\tMAX ATTEMPTS\tLAST SEEN\tSTATE")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s ago\n", r.Name, r.Kind, len(r.Workers), r.Concurrency,
-			r.MaxAttempts, humanAge(time.Since(r.LastSeen)))
+		state := "running"
+		if r.Paused {
+			state = "paused"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s ago\t%s\n", r.Name, r.Kind, len(r.Workers), r.Concurrency,
+			r.MaxAttempts, humanAge(time.Since(r.LastSeen)), state)
 	}
 	return tw.Flush()
 }
@@ -91,6 +99,7 @@ func groupFunctions(infos []kv.FunctionInfo) []functionRow {
 			by[fi.Name] = r
 		}
 		r.Workers = append(r.Workers, fi.Worker)
+		r.Paused = r.Paused || fi.Paused
 		r.Concurrency += fi.Concurrency
 		r.MaxParallel = max(r.MaxParallel, fi.MaxParallel)
 		if fi.Seen.After(r.LastSeen) {
@@ -111,4 +120,38 @@ func humanAge(d time.Duration) string {
 		return "<1s"
 	}
 	return d.Round(time.Second).String()
+}
+
+// runFunctionPause pauses or resumes a function on every worker: its runs
+// wait as pending while it is paused.
+func runFunctionPause(ctx context.Context, verb string, args []string) error {
+	fs := newFlagSet(ctx, "functions "+verb, "<function> [--json]")
+	var cf connFlags
+	cf.add(fs)
+	asJSON := fs.Bool("json", false, "print the result as JSON ({function, paused})")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageErrorf("functions %s: want one function name", verb)
+	}
+	c, err := cf.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	paused := verb == "pause"
+	if err := kv.SetPaused(ctx, c.js, c.sc, pos[0], paused); err != nil {
+		return fmt.Errorf("functions %s: %w", verb, err)
+	}
+	if *asJSON {
+		return writeJSON(stdout(ctx), map[string]any{"function": pos[0], "paused": paused})
+	}
+	if paused {
+		fmt.Fprintf(stdout(ctx), "%s paused: workers take none of its runs until it is resumed (they wait as pending)\n", pos[0])
+	} else {
+		fmt.Fprintf(stdout(ctx), "%s resumed\n", pos[0])
+	}
+	return nil
 }
