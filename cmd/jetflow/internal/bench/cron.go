@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
-	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -40,16 +38,11 @@ func RunCron(ctx context.Context, out io.Writer, quick bool) error {
 	if quick {
 		n, ticks, window = 10_000, 10, 3*time.Second
 	}
-	dir, err := os.MkdirTemp("", "jetflow-bench-cron-")
+	s, stop, err := freshServer("cron")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	s, err := embedded.Start(embedded.Options{Dir: dir})
-	if err != nil {
-		return err
-	}
-	defer s.Stop()
+	defer stop()
 	line := func(format string, a ...any) { fmt.Fprintf(out, "cron "+format+"\n", a...) }
 
 	// A fake clock at 12:00:00 UTC of a day whose date the background crons avoid.

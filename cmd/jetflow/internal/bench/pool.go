@@ -52,16 +52,11 @@ func RunPool(ctx context.Context, out io.Writer, quick bool) error {
 	if quick {
 		n = 500
 	}
-	dir, err := os.MkdirTemp("", "jetflow-bench-pool-")
+	s, stop, err := freshServer("pool")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	s, err := embedded.Start(embedded.Options{Dir: dir})
-	if err != nil {
-		return err
-	}
-	defer s.Stop()
+	defer stop()
 	line := func(format string, a ...any) { fmt.Fprintf(out, "pool "+format+"\n", a...) }
 
 	scfg := streams.Config{Prefix: "benchpool"}
@@ -181,4 +176,20 @@ func poolBenchWait(ctx context.Context, within time.Duration, cond func() bool) 
 		}
 	}
 	return nil
+}
+
+// freshServer starts an embedded server with the product's default
+// durability in a new temporary directory, for one bench phase; stop stops
+// it and removes the directory.
+func freshServer(name string) (srv *embedded.Server, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "jetflow-bench-"+name+"-")
+	if err != nil {
+		return nil, nil, err
+	}
+	srv, err = embedded.Start(embedded.Options{Dir: dir})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	return srv, func() { srv.Stop(); os.RemoveAll(dir) }, nil
 }

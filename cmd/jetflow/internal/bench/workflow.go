@@ -4,13 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
-	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -108,16 +106,11 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	if quick {
 		n, m = 200, 50
 	}
-	dir, err := os.MkdirTemp("", "jetflow-bench-wf-")
+	srv, stop, err := freshServer("wf")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	srv, err := embedded.Start(embedded.Options{Dir: dir})
-	if err != nil {
-		return err
-	}
-	defer srv.Stop()
+	defer stop()
 	line := func(format string, a ...any) { fmt.Fprintf(out, "workflow "+format+"\n", a...) }
 
 	raw, err := RawPublishConsume(ctx, srv.ClientURL(), 3*n, 100)
