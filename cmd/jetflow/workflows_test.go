@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
+)
+
+type cliFlowIn struct {
+	User string `json:"user"`
+}
+
+type cliApproval struct {
+	By string `json:"by"`
+}
+
+// A workflow that waits for an approval event, then greets.
+var cliFlow = workflow.Define("cli.approve", func(wf *workflow.Context, in cliFlowIn) (string, error) {
+	if _, err := workflow.Step(wf, "prepare", func(context.Context) (string, error) { return "ok", nil }); err != nil {
+		return "", err
+	}
+	a, err := workflow.AwaitEvent[cliApproval](wf, "approved", time.Hour)
+	if err != nil {
+		return "", err
+	}
+	return "hello " + in.User + ", approved by " + a.By, nil
+})
+
+// jetflow workflows get shows a waiting workflow and its steps; send-event
+// resumes it; get --json then shows it succeeded; cancel and restart answer
+// for workflows that cannot.
+func TestWorkflowsCommands(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	_, js := e.Connect()
+	w, err := worker.New(context.Background(), js, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workflow.Register(w, cliFlow); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	_, pjs := e.Connect()
+	p, err := producer.New(context.Background(), pjs, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := workflow.Start(context.Background(), p, cliFlow, cliFlowIn{User: "ann"}, workflow.WithID("approve-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 20*time.Second, "workflow waiting for its event", func() bool {
+		out, _ := mustCLI(ctx, t, "workflows", "get", id, "--url", e.URL)
+		return strings.Contains(out, "waiting for") && strings.Contains(out, "approved") && strings.Contains(out, "prepare")
+	})
+	if out, _ := mustCLI(ctx, t, "workflows", "send-event", id, "approved", `{"by":"bob"}`, "--url", e.URL); !strings.Contains(out, "event approved sent") {
+		t.Fatalf("send-event: %q", out)
+	}
+	var st workflow.Status
+	testserver.Eventually(t, 20*time.Second, "workflow ended", func() bool {
+		out, _ := mustCLI(ctx, t, "workflows", "get", id, "--json", "--url", e.URL)
+		return json.Unmarshal([]byte(out), &st) == nil && st.Run != nil && st.Run.State.Terminal()
+	})
+	if st.Run.State != jetflow.Success || string(st.Run.Result) != `"hello ann, approved by bob"` {
+		t.Fatalf("workflow ended %s with %s (%s)", st.Run.State, st.Run.Result, st.Run.Error)
+	}
+	if out, _ := mustCLI(ctx, t, "workflows", "cancel", id, "--url", e.URL); !strings.Contains(out, "had already ended (success)") {
+		t.Fatalf("cancel of an ended workflow: %q", out)
+	}
+	if _, errOut, err := cli(ctx, t, "workflows", "restart", id, "--url", e.URL); err == nil || !strings.Contains(errOut+err.Error(), "not restartable") && !strings.Contains(errOut+err.Error(), "success") {
+		t.Fatalf("restart of a succeeded workflow: %v %q", err, errOut)
+	}
+	if _, _, err := cli(ctx, t, "workflows", "send-event", id, "approved", `not json`, "--url", e.URL); err == nil {
+		t.Fatal("send-event with a payload that is not JSON: no error")
+	}
+}
