@@ -286,3 +286,24 @@ func (h *handler) apiFunctionAction(pause bool) http.HandlerFunc {
 		writeJSON(w, http.StatusOK, functionResult{Function: name, Paused: pause})
 	}
 }
+
+// apiSteps answers the steps of a workflow run ({"steps": null} for a run
+// that is not one, or when the dashboard has no Config.Steps).
+func (h *handler) apiSteps(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	id := r.PathValue("id")
+	if err := jetflow.ValidateRunID(id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	var steps any
+	if h.cfg.Steps != nil {
+		var err error
+		if steps, err = h.cfg.Steps(ctx, id); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"steps": steps})
+}

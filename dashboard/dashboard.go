@@ -46,6 +46,13 @@ type Config struct {
 	// Crons, if set, is listed on /crons and /api/crons. Default nil: no
 	// crons page.
 	Crons CronLister
+	// Steps, if set, returns the steps of run id when it is a workflow
+	// (nil, nil when it is not): the run page shows them as a timeline,
+	// live, and /api/runs/{id}/steps answers them. The dashboard does not
+	// import the workflow package (it would pull in the worker): give it
+	// workflow.StepsFunc(p) from a program that does, as jetflow dashboard and
+	// jetflow dev do.
+	Steps func(ctx context.Context, id string) (any, error)
 	// CountsInterval is the shortest time between two "counts" events on
 	// one events connection (each is a header-only scan of the runs
 	// bucket). Default 1 s.
@@ -145,6 +152,7 @@ func New(p *producer.Producer, cfg Config) http.Handler {
 	api(http.MethodPost, "/api/runs/{id}/cancel", h.apiCancel)
 	api(http.MethodPost, "/api/runs/{id}/rerun", h.apiRerun)
 	api(http.MethodGet, "/api/runs/{id}/reruns", h.apiReruns)
+	api(http.MethodGet, "/api/runs/{id}/steps", h.apiSteps)
 	api(http.MethodGet, "/api/counts", h.apiCounts)
 	api(http.MethodGet, "/api/functions", h.apiFunctions)
 	api(http.MethodPost, "/api/functions/{name}/pause", h.apiFunctionAction(true))

@@ -51,15 +51,15 @@ func SendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 type Status struct {
 	// Run is the workflow's run record: state, input (Args), result or
 	// error, children (its segments, calls, timers and child workflows).
-	Run *jetflow.Run
+	Run *jetflow.Run `json:"run"`
 	// Steps are the journaled steps in program order, with what each
 	// waits for.
-	Steps []Entry
+	Steps []Entry `json:"steps"`
 	// Segment is the last segment that ran, and Waiting whether it ended
 	// waiting; Waits says for what.
-	Segment int
-	Waiting bool
-	Waits   []string
+	Segment int      `json:"segment"`
+	Waiting bool     `json:"waiting"`
+	Waits   []string `json:"waits,omitempty"`
 }
 
 // Get returns workflow id's record and its steps. Errors:
@@ -109,4 +109,24 @@ func Result[In, Out any](ctx context.Context, p *producer.Producer, def *Workflo
 		return out, fmt.Errorf("workflow %s: %w", id, jetflow.ErrCanceled)
 	}
 	return out, fmt.Errorf("workflow %s failed: %s", id, r.Error)
+}
+
+// StepsFunc returns what dashboard.Config.Steps wants: for a run id, its
+// workflow Status (record, steps, what it waits for), or nil when the run
+// is not a workflow (no journal). The dashboard shows the steps as a
+// timeline on the run's page.
+func StepsFunc(p *producer.Producer) func(ctx context.Context, id string) (any, error) {
+	return func(ctx context.Context, id string) (any, error) {
+		st, err := Get(ctx, p, id)
+		if err != nil {
+			if errors.Is(err, jetflow.ErrNotFound) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		if st.Segment == 0 && len(st.Steps) == 0 {
+			return nil, nil // a run, not a workflow, or one not started yet
+		}
+		return st, nil
+	}
 }

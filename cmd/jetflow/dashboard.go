@@ -15,6 +15,7 @@ import (
 	"github.com/jetflow-dev/jetflow/dashboard"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/workflow"
 )
 
 func init() {
@@ -54,6 +55,7 @@ func runDashboard(ctx context.Context, args []string) error {
 	if crons, err := scheduler.NewCrons(ctx, c.js, scheduler.CronConfig{Streams: c.sc}); err == nil {
 		dcfg.Crons = crons
 	}
+	dcfg.Steps = workflow.StepsFunc(c.p) // workflows' steps on their run pages
 	stop, err := startDashboard(ctx, *listen, c.p, dcfg, sec)
 	if err != nil {
 		return err

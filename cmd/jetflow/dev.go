@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/demo"
 	"github.com/jetflow-dev/jetflow/embedded"
@@ -23,7 +25,7 @@ import (
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/jetflow-dev/jetflow/workflow"
 )
 
 func init() {
@@ -196,6 +198,7 @@ func runDev(ctx context.Context, args []string) error {
 			return fmt.Errorf("dev: --http: %w", err)
 		}
 		dcfg.Crons = s.Crons()
+		dcfg.Steps = workflow.StepsFunc(p)
 		stopHTTP, err := startDashboard(withOutput(ctx, out, stderr(ctx)), *httpAddr, p, dcfg, sec)
 		if err != nil {
 			return fmt.Errorf("dev: %w", err)

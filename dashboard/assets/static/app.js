@@ -538,6 +538,59 @@
       childrenCount.textContent = String((run.children || []).length);
     }
 
+    // loadSteps shows a workflow's steps (Config.Steps) as a table with a
+    // timeline bar per step, from the first step's start to now or the
+    // last step's end.
+    function loadSteps() {
+      return api('/api/runs/' + encodeURIComponent(id) + '/steps').then(function (res) {
+        var st = res && res.steps;
+        var section = document.getElementById('steps-section');
+        if (!section || !st || !st.steps) { return; }
+        section.hidden = false;
+        var steps = st.steps;
+        document.getElementById('steps-count').textContent = String(steps.length);
+        var waiting = document.getElementById('steps-waiting');
+        waiting.hidden = !st.waiting;
+        waiting.textContent = st.waiting ? 'Waiting for ' + (st.waits || []).join(', ') : '';
+        var t0 = null, t1 = null;
+        steps.forEach(function (s) {
+          var a = parseTime(s.started), b = parseTime(s.completed) || new Date();
+          if (a && (!t0 || a < t0)) { t0 = a; }
+          if (a && (!t1 || b > t1)) { t1 = b; }
+        });
+        var total = t0 && t1 ? Math.max(t1 - t0, 1) : 1;
+        var body = document.querySelector('#steps tbody');
+        body.replaceChildren();
+        steps.forEach(function (s) {
+          var tr = el('tr');
+          tr.dataset.step = s.step;
+          var a = parseTime(s.started), b = parseTime(s.completed);
+          tr.appendChild(el('td', 'id', s.step));
+          tr.appendChild(el('td', null, s.name));
+          tr.appendChild(el('td', null, s.kind));
+          var stc = el('td');
+          stc.appendChild(el('span', 'state state-' + s.state, s.state));
+          tr.appendChild(stc);
+          tr.appendChild(el('td', 'num', s.attempts ? String(s.attempts) : ''));
+          var tc = el('td');
+          var te = timeEl(s.started);
+          if (te) { tc.appendChild(te); }
+          tr.appendChild(tc);
+          tr.appendChild(el('td', 'num', a && b ? span(b - a) : ''));
+          var bar = el('td', 'timeline');
+          if (a) {
+            var div = el('div', 'bar state-' + s.state);
+            div.style.marginLeft = (100 * (a - t0) / total).toFixed(1) + '%';
+            div.style.width = Math.max(0.5, 100 * ((b || new Date()) - a) / total).toFixed(1) + '%';
+            bar.appendChild(div);
+          }
+          tr.appendChild(bar);
+          tr.appendChild(el('td', 'err-cell', s.error || ''));
+          body.appendChild(tr);
+        });
+      }).catch(function () {});
+    }
+
     function loadReruns() {
       return api('/api/runs/' + encodeURIComponent(id) + '/reruns').then(function (res) {
         rerunsEl.replaceChildren();
@@ -555,7 +608,8 @@
       pending = true;
       Promise.all([
         api('/api/runs/' + encodeURIComponent(id)).then(render),
-        loadReruns()
+        loadReruns(),
+        loadSteps()
       ]).catch(function (err) {
         setLive(false, 'error: ' + err.message);
       }).then(function () {
