@@ -36,6 +36,13 @@ func StartCall[In, Out any](def *Workflow[In, Out], in In) jetflow.Call {
 func TriggeredID(runID string) string { return jetflow.DerivedID(runID + "-wf") }
 
 func (d *driver) startRun(ctx context.Context, j *worker.Job[json.RawMessage]) error {
+	// A fire whose definition is not active is skipped (the schedule
+	// advances all the same); the run's result says why.
+	if st, err := DefinitionStateOf(ctx, d.p, d.def.Name()); err != nil {
+		return err
+	} else if st != DefinitionActive {
+		return j.SetResult(map[string]string{"skipped": "definition " + string(st)})
+	}
 	id := TriggeredID(j.ID())
 	_, err := start(ctx, d.p, d.def.Name(), j.Args, WithID(id), withParent(j.ID()))
 	if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {

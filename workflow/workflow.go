@@ -217,6 +217,9 @@ func start(ctx context.Context, p *producer.Producer, name string, raw json.RawM
 		}
 		a.OnComplete = &jetflow.Callback{Function: o.onComplete.Name, Args: cargs}
 	}
+	if _, err := startable(ctx, p, name); err != nil {
+		return "", err
+	}
 	seg := SegmentID(id, 1)
 	if _, err := p.RunAt(ctx, sched, segmentCall(name, a), producer.WithID(seg), producer.WithParent(id)); err != nil {
 		if errors.Is(err, producer.ErrAlreadyExists) {

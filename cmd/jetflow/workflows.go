@@ -14,13 +14,14 @@ import (
 )
 
 func init() {
-	register("workflows", "durable workflows: workflows get|send-event|cancel|restart", runWorkflows)
+	register("workflows", "durable workflows: workflows get|send-event|cancel|restart|definition", runWorkflows)
 }
 
 const workflowsUsage = `usage: jetflow workflows get <id> [--json]
        jetflow workflows send-event <id> <event> <json>
        jetflow workflows cancel <id> [--json]
        jetflow workflows restart <id> [--id NEW] [--json]
+       jetflow workflows definition <name> [active|paused|deprecated|deleted]
 (list them with: jetflow runs list --function <workflow name>)`
 
 func runWorkflows(ctx context.Context, args []string) error {
@@ -28,7 +29,7 @@ func runWorkflows(ctx context.Context, args []string) error {
 		return err
 	}
 	verb, rest := args[0], args[1:]
-	want := map[string]int{"get": 1, "send-event": 3, "cancel": 1, "restart": 1}
+	want := map[string]int{"get": 1, "send-event": 3, "cancel": 1, "restart": 1, "definition": 1}
 	n, ok := want[verb]
 	if !ok {
 		fmt.Fprintln(stderr(ctx), workflowsUsage)
@@ -43,7 +44,7 @@ func runWorkflows(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != n {
+	if len(pos) != n && !(verb == "definition" && len(pos) == 2) {
 		return usageErrorf("workflows %s: want %d argument(s), got %d", verb, n, len(pos))
 	}
 	var payload json.RawMessage
@@ -61,6 +62,21 @@ func runWorkflows(ctx context.Context, args []string) error {
 	out := stdout(ctx)
 	id := pos[0]
 	switch verb {
+	case "definition":
+		if len(pos) == 2 {
+			if err := workflow.SetDefinitionState(ctx, c.p, id, workflow.DefinitionState(pos[1])); err != nil {
+				return fmt.Errorf("workflow definition %s: %w", id, err)
+			}
+		}
+		st, err := workflow.DefinitionStateOf(ctx, c.p, id)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return writeJSON(out, map[string]string{"definition": id, "state": string(st)})
+		}
+		fmt.Fprintf(out, "workflow definition %s is %s\n", id, st)
+		return nil
 	case "get":
 		st, err := workflow.Get(ctx, c.p, id)
 		if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -89,5 +90,15 @@ func TestWorkflowsCommands(t *testing.T) {
 	}
 	if _, _, err := cli(ctx, t, "workflows", "send-event", id, "approved", `not json`, "--url", e.URL); err == nil {
 		t.Fatal("send-event with a payload that is not JSON: no error")
+	}
+	// The definition's lifecycle.
+	if out, _ := mustCLI(ctx, t, "workflows", "definition", "cli.approve", "deprecated", "--url", e.URL); !strings.Contains(out, "cli.approve is deprecated") {
+		t.Fatalf("definition deprecated: %q", out)
+	}
+	if _, err := workflow.Start(context.Background(), p, cliFlow, cliFlowIn{User: "zed"}); !errors.Is(err, workflow.ErrDefinitionInactive) {
+		t.Fatalf("start of a deprecated definition: %v", err)
+	}
+	if out, _ := mustCLI(ctx, t, "workflows", "definition", "cli.approve", "active", "--url", e.URL); !strings.Contains(out, "is active") {
+		t.Fatalf("definition active: %q", out)
 	}
 }
