@@ -34,6 +34,7 @@ var exampleSpecs = map[string]exampleSpec{
 		want: []string{"job: pending", "job: inProgress", "6/6", `done: success, result {"imported":6}, attempts 1`},
 	},
 	"onboarding":      {args: []string{"--wait", "1s"}, url: true, want: []string{"alice activated her account", "alice: acct-alice@example.com activated via email link; no follow-up", "bob: acct-bob@example.com not activated; follow-up sent", "emails sent: 3"}},
+	"ordersaga":       {url: true, want: []string{"order A done: res-A, ch-A", "order B canceled: card declined; compensated 1 step(s)", "release          done"}},
 	"dailydigest":     {want: []string{"send-daily-digest: daily 09:00 (UTC); next fires:"}},
 	"intervalcleanup": {want: []string{"cleanup-expired-sessions: every 1s, fired"}},
 	"weekdayny":       {want: []string{"register again: errors.Is ErrCronExists: true"}},
