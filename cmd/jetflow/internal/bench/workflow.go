@@ -293,11 +293,17 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	}); err != nil {
 		return fmt.Errorf("awaiting workflows: %w", err)
 	}
-	if err := wfBenchStart(ctx, m, func(ctx context.Context, i int) error {
-		return workflow.SendEvent(ctx, p, ids[i], "go", time.Now())
-	}); err != nil {
-		return fmt.Errorf("send events: %w", err)
+	// At a steady 200 events/s (a burst measures its own queue instead).
+	tick := time.NewTicker(5 * time.Millisecond)
+	for i := range m {
+		<-tick.C
+		go func() {
+			if err := workflow.SendEvent(ctx, p, ids[i], "go", time.Now()); err != nil {
+				fmt.Fprintln(out, "workflow send event:", err)
+			}
+		}()
 	}
+	tick.Stop()
 	if err := poolBenchWait(ctx, 5*time.Minute, func() bool {
 		wfBenchLatMu.Lock()
 		defer wfBenchLatMu.Unlock()
@@ -306,7 +312,7 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 		return fmt.Errorf("events: %w", err)
 	}
 	ev := percentiles(wfBenchTake())
-	line("SendEvent to the next step (%d): p50 %s p99 %s max %s (target p99 < 25ms)", ev.N, fmtDur(ev.P50), fmtDur(ev.P99), fmtDur(ev.Max))
+	line("SendEvent to the next step (%d at 200/s): p50 %s p99 %s max %s (target p99 < 25ms)", ev.N, fmtDur(ev.P50), fmtDur(ev.P99), fmtDur(ev.Max))
 	return nil
 }
 
