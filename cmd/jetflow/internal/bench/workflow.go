@@ -269,7 +269,7 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 		return fmt.Errorf("sleeping workflows: %w", err)
 	}
 	after := procMem()
-	line("%d workflows asleep: goroutines %d -> %d, heap %.1f -> %.1f MB (target: flat; the worker caches at most 1024 parked journals per definition)",
+	line("%d workflows asleep: goroutines %d -> %d, heap %.1f -> %.1f MB of this process, the embedded nats-server's state of their keys included (target: flat; the worker caches at most 1024 parked journals per definition)",
 		sleepers, before.goroutines, after.goroutines, before.heapMB, after.heapMB)
 
 	// SendEvent to the next step.
