@@ -60,16 +60,12 @@ func RunPool(ctx context.Context, out io.Writer, quick bool) error {
 	line := func(format string, a ...any) { fmt.Fprintf(out, "pool "+format+"\n", a...) }
 
 	scfg := streams.Config{Prefix: "benchpool"}
-	wnc, wjs, err := poolBenchConnect(s.ClientURL(), "bench-pool-worker")
+	jss, closeAll, err := connectEach(s.ClientURL(), "bench-pool-worker", "bench-pool-producer")
 	if err != nil {
 		return err
 	}
-	defer wnc.Close()
-	pnc, pjs, err := poolBenchConnect(s.ClientURL(), "bench-pool-producer")
-	if err != nil {
-		return err
-	}
-	defer pnc.Close()
+	defer closeAll()
+	wjs, pjs := jss[0], jss[1]
 
 	var direct, items atomic.Int64
 	w, err := worker.New(ctx, wjs, worker.Config{Streams: scfg, Concurrency: 64})
@@ -192,4 +188,24 @@ func freshServer(name string) (srv *embedded.Server, stop func(), err error) {
 		return nil, nil, err
 	}
 	return srv, func() { srv.Stop(); os.RemoveAll(dir) }, nil
+}
+
+// connectEach opens one connection per name (one per role, as separate
+// processes would have); closeAll closes them.
+func connectEach(url string, names ...string) (jss []jetstream.JetStream, closeAll func(), err error) {
+	var ncs []*nats.Conn
+	closeAll = func() {
+		for _, nc := range ncs {
+			nc.Close()
+		}
+	}
+	for _, name := range names {
+		nc, js, err := poolBenchConnect(url, name)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		ncs, jss = append(ncs, nc), append(jss, js)
+	}
+	return jss, closeAll, nil
 }

@@ -121,21 +121,12 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	rawRate := rate(3*n, raw.Publish+raw.Consume)
 
 	scfg := streams.Config{Prefix: "benchwf"}
-	wnc, wjs, err := poolBenchConnect(srv.ClientURL(), "bench-wf-worker")
+	jss, closeAll, err := connectEach(srv.ClientURL(), "bench-wf-worker", "bench-wf-producer", "bench-wf-scheduler")
 	if err != nil {
 		return err
 	}
-	defer wnc.Close()
-	pnc, pjs, err := poolBenchConnect(srv.ClientURL(), "bench-wf-producer")
-	if err != nil {
-		return err
-	}
-	defer pnc.Close()
-	snc, sjs, err := poolBenchConnect(srv.ClientURL(), "bench-wf-scheduler")
-	if err != nil {
-		return err
-	}
-	defer snc.Close()
+	defer closeAll()
+	wjs, pjs, sjs := jss[0], jss[1], jss[2]
 
 	w, err := worker.New(ctx, wjs, worker.Config{Streams: scfg, Concurrency: 64})
 	if err != nil {
