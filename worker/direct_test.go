@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -989,7 +990,9 @@ var directDup = jetflow.Define[echoArgs]("direct.dup")
 // messages end acknowledged and the run has one outcome.
 func TestDuplicateOfUnclaimedRunningRunIsFolded(t *testing.T) {
 	t.Parallel()
-	e := setup(t, worker.Config{AckWait: time.Second})
+	folded := make(chan struct{}, 16)
+	log := slog.New(&onMessage{msg: "duplicate delivery of a run running here", ch: folded})
+	e := setup(t, worker.Config{AckWait: time.Second, Logger: log})
 	var n calls
 	started, release := make(chan string, 4), make(chan struct{})
 	worker.Handle(e.W, directDup, func(ctx context.Context, j *worker.Job[echoArgs]) error {
@@ -1026,6 +1029,9 @@ func TestDuplicateOfUnclaimedRunningRunIsFolded(t *testing.T) {
 		info, err := c.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 2
 	})
+	// Delivered to the client is not yet handled: wait until the worker
+	// has folded it into the running run.
+	recv(t, folded, "duplicate folded")
 	close(release)
 	r := e.wait(t, id)
 	if r.State != jetflow.Success || r.Attempts != 1 {
@@ -1036,3 +1042,23 @@ func TestDuplicateOfUnclaimedRunningRunIsFolded(t *testing.T) {
 		t.Fatalf("handler ran %d times, want 1", c)
 	}
 }
+
+// onMessage is a slog handler that signals ch for each record whose
+// message is msg (at any level).
+type onMessage struct {
+	msg string
+	ch  chan struct{}
+}
+
+func (h *onMessage) Enabled(context.Context, slog.Level) bool { return true }
+func (h *onMessage) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		select {
+		case h.ch <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+func (h *onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *onMessage) WithGroup(string) slog.Handler      { return h }

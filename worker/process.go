@@ -139,6 +139,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 		// redelivery, a recreated consumer, a second publish): its outcome
 		// acknowledges the newest message; the other is acknowledged when
 		// redelivered, the run being over by then.
+		w.log.Debug("duplicate delivery of a run running here", "function", e.name, "run_id", env.ID, "attempt", env.Attempt)
 		return
 	}
 	// A restarted server may hand back what it had delivered as a first
