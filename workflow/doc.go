@@ -84,7 +84,12 @@
 //   - Patched: a marker.
 //
 // Each step costs one journal write (two for an at-most-once step), plus
-// the run it starts; a segment costs a few reads and two record writes.
+// the run it starts. A segment costs two reads (the record, and the
+// cursor unless it is the first segment, which creates it without
+// reading), a cursor write, the record's claim and the segment run's own
+// record; the end of a workflow writes its record once (over the claim's
+// revision, with no read, when nothing else wrote it meanwhile) and
+// schedules the removal of its journal (a delayed run).
 //
 // Cancel (producer.Cancel on the workflow id) cancels the record and,
 // through its children, the running segment (its context ends with cause

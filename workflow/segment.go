@@ -271,36 +271,52 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	if err != nil {
 		return err
 	}
-	cur, err := jr.cursorOf(ctx, a.WF)
-	if err != nil {
-		return err
+	// The cursor: created by the first segment (no read first: it is the
+	// usual case), moved on by compare-and-swap by each later one, so that
+	// two segments never run at once.
+	var cur *cursor
+	var kept *stickyJournal
+	created := false
+	if a.N == 1 {
+		c := &cursor{Seg: 1}
+		ok, err := jr.putCursor(ctx, a.WF, c)
+		if err != nil {
+			return err
+		}
+		cur, created = c, ok
 	}
-	empty := false // nothing journaled yet: no need to read the journal
-	switch {
-	case cur == nil && a.N == 1:
-		cur, empty = &cursor{Seg: 1}, !a.Forked
-	case cur == nil:
-		return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d without a cursor", a.WF, a.N))
-	case cur.Done || cur.Seg > a.N:
-		return nil // a later segment ran, or the workflow ended
-	case cur.Seg == a.N, cur.Seg == a.N-1 && cur.Waiting:
-		cur.Seg, cur.Waiting, cur.Waits = a.N, false, nil
-	case cur.Seg == a.N-1:
-		// Segment n-1 runs again (a redelivery): it resumes the workflow
-		// when it parks, with a segment of its own.
-		return nil
-	default:
-		return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
-	}
-	kept := d.take(a.WF, cur.rev)
-	if ok, err := jr.putCursor(ctx, a.WF, cur); err != nil {
-		return err
-	} else if !ok {
-		return jetflow.RetryAfter(100*time.Millisecond, errBusy)
+	empty := created && !a.Forked // nothing journaled yet: no need to read the journal
+	if !created {
+		cur, err = jr.cursorOf(ctx, a.WF)
+		if err != nil {
+			return err
+		}
+		switch {
+		case cur == nil && a.N == 1:
+			return jetflow.RetryAfter(100*time.Millisecond, errBusy) // removed between the two
+		case cur == nil:
+			return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d without a cursor", a.WF, a.N))
+		case cur.Done || cur.Seg > a.N:
+			return nil // a later segment ran, or the workflow ended
+		case cur.Seg == a.N, cur.Seg == a.N-1 && cur.Waiting:
+			cur.Seg, cur.Waiting, cur.Waits = a.N, false, nil
+		case cur.Seg == a.N-1:
+			// Segment n-1 runs again (a redelivery): it resumes the workflow
+			// when it parks, with a segment of its own.
+			return nil
+		default:
+			return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
+		}
+		kept = d.take(a.WF, cur.rev)
+		if ok, err := jr.putCursor(ctx, a.WF, cur); err != nil {
+			return err
+		} else if !ok {
+			return jetflow.RetryAfter(100*time.Millisecond, errBusy)
+		}
 	}
 	segID := j.ID()
 	now := time.Now().UTC()
-	rec, err = eng.Runs().Change(ctx, engine.Claim, a.WF, func(r *jetflow.Run) bool {
+	claim := func(r *jetflow.Run) bool {
 		r.State = jetflow.InProgress
 		if r.StartedTime.IsZero() {
 			r.StartedTime = now
@@ -311,7 +327,18 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 			r.Children = append(r.Children, segID)
 		}
 		return true
-	})
+	}
+	// The claim over the record just read (one read less); a conflict
+	// (a Cancel, a child's adoption) reads it again.
+	c := *rec
+	c.Children = slices.Clone(rec.Children)
+	claim(&c)
+	if rev, werr := eng.Runs().Write(ctx, engine.Claim, rec.State, &c, rec.Revision); werr == nil {
+		c.Revision = rev
+		rec = &c
+	} else {
+		rec, err = eng.Runs().Change(ctx, engine.Claim, a.WF, claim)
+	}
 	if errors.Is(err, kv.ErrTerminal) {
 		return nil
 	}
@@ -332,7 +359,7 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 		}
 		steps, claims = snap.steps, snap.claims
 	}
-	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: steps, claims: claims, cur: cur}
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: steps, claims: claims, cur: cur, rec: rec}
 	var out json.RawMessage
 	var ferr error
 	main := s.spawn(func() { out, ferr = d.def.run(&Context{seg: s}, rec.Args) })
@@ -363,7 +390,10 @@ type segment struct {
 	ctx context.Context
 	cur *cursor
 
-	mu      sync.Mutex
+	mu sync.Mutex
+	// rec is the workflow's record as this segment last wrote it (nil
+	// once another write, an adoption, changed it).
+	rec     *jetflow.Run
 	steps   map[string]*Entry
 	claims  map[uint64]string
 	waits   []wait
@@ -482,21 +512,38 @@ var finishStep = map[jetflow.State]engine.Step{jetflow.Success: engine.Succeed, 
 func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMessage, ferr error) error {
 	eng := engine.Of(s.d.p)
 	now := time.Now().UTC()
-	r, err := eng.Runs().Change(ctx, finishStep[st], s.wf, func(r *jetflow.Run) bool {
+	end := func(r *jetflow.Run) bool {
 		r.State, r.Result, r.CompletedTime, r.Heartbeat = st, out, now, now
 		r.Error, r.Permanent = "", false
 		if ferr != nil {
 			r.Error, r.Permanent = ferr.Error(), true
 		}
 		return true
-	})
+	}
+	// Over the record as the claim left it when nothing wrote it since
+	// (one read less); otherwise read it again.
+	var r *jetflow.Run
+	err := kv.ErrConflict
+	s.mu.Lock()
+	last := s.rec
+	s.mu.Unlock()
+	if last != nil {
+		e := *last
+		end(&e)
+		var rev uint64
+		if rev, err = eng.Runs().Write(ctx, finishStep[st], last.State, &e, last.Revision); err == nil {
+			e.Revision = rev
+			r = &e
+		}
+	}
+	if err != nil {
+		r, err = eng.Runs().Change(ctx, finishStep[st], s.wf, end)
+	}
 	if err != nil && !errors.Is(err, kv.ErrTerminal) {
 		return err
 	}
-	s.cur.Done, s.cur.Waiting, s.cur.Waits = true, false, nil
-	if _, err := s.jr.putCursor(ctx, s.wf, s.cur); err != nil {
-		return err
-	}
+	// The cursor stays as this segment set it (not waiting): the record's
+	// end is what every later segment and wake-up checks first.
 	if err := eng.Complete(ctx, r); err != nil {
 		return err
 	}
@@ -578,6 +625,9 @@ func (s *segment) adopt(id string) {
 	eng := engine.Of(s.d.p)
 	ctx, cancel := s.detached()
 	defer cancel()
+	s.mu.Lock()
+	s.rec = nil // written below: finish reads it again
+	s.mu.Unlock()
 	_, err := eng.Runs().Change(ctx, engine.Beat, s.wf, func(r *jetflow.Run) bool {
 		if slices.Contains(r.Children, id) || r.State != jetflow.InProgress {
 			return false
