@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
-	"os"
 
 	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/bench"
 	"github.com/jetflow-dev/jetflow/embedded"
@@ -26,6 +26,7 @@ func runBench(ctx context.Context, args []string) error {
 	pool := fs.Bool("pool", false, "also measure work pools (before the core figures)")
 	cron := fs.Bool("cron", false, "also measure the cron evaluator (before the core figures)")
 	wf := fs.Bool("workflow", false, "also measure durable workflows (before the core figures)")
+	asJSON := fs.Bool("json", false, "print the core figures as one JSON array on stdout (one object per mode); the text goes to stderr")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -43,21 +44,35 @@ func runBench(ctx context.Context, args []string) error {
 	default:
 		return usageErrorf("bench: --mode %q: want interval, always or both", *mode)
 	}
+	out := stdout(ctx)
+	if *asJSON {
+		out = stderr(ctx)
+	}
 	if *pool {
-		if err := bench.RunPool(ctx, os.Stdout, *quick); err != nil {
+		if err := bench.RunPool(ctx, out, *quick); err != nil {
 			return fmt.Errorf("bench pool: %w", err)
 		}
 	}
 	if *cron {
-		if err := bench.RunCron(ctx, os.Stdout, *quick); err != nil {
+		if err := bench.RunCron(ctx, out, *quick); err != nil {
 			return fmt.Errorf("bench cron: %w", err)
 		}
 	}
 	if *wf {
-		if err := bench.RunWorkflow(ctx, os.Stdout, *quick); err != nil {
+		if err := bench.RunWorkflow(ctx, out, *quick); err != nil {
 			return fmt.Errorf("bench workflow: %w", err)
 		}
 	}
 	// The core figures come last, so that SUMMARY is the last line.
-	return bench.Run(ctx, o, os.Stdout)
+	res, err := bench.Measure(ctx, o, out)
+	if err != nil || !*asJSON {
+		return err
+	}
+	js := make([]bench.JSON, len(res))
+	for i, r := range res {
+		js[i] = bench.JSONOf(r)
+	}
+	enc := json.NewEncoder(stdout(ctx))
+	enc.SetIndent("", "  ")
+	return enc.Encode(js)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,6 +31,7 @@ func runDashboard(ctx context.Context, args []string) error {
 	base := fs.String("base-path", "", "serve under this path, e.g. /jetflow (behind a reverse proxy)")
 	var sec dashboardSecurity
 	sec.add(fs, "")
+	asJSON := fs.Bool("json", false, "print where it serves as one JSON object ({dashboard, login}) instead of text")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -56,12 +58,17 @@ func runDashboard(ctx context.Context, args []string) error {
 		dcfg.Crons = crons
 	}
 	dcfg.Steps = workflow.StepsFunc(c.p) // workflows' steps on their run pages
+	sec.json = *asJSON
 	stop, err := startDashboard(ctx, *listen, c.p, dcfg, sec)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	fmt.Fprintf(stdout(ctx), "  reading runs from %s (prefix %s)\nCtrl-C stops.\n", cf.displayURL(), cf.prefix)
+	info := stdout(ctx)
+	if *asJSON {
+		info = stderr(ctx)
+	}
+	fmt.Fprintf(info, "  reading runs from %s (prefix %s)\nCtrl-C stops.\n", cf.displayURL(), cf.prefix)
 	<-ctx.Done()
 	return nil
 }
@@ -74,6 +81,9 @@ type dashboardSecurity struct {
 	token     string
 	basicAuth string
 	insecure  bool
+	// json: startDashboard prints one JSON object (url, login) instead of
+	// text.
+	json bool
 }
 
 // stringList is a repeatable flag; each value may also be a
@@ -179,12 +189,23 @@ func startDashboard(ctx context.Context, addr string, p *producer.Producer, cfg 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	url := "http://" + ln.Addr().String() + strings.TrimRight(cfg.BasePath, "/") + "/"
-	fmt.Fprintf(out, "jetflow dashboard: %s\n", url)
+	login := "none"
 	switch {
 	case sec.token != "":
-		fmt.Fprintf(out, "  login: open it once with ?token=<the --%stoken value>, or send Authorization: Bearer\n", sec.prefix)
+		login = "token"
 	case sec.basicAuth != "":
-		fmt.Fprintf(out, "  login: HTTP basic authentication (--%sbasic-auth)\n", sec.prefix)
+		login = "basic"
+	}
+	if sec.json {
+		_ = json.NewEncoder(out).Encode(map[string]string{"dashboard": url, "login": login})
+	} else {
+		fmt.Fprintf(out, "jetflow dashboard: %s\n", url)
+		switch login {
+		case "token":
+			fmt.Fprintf(out, "  login: open it once with ?token=<the --%stoken value>, or send Authorization: Bearer\n", sec.prefix)
+		case "basic":
+			fmt.Fprintf(out, "  login: HTTP basic authentication (--%sbasic-auth)\n", sec.prefix)
+		}
 	}
 	if host, _, _ := net.SplitHostPort(ln.Addr().String()); !isLoopback(host) && cfg.Middleware == nil {
 		fmt.Fprintf(stderr(ctx), "WARNING: the dashboard has no login and %s is not a loopback address: anyone who reaches it can read run arguments and results and cancel runs\n", host)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -58,6 +59,7 @@ func runDev(ctx context.Context, args []string) error {
 	tlsCert := fs.String("tlscert", "", "server TLS certificate file (PEM): clients must use TLS")
 	tlsKey := fs.String("tlskey", "", "server TLS private key file (PEM)")
 	tlsCA := fs.String("tlsca", "", "certificate authority file (PEM): clients must present a certificate it signed")
+	asJSON := fs.Bool("json", false, "print JSON lines on stdout: first {nats_url, data, prefix}, then each run change as its record (as runs watch --json); other text goes to stderr")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -87,6 +89,10 @@ func runDev(ctx context.Context, args []string) error {
 	fs.Visit(func(f *flag.Flag) { portSet = portSet || f.Name == "port" })
 
 	out := &lockedWriter{w: stdout(ctx)}
+	if *asJSON {
+		// Text to stderr; stdout carries only the JSON lines.
+		out = &lockedWriter{w: stderr(ctx)}
+	}
 	dir, err := filepath.Abs(*data)
 	if err != nil {
 		return fmt.Errorf("dev: --data %s: %w", *data, err)
@@ -152,6 +158,9 @@ func runDev(ctx context.Context, args []string) error {
 
 	// Watch every run before anything is scheduled, so no change is missed.
 	tr := newRunTracker(out)
+	if *asJSON {
+		tr.json = json.NewEncoder(&lockedWriter{w: stdout(ctx)})
+	}
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	watchDone, err := tr.watch(wctx, engine.Of(p).Store())
 	if err != nil {
@@ -192,6 +201,9 @@ func runDev(ctx context.Context, args []string) error {
 	}()
 
 	printDevBanner(out, url, dir, syncMode, *syncEvery, *prefix, tr.existing(), opts)
+	if tr.json != nil {
+		tr.emit(map[string]any{"nats_url": url, "data": dir, "prefix": *prefix, "unfinished_runs": tr.existing()})
+	}
 	if *httpAddr != "" {
 		dcfg, err := sec.config(*httpAddr)
 		if err != nil {
@@ -199,7 +211,11 @@ func runDev(ctx context.Context, args []string) error {
 		}
 		dcfg.Crons = s.Crons()
 		dcfg.Steps = workflow.StepsFunc(p)
-		stopHTTP, err := startDashboard(withOutput(ctx, out, stderr(ctx)), *httpAddr, p, dcfg, sec)
+		dout := io.Writer(out)
+		if *asJSON {
+			sec.json, dout = true, stdout(ctx)
+		}
+		stopHTTP, err := startDashboard(withOutput(ctx, dout, stderr(ctx)), *httpAddr, p, dcfg, sec)
 		if err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
@@ -323,6 +339,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 type runTracker struct {
 	out     io.Writer
 	changed chan struct{}
+	// json, when set, takes each change as a run record (--json).
+	json *json.Encoder
+	jmu  sync.Mutex
 
 	mu         sync.Mutex
 	live       map[string]*jetflow.Run  // runs not yet terminal, last record seen
@@ -408,7 +427,11 @@ func (t *runTracker) apply(r *jetflow.Run, print bool) {
 		return
 	}
 	if prev == nil || notable(prev, r) {
-		fmt.Fprintln(t.out, describeChange(prev, r))
+		if t.json != nil {
+			t.emit(r)
+		} else {
+			fmt.Fprintln(t.out, describeChange(prev, r))
+		}
 	}
 	select {
 	case t.changed <- struct{}{}:
@@ -452,4 +475,11 @@ func (t *runTracker) ended(runs []demo.Scheduled) (bool, string) {
 func notable(prev, r *jetflow.Run) bool {
 	return prev.State != r.State || prev.Attempts != r.Attempts || prev.Error != r.Error ||
 		!sameProgress(prev.Progress, r.Progress)
+}
+
+// emit writes v as one JSON line (--json).
+func (t *runTracker) emit(v any) {
+	t.jmu.Lock()
+	defer t.jmu.Unlock()
+	_ = t.json.Encode(v)
 }
