@@ -14,7 +14,7 @@ func init() {
 }
 
 func runBench(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--cron] [--workflow]")
+	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--cron] [--workflow] [--cluster | --cluster-url URL] [--json]")
 	n := fs.Int("n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
 	alwaysN := fs.Int("always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
 	mode := fs.String("mode", "both", "durability mode: interval, always or both")
@@ -26,6 +26,9 @@ func runBench(ctx context.Context, args []string) error {
 	pool := fs.Bool("pool", false, "also measure work pools (before the core figures)")
 	cron := fs.Bool("cron", false, "also measure the cron evaluator (before the core figures)")
 	wf := fs.Bool("workflow", false, "also measure durable workflows (before the core figures)")
+	cluster := fs.Bool("cluster", false, "also measure on a 3-node cluster started in this process (R3), beside raw R3 (before the core figures)")
+	clusterURL := fs.String("cluster-url", "", "measure on the running cluster at this URL (R3) instead of starting one (implies --cluster)")
+	clusterN := fs.Int("cluster-n", 0, "runs per cluster throughput figure (default 20000, 2000 with -quick)")
 	asJSON := fs.Bool("json", false, "print the core figures as one JSON array on stdout (one object per mode); the text goes to stderr")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -61,6 +64,15 @@ func runBench(ctx context.Context, args []string) error {
 	if *wf {
 		if err := bench.RunWorkflow(ctx, out, *quick); err != nil {
 			return fmt.Errorf("bench workflow: %w", err)
+		}
+	}
+	if *cluster || *clusterURL != "" {
+		co := bench.ClusterOptions{URL: *clusterURL, N: *clusterN}
+		if *quick && co.N == 0 {
+			co.N, co.LatenessRuns = 2000, 100
+		}
+		if err := bench.RunCluster(ctx, out, co); err != nil {
+			return fmt.Errorf("bench cluster: %w", err)
 		}
 	}
 	// The core figures come last, so that SUMMARY is the last line.

@@ -158,3 +158,23 @@ func TestRunWorkflowQuick(t *testing.T) {
 	}
 	t.Log(out.String())
 }
+
+// TestCluster runs the cluster figures small on three clustered servers in
+// this process: every run is checked (waitSuccess), the delayed runs all
+// succeed, and the figures are printed. Not parallel: the phases it runs
+// create R3 streams meanwhile. It asserts no timings.
+func TestCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	err := RunCluster(ctx, &out, ClusterOptions{N: 300, LatenessRuns: 20, SyncEvery: time.Second})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"raw R3 publish+consume", "e2e no-op runs/s", "ratio", "cost:", "lateness"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+}

@@ -52,7 +52,7 @@ func newRole(ctx context.Context, url, name, prefix string) (*role, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := producer.New(ctx, js, producer.Config{Streams: streams.Config{Prefix: prefix}})
+	p, err := producer.New(ctx, js, producer.Config{Streams: benchStreams(prefix)})
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("bench: producer: %w", err)
@@ -125,7 +125,7 @@ func streamInfo(ctx context.Context, js jetstream.JetStream, name string) (jetst
 
 // checkQueued verifies that n runs wait in the function stream of prefix.
 func checkQueued(ctx context.Context, js jetstream.JetStream, prefix string, n int) error {
-	s, err := streamInfo(ctx, js, streams.Config{Prefix: prefix}.FunctionStream())
+	s, err := streamInfo(ctx, js, benchStreams(prefix).FunctionStream())
 	if err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func startFlow(ctx context.Context, url, prefix string, opts worker.Options, sta
 		return nil, err
 	}
 	f := &flow{prod: prod, work: work, obs: obs, prefix: prefix}
-	w, err := worker.New(ctx, wjs, worker.Config{Streams: streams.Config{Prefix: prefix}})
+	w, err := worker.New(ctx, wjs, worker.Config{Streams: benchStreams(prefix)})
 	if err != nil {
 		f.close()
 		return nil, fmt.Errorf("bench: worker: %w", err)
@@ -296,7 +296,7 @@ func (f *flow) close() {
 // bucket that costs the server far more than the scan itself, and the
 // benchmark must not weigh on what it measures.)
 func countStates(ctx context.Context, js jetstream.JetStream, prefix string) (map[jetflow.State]int, error) {
-	bucket := streams.Config{Prefix: prefix}.WithDefaults().RunsBucket()
+	bucket := benchStreams(prefix).WithDefaults().RunsBucket()
 	st, err := js.Stream(ctx, streams.KVStream(bucket))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -344,7 +344,7 @@ func countStates(ctx context.Context, js jetstream.JetStream, prefix string) (ma
 // next to nothing. It returns how many records are not success when ctx
 // ends.
 func waitSuccess(ctx context.Context, o *role, prefix string, n int) (int, error) {
-	name := streams.KVStream(streams.Config{Prefix: prefix}.WithDefaults().RunsBucket())
+	name := streams.KVStream(benchStreams(prefix).WithDefaults().RunsBucket())
 	var last uint64
 	changed := time.Now()
 	c := map[jetflow.State]int{}
@@ -432,7 +432,7 @@ func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.
 		return res, err
 	}
 	wire := f.wire() - before
-	scfg := streams.Config{Prefix: prefix}.WithDefaults()
+	scfg := benchStreams(prefix).WithDefaults()
 	runs, err := streamInfo(ctx, f.obs.js, streams.KVStream(scfg.RunsBucket()))
 	if err != nil {
 		return res, err
@@ -492,7 +492,7 @@ func Lateness(ctx context.Context, url, prefix string, n, size int, lead, spread
 		return res, err
 	}
 	defer snc.Close()
-	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: streams.Config{Prefix: prefix}})
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: benchStreams(prefix)})
 	if err != nil {
 		return res, fmt.Errorf("bench: scheduler: %w", err)
 	}
@@ -506,9 +506,9 @@ func Lateness(ctx context.Context, url, prefix string, n, size int, lead, spread
 	}()
 	var dmu sync.Mutex
 	disp := make([]time.Duration, 0, n)
-	sub, err := f.obs.nc.Subscribe(streams.Config{Prefix: prefix}.FunctionSubject(noop.Name(), "*"), func(m *nats.Msg) {
+	sub, err := f.obs.nc.Subscribe(benchStreams(prefix).FunctionSubject(noop.Name(), "*"), func(m *nats.Msg) {
 		now := time.Now()
-		e, err := streams.Config{Prefix: prefix}.ParseMessage(m.Subject, m.Header, m.Data)
+		e, err := benchStreams(prefix).ParseMessage(m.Subject, m.Header, m.Data)
 		if err != nil || e.Scheduled.IsZero() {
 			return
 		}

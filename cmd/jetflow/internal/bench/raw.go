@@ -36,6 +36,7 @@ func rawStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream, s
 		Subjects:  []string{subj},
 		Retention: jetstream.WorkQueuePolicy,
 		Storage:   jetstream.FileStorage,
+		Replicas:  max(int(replicas.Load()), 1),
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("bench: raw stream: %w", err)

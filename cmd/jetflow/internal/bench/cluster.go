@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// replicas is the replica count of the streams and buckets the phases
+// create: 0 (one) on a single server, 3 while RunCluster runs (which
+// therefore runs alone).
+var replicas atomic.Int32
+
+// benchStreams is the streams configuration of a phase's prefix.
+func benchStreams(prefix string) streams.Config {
+	return streams.Config{Prefix: prefix, Replicas: int(replicas.Load())}
+}
+
+// ClusterOptions configure RunCluster.
+type ClusterOptions struct {
+	// URL of a running cluster (every node's client URL, comma
+	// separated); empty: start three clustered servers in this process.
+	URL string
+	// N runs (and raw messages) per throughput figure. Default 20,000.
+	N int
+	// LatenessRuns delayed runs of the lateness figure. Default 1,000.
+	LatenessRuns int
+	ArgsSize     int
+	// SyncEvery is the servers' fsync interval (default 10 ms). Tests
+	// under -race set 1 s: nats-server v2.15.2 arms a new stream's sync
+	// timer before it stores it, a race a short interval can hit.
+	SyncEvery time.Duration
+}
+
+// RunCluster measures jetflow on a three-node cluster, with every stream
+// and bucket replicated three times (R3), beside raw JetStream
+// publish-then-consume on an R3 work-queue stream in the same run: raw,
+// jetflow end to end (the worker's default on a replicated stream: every
+// run claimed before it starts), raw again (the ratio is against the mean
+// of both raw runs), and delayed-run lateness. Started in this process,
+// the three servers share this machine's cores with the clients: the
+// ratio, not the rate, is the figure to compare with a real cluster.
+func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
+	if o.N == 0 {
+		o.N = 20_000
+	}
+	if o.LatenessRuns == 0 {
+		o.LatenessRuns = 1_000
+	}
+	if o.ArgsSize == 0 {
+		o.ArgsSize = 100
+	}
+	url, where := o.URL, "a cluster at "+o.URL
+	if url == "" {
+		u, stop, err := startCluster(ctx, o.SyncEvery)
+		if err != nil {
+			return fmt.Errorf("cluster: %w", err)
+		}
+		defer stop()
+		url, where = u, "three clustered servers in this process"
+	}
+	replicas.Store(3)
+	defer replicas.Store(0)
+	line := func(format string, a ...any) { fmt.Fprintf(out, "cluster "+format+"\n", a...) }
+	line("%s; R3 streams and buckets; %d runs per figure, args %d bytes", where, o.N, o.ArgsSize)
+
+	raw, err := RawPublishConsume(ctx, url, o.N, o.ArgsSize)
+	if err != nil {
+		return fmt.Errorf("cluster raw: %w", err)
+	}
+	e2e, err := EndToEnd(ctx, url, "benchcle2e", o.N, o.ArgsSize)
+	if err != nil {
+		return fmt.Errorf("cluster end to end: %w", err)
+	}
+	raw2, err := RawPublishConsume(ctx, url, o.N, o.ArgsSize)
+	if err != nil {
+		return fmt.Errorf("cluster raw again: %w", err)
+	}
+	rawRate := (rate(o.N, raw.Publish+raw.Consume) + rate(o.N, raw2.Publish+raw2.Consume)) / 2
+	e2eRate := rate(o.N, e2e.Elapsed)
+	line("raw R3 publish+consume %s msgs/s (%s before, %s after)", fmtRate(rawRate),
+		fmtRate(rate(o.N, raw.Publish+raw.Consume)), fmtRate(rate(o.N, raw2.Publish+raw2.Consume)))
+	line("e2e no-op runs/s %s   raw R3 publish+consume %s/s   ratio %.2f (target >= 0.40)   cpu %s/run (raw %s/msg)",
+		fmtRate(e2eRate), fmtRate(rawRate), ratio(e2eRate, rawRate), fmtDur(per(e2e.CPU, o.N)),
+		fmtDur(per(raw.PublishCPU+raw.ConsumeCPU, o.N)))
+	line("cost: %s", e2e.Cost)
+	late, err := Lateness(ctx, url, "benchcllate", o.LatenessRuns, o.ArgsSize, 2*time.Second, 3*time.Second)
+	if err != nil {
+		return fmt.Errorf("cluster lateness: %w", err)
+	}
+	line("lateness (RunAt, %d runs over 3s) p50 %s p99 %s max %s; %d not recorded success",
+		late.N, fmtDur(late.Lateness.P50), fmtDur(late.Lateness.P99), fmtDur(late.Lateness.Max), late.NotSuccess)
+	if late.NotSuccess > 0 {
+		return fmt.Errorf("cluster lateness: %d of %d runs not recorded success", late.NotSuccess, late.N)
+	}
+	return nil
+}
+
+// startCluster starts three clustered embedded servers (file storage in a
+// temporary directory) and returns their client URLs, comma separated.
+func startCluster(ctx context.Context, syncEvery time.Duration) (url string, stop func(), err error) {
+	dir, err := os.MkdirTemp("", "jetflow-bench-cluster-")
+	if err != nil {
+		return "", nil, err
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			os.RemoveAll(dir)
+			return "", nil, err
+		}
+	}
+	srvs := make([]*embedded.Server, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i := range srvs {
+		var routes []string
+		for j, p := range ports {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
+			}
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			srvs[i], errs[i] = embedded.Start(embedded.Options{
+				Dir: filepath.Join(dir, fmt.Sprintf("n%d", i)), ServerName: fmt.Sprintf("bench-n%d", i),
+				Cluster:      &embedded.Cluster{Name: "bench", Host: "127.0.0.1", Port: ports[i], Routes: routes},
+				ReadyTimeout: 30 * time.Second, SyncEvery: syncEvery,
+			})
+		}()
+	}
+	wg.Wait()
+	stop = func() {
+		for _, s := range srvs {
+			if s != nil {
+				s.Stop()
+			}
+		}
+		os.RemoveAll(dir)
+	}
+	if err := errors.Join(errs...); err != nil {
+		stop()
+		return "", nil, err
+	}
+	urls := make([]string, 3)
+	for i, s := range srvs {
+		urls[i] = s.ClientURL()
+	}
+	url = strings.Join(urls, ",")
+	// JetStream is ready once the meta group has a leader: an R3 stream
+	// can be created.
+	nc, js, err := connect(url, "bench-cluster-ready")
+	if err != nil {
+		stop()
+		return "", nil, err
+	}
+	defer nc.Close()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, cerr := js.CreateStream(cctx, jetstream.StreamConfig{Name: "BENCH_READY", Subjects: []string{"bench.ready"}, Replicas: 3})
+		if cerr == nil {
+			cerr = js.DeleteStream(cctx, "BENCH_READY")
+		}
+		cancel()
+		if cerr == nil {
+			return url, stop, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			stop()
+			return "", nil, fmt.Errorf("cluster not ready: %w", cerr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
