@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 type wfBenchSteps struct {
@@ -198,6 +200,10 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 
 	// N workflows of 3 steps.
 	wfBenchDone.Store(0)
+	wBefore, err := wfWrites(ctx, pjs, scfg)
+	if err != nil {
+		return err
+	}
 	start = time.Now()
 	if err := wfBenchStart(ctx, n, func(ctx context.Context, i int) error {
 		_, err := workflow.Start(ctx, p, wfBenchStepsDef, wfBenchSteps{K: 3})
@@ -209,8 +215,21 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 		return fmt.Errorf("3-step workflows: %d of %d ended: %w", wfBenchDone.Load(), n, err)
 	}
 	wfRate := rate(n, time.Since(start))
+	// Writes of the workflows (the purge runs they schedule are due after
+	// the retention period: their later writes are not counted).
+	if err := poolBenchWait(ctx, time.Minute, func() bool {
+		st, err := streamInfo(ctx, pjs, streams.KVStream(scfg.WithDefaults().RunsBucket()))
+		return err == nil && st.LastSeq > 0 // settle: outcome writes are asynchronous
+	}); err != nil {
+		return err
+	}
+	wAfter, err := wfWrites(ctx, pjs, scfg)
+	if err != nil {
+		return err
+	}
 	line("raw publish+consume %s msg/s; plain no-op runs %s runs/s (%s of raw)", fmtRate(rawRate), fmtRate(plainRate), trimFloat(ratio(plainRate, rawRate)))
 	line("3-step workflows %s /s; 3 plain runs %s /s; ratio %s (target >= 0.5)", fmtRate(wfRate), fmtRate(plainRate/3), trimFloat(ratio(wfRate, plainRate/3)))
+	line("writes per 3-step workflow %.1f: %s (3 plain runs: 6, a message and a record each)", wAfter.total(wBefore, n), wAfter.describe(wBefore, n))
 
 	// The cost of a step at 10, 100 and 1000 steps.
 	for _, k := range []int{10, 100, 1000} {
@@ -346,4 +365,41 @@ func procMem() memFigures {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return memFigures{goroutines: runtime.NumGoroutine(), heapMB: float64(ms.HeapAlloc) / (1 << 20)}
+}
+
+// wfWriteCounts is the last sequence of each stream a workflow writes.
+type wfWriteCounts map[string]uint64
+
+// wfWrites reads the last sequence (the writes so far) of the runs,
+// journal and delayed buckets and of the function stream.
+func wfWrites(ctx context.Context, js jetstream.JetStream, scfg streams.Config) (wfWriteCounts, error) {
+	c := scfg.WithDefaults()
+	out := wfWriteCounts{}
+	for label, name := range map[string]string{
+		"runs bucket": streams.KVStream(c.RunsBucket()), "journal": streams.KVStream(c.JournalBucket()),
+		"delayed store": streams.KVStream(c.DelayedBucket()), "function stream": c.FunctionStream(),
+	} {
+		st, err := streamInfo(ctx, js, name)
+		if err != nil {
+			return nil, err
+		}
+		out[label] = st.LastSeq
+	}
+	return out, nil
+}
+
+func (a wfWriteCounts) total(b wfWriteCounts, n int) float64 {
+	var t uint64
+	for k, v := range a {
+		t += v - b[k]
+	}
+	return float64(t) / float64(n)
+}
+
+func (a wfWriteCounts) describe(b wfWriteCounts, n int) string {
+	var parts []string
+	for _, k := range []string{"function stream", "runs bucket", "journal", "delayed store"} {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, float64(a[k]-b[k])/float64(n)))
+	}
+	return strings.Join(parts, ", ")
 }
