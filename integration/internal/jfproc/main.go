@@ -129,7 +129,7 @@ func main() {
 	flag.DurationVar(&c.spread, "spread", 0, "producer: due times spread over this span")
 	flag.StringVar(&c.idPfx, "id-prefix", "run", "producer: run ids are <prefix>-<i>")
 	flag.StringVar(&c.ledger, "ledger", "", "worker: append \"<run id> <attempt> <pid>\" to this file at each handler start (fsynced)")
-	flag.BoolVar(&c.workflow, "workflow", false, "worker: also serve the workflow it.flow (steps a, b at-most-once, c; each appends \"<workflow id>/<step> 0 <pid>\" to the ledger and works -work long)")
+	flag.BoolVar(&c.workflow, "workflow", false, "worker: also serve the workflows it.flow (steps a, b at-most-once, c; each appends \"<workflow id>/<step> 0 <pid>\" to the ledger and works -work long) and it.sleep (sleeps an hour, then a step)")
 	flag.DurationVar(&c.statsEvery, "stats-every", 0, "worker: print a STATS line this often (0: only on SIGUSR1)")
 	flag.IntVar(&c.parallel, "parallel", 4, "load: concurrent calls")
 	flag.BoolVar(&c.retry, "retry", true, "load: retry a failed call until it returns an id (else report it FAILED)")
@@ -296,6 +296,14 @@ func flowDef(led *ledger, work time.Duration) *Flow {
 	})
 }
 
+// sleepDef is the workflow it.sleep: a durable sleep of an hour, then a
+// step. The tests start thousands and measure what they cost the worker
+// while they sleep.
+var sleepDef = workflow.Define("it.sleep", func(wf *workflow.Context, in Args) (int, error) {
+	wf.Sleep(time.Hour)
+	return workflow.Step(wf, "woke", func(context.Context) (int, error) { return in.N, nil })
+})
+
 // stats prints the heap after a GC and the goroutine count.
 func stats() {
 	runtime.GC()
@@ -377,6 +385,9 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 		worker.Handle(w, fn, h, worker.Options{ClaimAfter: c.claimAfter})
 	}
 	if c.workflow {
+		if err := workflow.Register(w, sleepDef); err != nil {
+			return err
+		}
 		if err := workflow.Register(w, flowDef(led, c.work)); err != nil {
 			return err
 		}
