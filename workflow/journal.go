@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -109,7 +110,7 @@ type event struct {
 
 func stepKey(wf, step string) string     { return wf + ".s." + step }
 func cursorKey(wf string) string         { return wf + ".wf" }
-func eventPrefix(wf, name string) string { return wf + ".ev." + name + "." }
+func eventPrefix(wf, name string) string { return wfwire.EventPrefix(wf, name) }
 func claimKey(wf string, seq uint64) string {
 	return wf + ".claim." + strconv.FormatUint(seq, 10)
 }

@@ -9,15 +9,19 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/nats-io/nuid"
 )
 
-// ErrEnded: an event sent to a workflow that has ended.
-var ErrEnded = errors.New("workflow: workflow has ended")
+// ErrEnded: an event sent to a workflow that has ended (the same error as
+// producer.SendEvent's).
+var ErrEnded = wfwire.ErrEnded
 
 // SendEvent sends event name with payload (JSON-encoded) to workflow id:
-// it is stored durably and resumes the workflow if it waits. An event sent
+// it is stored durably and resumes the workflow if it waits (at once, where
+// producer.SendEvent, for producers that do not import this package,
+// resumes it through a wake run). An event sent
 // before its await is kept until an await consumes it; each event is
 // consumed by one await. Errors: ErrInvalidEventName, jetflow.ErrNotFound
 // (no such workflow), ErrEnded, jetflow.ErrBadArgs.
@@ -40,7 +44,7 @@ func SendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(event{Name: name, Payload: raw, Sent: time.Now().UTC()})
+	b, _ := json.Marshal(wfwire.Event{Name: name, Payload: raw, Sent: time.Now().UTC()})
 	if _, err := jr.kv.Create(ctx, eventPrefix(id, name)+nuid.Next(), b); err != nil {
 		return fmt.Errorf("workflow %s: store event %s: %w", id, name, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
 )
 
@@ -348,12 +349,7 @@ func AwaitEvent[T any](wf *Context, name string, timeout time.Duration) (T, erro
 	panic("unreachable")
 }
 
-func validEventName(name string) error {
-	if err := jetflow.ValidateRunID(name); err != nil || len(name) > 64 {
-		return fmt.Errorf("%w: %q: 1-64 letters, digits, '_' or '-'", ErrInvalidEventName, name)
-	}
-	return nil
-}
+func validEventName(name string) error { return wfwire.ValidEventName(name) }
 
 // RunChild starts workflow def as a child of this one and waits for its
 // result. Canceling this workflow cancels the child.

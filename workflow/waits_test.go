@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
 )
@@ -84,6 +85,56 @@ func TestEventsBeforeAndAfterAwait(t *testing.T) {
 	}
 	if err := workflow.SendEvent(ctx, e.P, id, "bad.name", 1); !errors.Is(err, workflow.ErrInvalidEventName) {
 		t.Fatalf("bad event name: %v", err)
+	}
+}
+
+// producer.SendEvent, for a producer that does not import package
+// workflow: events before and after the await reach it, through a wake
+// run; it refuses runs that are not workflows and ended workflows with the
+// errors workflow.SendEvent names.
+func TestProducerSendEvent(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	def := workflow.Define("test.pevents", func(wf *workflow.Context, _ struct{}) (string, error) {
+		a, err := workflow.AwaitEvent[string](wf, "a", 0)
+		if err != nil {
+			return "", err
+		}
+		b, err := workflow.AwaitEvent[string](wf, "b", 0)
+		return a + b, err
+	})
+	plain := jetflow.Define[struct{}]("test.pevents.plain")
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, def, struct{}{})
+	must(t, err)
+	must(t, e.P.SendEvent(ctx, id, "a", "x")) // before any worker runs it
+	e.startWorker(t, func(w *worker.Worker) {
+		must(t, workflow.Register(w, def))
+		worker.Handle(w, plain, func(context.Context, *worker.Job[struct{}]) error { return nil })
+	})
+	st := e.waiting(t, id)
+	if last := st.Steps[len(st.Steps)-1]; last.Name != "b" || last.State != workflow.StepWaiting {
+		t.Fatalf("steps: %+v", st.Steps)
+	}
+	must(t, e.P.SendEvent(ctx, id, "b", "y"))
+	out, err := workflow.Result(ctx, e.P, def, id)
+	must(t, err)
+	if out != "xy" {
+		t.Fatalf("result %q, want xy", out)
+	}
+	if err := e.P.SendEvent(ctx, id, "b", "again"); !errors.Is(err, workflow.ErrEnded) || !errors.Is(err, producer.ErrWorkflowEnded) {
+		t.Fatalf("event to an ended workflow: %v, want ErrEnded", err)
+	}
+	if err := e.P.SendEvent(ctx, id, "bad.name", 1); !errors.Is(err, workflow.ErrInvalidEventName) {
+		t.Fatalf("bad event name: %v", err)
+	}
+	rid, err := e.P.Enqueue(ctx, plain.With(struct{}{}), producer.WithID("not-a-workflow"))
+	must(t, err)
+	if err := e.P.SendEvent(ctx, rid, "a", 1); !errors.Is(err, producer.ErrNotWorkflow) {
+		t.Fatalf("event to a plain run: %v, want ErrNotWorkflow", err)
+	}
+	if err := e.P.SendEvent(ctx, "no-such-run", "a", 1); !errors.Is(err, jetflow.ErrNotFound) {
+		t.Fatalf("event to no run: %v, want ErrNotFound", err)
 	}
 }
 

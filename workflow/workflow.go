@@ -9,6 +9,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/nats-io/nuid"
@@ -27,7 +28,7 @@ var (
 	ErrBadRecord = errors.New("workflow: not a record of this workflow")
 	// ErrInvalidEventName: an event name that is not one token of letters,
 	// digits, '_' and '-'.
-	ErrInvalidEventName = errors.New("workflow: invalid event name")
+	ErrInvalidEventName = wfwire.ErrInvalidEventName
 )
 
 // Workflow is a workflow definition: a name and a function of In to Out,
@@ -62,11 +63,11 @@ func (w *Workflow[In, Out]) Name() string { return w.name }
 
 // SegmentFunction is the internal function whose runs execute workflow
 // name's code: "<name>.segment".
-func SegmentFunction(name string) string { return name + ".segment" }
+func SegmentFunction(name string) string { return wfwire.SegmentFunction(name) }
 
 // WakeFunction is the internal function that resumes a waiting workflow
 // when a child run ends or a timer fires: "<name>.wake".
-func WakeFunction(name string) string { return name + ".wake" }
+func WakeFunction(name string) string { return wfwire.WakeFunction(name) }
 
 // run is the untyped form of the workflow function.
 func (w *Workflow[In, Out]) run(wf *Context, raw json.RawMessage) (json.RawMessage, error) {
@@ -148,12 +149,7 @@ type segArgs struct {
 }
 
 // wakeContext is the context of a wake run (child completion or timer).
-type wakeContext struct {
-	WF string `json:"wf"`
-	// Purge: remove the journal of the ended workflow (its retention
-	// passed).
-	Purge bool `json:"purge,omitempty"`
-}
+type wakeContext = wfwire.WakeContext
 
 func mustJSON(v any) json.RawMessage {
 	b, err := json.Marshal(v)
@@ -164,16 +160,13 @@ func mustJSON(v any) json.RawMessage {
 }
 
 // SegmentID is the run id of segment n (from 1) of workflow id.
-func SegmentID(id string, n int) string { return jetflow.DerivedID(fmt.Sprintf("%s-seg%d", id, n)) }
+func SegmentID(id string, n int) string { return wfwire.SegmentID(id, n) }
 
 func segmentCall(name string, a segArgs) jetflow.Call {
 	return jetflow.Call{Name: SegmentFunction(name), Kind: jetflow.Retryable, Args: a}
 }
 
-func wakeCall(name, id string) jetflow.Call {
-	raw, _ := json.Marshal(wakeContext{WF: id})
-	return jetflow.Call{Name: WakeFunction(name), Kind: jetflow.Retryable, Args: jetflow.Completion{Context: raw}}
-}
+func wakeCall(name, id string) jetflow.Call { return wfwire.WakeCall(name, id) }
 
 func wakeCallback(name, id string) jetflow.Call {
 	return jetflow.Call{Name: WakeFunction(name), Kind: jetflow.Retryable, Args: wakeContext{WF: id}}
