@@ -183,7 +183,7 @@ func (c *core) requeue(ctx context.Context, it *Item) error {
 	if ready.IsZero() {
 		ready = c.now()
 	}
-	_, err := c.st.putQueued(ctx, it.Pool, it.ID, queued{Priority: it.Priority, Ready: ready.UnixNano(), Attempt: it.Attempts + 1})
+	_, err := c.st.putQueued(ctx, it.Pool, it.ID, queued{Priority: it.Priority, Ready: ready.UnixNano(), Attempt: it.Attempts + 1, Key: it.Key})
 	return err
 }
 

@@ -39,6 +39,15 @@ type DispatcherStats struct {
 	// Repaired counts slots the periodic check fixed (a lost completion, a
 	// run never created, a slot never used).
 	Repaired int64
+	// Keys is the number of keys it holds a queue for (keys with items
+	// waiting, or kept aside at their limit or throttle).
+	Keys int
+	// Dropped counts new items recorded canceled by DropNewest; Superseded
+	// the items (waiting or running) canceled by CancelInProgress;
+	// Debounced the items collapsed into a later one.
+	Dropped    int64
+	Superseded int64
+	Debounced  int64
 }
 
 // Start runs the pool's dispatcher in the background and returns at once.
@@ -105,6 +114,13 @@ type entry struct {
 	rank int64 // q.Ready - priority x Aging: smaller starts first
 	at   int64 // when it may be tried (Unix ns)
 	size int   // bytes of q.Item kept in memory
+	// admitted: its key's strategy let it wait to start (new items only).
+	admitted bool
+	// debFirst is when its debounce burst began; collapsed are the
+	// earlier items of the burst, recorded as debounced into it when it
+	// starts.
+	debFirst  int64
+	collapsed []*entry
 }
 
 // rankHeap orders ready entries by rank, then by queue sequence.
@@ -155,11 +171,23 @@ const (
 // allows. Memory is a cache: the queue entries, item records and pool state
 // in KV are the truth, and a new term reads them again.
 type dispatcher struct {
-	pl      *Pool
-	index   map[string]*entry // id -> its live entry
-	ready   rankHeap
-	later   timeHeap
-	blocked bool // no slot or token at the last pass: wait for a wake, the poll or the timer
+	pl    *Pool
+	index map[string]*entry // id -> its live entry
+	// keys are the per-key queues (see keys.go): turns the runnable keys by
+	// pass, limited the keys at their limit, throttled those out of their
+	// rate, dirty those with new items to admit; nready counts the entries
+	// in the keys' ready heaps, vt is the pass of the key served last.
+	keys      map[string]*keyQ
+	turns     turnHeap
+	limited   map[string]*keyQ
+	throttled throttleHeap
+	dirty     map[string]*keyQ
+	canceling map[string]bool // running items this term canceled (CancelInProgress)
+	nready    int
+	vt        int64
+	actSeq    uint64
+	later     timeHeap
+	blocked   bool // no slot or token at the last pass: wait for a wake, the poll or the timer
 	// releases are the slots to give back at the next pass: item id ->
 	// attempt, for attempts seen ending (a finished item, a retry queued).
 	releases map[string]int
@@ -176,6 +204,7 @@ type dispatcher struct {
 
 func newDispatcher(pl *Pool) *dispatcher {
 	return &dispatcher{pl: pl, index: map[string]*entry{}, releases: map[string]int{},
+		keys: map[string]*keyQ{}, limited: map[string]*keyQ{}, dirty: map[string]*keyQ{}, canceling: map[string]bool{},
 		redo: make(chan *entry, 1024), sem: make(chan struct{}, 256)}
 }
 
@@ -208,7 +237,7 @@ func (d *dispatcher) drop(e *entry) {
 
 func (d *dispatcher) schedule(e *entry) {
 	if e.at <= d.pl.now().UnixNano() {
-		heap.Push(&d.ready, e)
+		d.arrive(e)
 	} else {
 		heap.Push(&d.later, e)
 	}
@@ -224,6 +253,11 @@ func (d *dispatcher) take(e jetstream.KeyValueEntry) {
 		if old := d.index[id]; old != nil && old.seq <= e.Revision() {
 			d.drop(old)
 			delete(d.index, id)
+			if len(old.collapsed) > 0 {
+				// A debounced item canceled before it started: its burst
+				// goes with it.
+				d.flushDebounce(old, "")
+			}
 		}
 		return
 	}
@@ -236,7 +270,14 @@ func (d *dispatcher) take(e jetstream.KeyValueEntry) {
 		// A retry queued: the attempt before it has ended.
 		d.releases[id] = q.Attempt - 1
 	}
-	d.add(&entry{id: id, seq: e.Revision(), q: q, rank: q.Ready - int64(q.Priority)*int64(d.pl.cfg.Aging), at: q.Ready, size: len(e.Value())})
+	n := &entry{id: id, seq: e.Revision(), q: q, rank: q.Ready - int64(q.Priority)*int64(d.pl.cfg.Aging), at: q.Ready, size: len(e.Value())}
+	if old := d.index[id]; old != nil && old.seq >= n.seq {
+		return
+	}
+	if q.Attempt == 1 && q.Deb != nil && q.Deb.Window > 0 && !d.debounce(n) {
+		return
+	}
+	d.add(n)
 }
 
 // ended notes an item record written: a finished item's slot is given back.
@@ -317,7 +358,7 @@ func (d *dispatcher) loop(ctx context.Context) error {
 					break
 				}
 			}
-			if d.blocked {
+			if d.blocked && (len(d.dirty) == 0 || d.queueOnly()) {
 				d.publishStats(loaded)
 				continue
 			}
@@ -385,8 +426,8 @@ func (d *dispatcher) loop(ctx context.Context) error {
 }
 
 func (d *dispatcher) publishStats(loaded bool) {
-	n := len(d.index)
-	d.pl.stat(func(s *DispatcherStats) { s.Loaded, s.Queued = loaded, n })
+	n, k := len(d.index), len(d.keys)
+	d.pl.stat(func(s *DispatcherStats) { s.Loaded, s.Queued, s.Keys = loaded, n, k })
 }
 
 // pass starts what can start now and returns how long to wait before the
@@ -399,13 +440,16 @@ func (d *dispatcher) pass(ctx context.Context) time.Duration {
 		for d.later.Len() > 0 && d.later[0].at <= now {
 			e := heap.Pop(&d.later).(*entry)
 			if d.live(e) {
-				heap.Push(&d.ready, e)
+				d.arrive(e)
 			}
 		}
-		for d.ready.Len() > 0 && !d.live(d.ready[0]) {
-			heap.Pop(&d.ready)
+		for d.throttled.Len() > 0 && d.throttled[0].until <= now {
+			kq := heap.Pop(&d.throttled).(*keyQ)
+			kq.throttled = false
+			d.activate(kq)
+			d.forgetKey(kq)
 		}
-		if d.ready.Len() == 0 && len(d.releases) == 0 {
+		if d.nready == 0 && len(d.releases) == 0 && len(d.dirty) == 0 {
 			return d.untilLater(now, time.Hour)
 		}
 		if round > 32 {
@@ -419,20 +463,32 @@ func (d *dispatcher) pass(ctx context.Context) time.Duration {
 			return pl.cfg.PollInterval
 		}
 		released := d.applyReleases(st)
+		counts := st.runningByKey()
+		d.admit(st, counts)
+		d.unblock(st, counts)
 		free := st.Max - len(st.Running)
 		allow, rateNext := st.allowance(now)
-		k := min(free, allow, pl.cfg.MaxStartsPerPass, d.ready.Len())
-		if k <= 0 {
-			if released > 0 {
-				if err := d.putState(ctx, st, rev); err == nil {
-					clear(d.releases)
-				} else if !errors.Is(err, errConflict) {
-					return pl.cfg.PollInterval
-				}
-				continue
+		k := min(free, allow, pl.cfg.MaxStartsPerPass, d.nready)
+		// flush writes the releases alone when nothing starts.
+		flush := func() (again bool, wait time.Duration) {
+			if released == 0 {
+				clear(d.releases) // nothing of them was running
+				return false, 0
 			}
-			clear(d.releases) // nothing of them was running
-			if d.ready.Len() == 0 {
+			if err := d.putState(ctx, st, rev); err == nil {
+				clear(d.releases)
+			} else if !errors.Is(err, errConflict) {
+				return false, pl.cfg.PollInterval
+			}
+			return true, 0
+		}
+		if k <= 0 {
+			if again, wait := flush(); again {
+				continue
+			} else if wait > 0 {
+				return wait
+			}
+			if d.nready == 0 {
 				return d.untilLater(now, time.Hour)
 			}
 			d.blocked = true
@@ -441,52 +497,32 @@ func (d *dispatcher) pass(ctx context.Context) time.Duration {
 			}
 			return d.untilLater(now, time.Hour)
 		}
-		var picked, held []*entry
-		for len(picked) < k && d.ready.Len() > 0 {
-			e := heap.Pop(&d.ready).(*entry)
-			if !d.live(e) {
-				continue
-			}
-			if _, running := st.Running[e.id]; running {
-				// The previous attempt still holds its slot (its release is
-				// on the way): wait for it.
-				held = append(held, e)
-				continue
-			}
-			picked = append(picked, e)
-		}
+		t := st.grantTime(now)
+		picked, held := d.pick(st, counts, k, t)
 		if len(picked) == 0 {
-			for _, e := range held {
-				heap.Push(&d.ready, e)
-			}
-			if released > 0 {
-				if err := d.putState(ctx, st, rev); err == nil {
-					clear(d.releases)
-				} else if !errors.Is(err, errConflict) {
-					return pl.cfg.PollInterval
-				}
+			d.putBack(held)
+			if again, wait := flush(); again {
 				continue
+			} else if wait > 0 {
+				return wait
 			}
-			clear(d.releases)
-			d.blocked = true
+			// Every runnable key is at its limit or throttled, or its
+			// items wait for their previous attempt's slot: the releases
+			// and the throttle timer wake the next pass.
 			return d.untilLater(now, time.Hour)
 		}
-		t := st.grantTime(now)
 		for _, e := range picked {
-			st.Running[e.id] = slot{Attempt: e.q.Attempt, Granted: t}
+			st.Running[e.id] = slot{Attempt: e.q.Attempt, Granted: t, Key: e.q.Key}
 		}
+		st.pruneKeyStarts(t)
 		st.recordStarts(t, len(picked))
 		err = d.putState(ctx, st, rev)
-		for _, e := range held {
-			heap.Push(&d.ready, e)
-		}
+		d.putBack(held)
 		if err == nil {
 			clear(d.releases)
 		}
 		if err != nil {
-			for _, e := range picked {
-				heap.Push(&d.ready, e)
-			}
+			d.putBack(picked)
 			if errors.Is(err, errConflict) {
 				continue
 			}
@@ -529,6 +565,12 @@ func (d *dispatcher) state(ctx context.Context) (*poolState, uint64, error) {
 		c.Running = map[string]slot{}
 	}
 	c.Starts = slices.Clone(d.st.Starts)
+	if d.st.KeyStarts != nil {
+		c.KeyStarts = make(map[string][]int64, len(d.st.KeyStarts))
+		for k, v := range d.st.KeyStarts {
+			c.KeyStarts[k] = slices.Clone(v)
+		}
+	}
 	return &c, d.rev, nil
 }
 
@@ -566,6 +608,11 @@ func (d *dispatcher) untilLater(now int64, max time.Duration) time.Duration {
 			max = w
 		}
 	}
+	if d.throttled.Len() > 0 {
+		if w := time.Duration(d.throttled[0].until - now); w < max {
+			max = w
+		}
+	}
 	if max < time.Millisecond {
 		max = time.Millisecond
 	}
@@ -586,6 +633,7 @@ func (d *dispatcher) grant(ctx context.Context, e *entry, t int64) {
 			}
 			delete(st.Running, e.id)
 			st.returnStart(t)
+			st.returnKeyStart(e.q.Key, t)
 			return true
 		})
 		if err != nil && ctx.Err() == nil {

@@ -53,7 +53,89 @@ var (
 	// ErrBatchFailed: the batch was refused by the server; none of it was
 	// written.
 	ErrBatchFailed = errors.New("pool: batch not written")
+	// ErrInvalidKey: an item's key is longer than MaxKeyLen, or the pool's
+	// Config.Key function failed on the item's args (the error wraps the
+	// function's error too). Nothing was enqueued.
+	ErrInvalidKey = errors.New("pool: invalid item key")
 )
+
+// MaxKeyLen is the longest item key, in bytes.
+const MaxKeyLen = 256
+
+// Strategy is what a pool does with a new item whose key is at its limit
+// (Config.KeyLimit running items of that key).
+type Strategy string
+
+// Strategies.
+const (
+	// Queue (the default): the item waits until the key runs fewer than
+	// KeyLimit items.
+	Queue Strategy = "queue"
+	// CancelInProgress: the newest items win. When a key has more items
+	// running or waiting to start than KeyLimit, the oldest waiting ones
+	// and then the oldest running ones are canceled (through Cancel: a
+	// running item's run is canceled, its handler's context ends with
+	// jetflow.ErrCanceled), each recorded as canceled with the reason and
+	// the id of the item that superseded it.
+	CancelInProgress Strategy = "cancel-in-progress"
+	// DropNewest: a key admits at most KeyLimit items running or waiting to
+	// start; a new item beyond that is recorded as canceled with the reason
+	// "dropped", never started, never silently lost.
+	DropNewest Strategy = "drop-newest"
+)
+
+func (s Strategy) validate() error {
+	switch s {
+	case "", Queue, CancelInProgress, DropNewest:
+		return nil
+	}
+	return fmt.Errorf("%w: key strategy %q: queue, cancel-in-progress or drop-newest", ErrInvalidConfig, s)
+}
+
+// Debounce collapses the items of one key: items arriving within Window of
+// each other become one run, started once the key has been quiet for
+// Window, with the last item's args, and at most MaxWait after the first
+// item of the burst arrived (0: no maximum). The collapsed items are
+// recorded as canceled, "debounced into <id>", with SupersededBy set.
+type Debounce struct {
+	Window  time.Duration `json:"window,omitempty"`
+	MaxWait time.Duration `json:"maxWait,omitempty"`
+}
+
+// IsZero reports whether d is no debounce.
+func (d Debounce) IsZero() bool { return d.Window == 0 && d.MaxWait == 0 }
+
+func (d Debounce) validate() error {
+	if d.IsZero() {
+		return nil
+	}
+	if d.Window < time.Millisecond || d.MaxWait < 0 || d.MaxWait > 0 && d.MaxWait < d.Window {
+		return fmt.Errorf("%w: debounce window %s, max wait %s: the window must be at least 1ms and max wait 0 or at least the window",
+			ErrInvalidConfig, d.Window, d.MaxWait)
+	}
+	return nil
+}
+
+// KeyFunc derives an item's key from its encoded args.
+type KeyFunc func(args json.RawMessage) (string, error)
+
+// KeyOf makes a KeyFunc from a function of the typed args, e.g.
+//
+//	pool.KeyOf(func(a EmailArgs) string { return a.CustomerID })
+func KeyOf[A any](f func(A) string) KeyFunc {
+	return func(args json.RawMessage) (string, error) {
+		var a A
+		if len(args) > 0 {
+			if err := json.Unmarshal(args, &a); err != nil {
+				return "", err
+			}
+		}
+		return f(a), nil
+	}
+}
+
+// MaxKeyWeight is the largest weight Config.KeyWeight may give a key.
+const MaxKeyWeight = 1000
 
 // Priority orders pending items when the pool is saturated: the dispatcher
 // starts the item with the smallest rank, ready time - priority x Aging.
@@ -145,6 +227,32 @@ type Config struct {
 	// Aging is how long a pending item waits to rise one priority level.
 	// Default 1 minute. See Priority.
 	Aging time.Duration
+
+	// Key derives each item's key from its args (e.g. the customer id),
+	// unless the item has WithKey. Items without a key (nil Key, or an empty
+	// result) are in the key "": fairness treats it as one key; KeyLimit and
+	// KeyRate do not apply to it. Default: none.
+	Key KeyFunc
+	// KeyLimit is the most items of one key running at once across the
+	// cluster, enforced in the same compare-and-swap as MaxParallelism.
+	// Stored with the pool like MaxParallelism: zero keeps the stored value
+	// (none for a new pool); SetKeyLimit changes it at run time.
+	KeyLimit int
+	// KeyStrategy is what happens to a new item whose key is at KeyLimit
+	// (default Queue). Stored with KeyLimit, and set only with it.
+	KeyStrategy Strategy
+	// KeyRate limits starts per period per key (the definition of
+	// RateLimit, for each key alone). Stored like RateLimit; SetKeyRate
+	// changes it.
+	KeyRate RateLimit
+	// KeyWeight gives a key its share of starts when keys compete: a key of
+	// weight 2 gets two starts for every one of a key of weight 1. Values
+	// are clamped to 1..MaxKeyWeight. Default: 1 for every key. It is the
+	// active dispatcher's: give every process the same.
+	KeyWeight func(key string) int
+	// Debounce applies to every item enqueued through this Pool value
+	// (WithDebounce overrides it per item). Default: none.
+	Debounce Debounce
 
 	// Logger for warnings. Default: discard.
 	Logger *slog.Logger
@@ -248,6 +356,21 @@ func New(ctx context.Context, p *producer.Producer, cfg Config) (*Pool, error) {
 	if cfg.Retry.MaxAttempts < 0 {
 		return nil, fmt.Errorf("%w: max attempts %d", ErrInvalidConfig, cfg.Retry.MaxAttempts)
 	}
+	if cfg.KeyLimit < 0 || cfg.KeyLimit > MaxParallelismLimit {
+		return nil, fmt.Errorf("%w: key limit %d: 0-%d", ErrInvalidConfig, cfg.KeyLimit, MaxParallelismLimit)
+	}
+	if err := cfg.KeyStrategy.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.KeyStrategy != "" && cfg.KeyLimit == 0 {
+		return nil, fmt.Errorf("%w: key strategy %s without a key limit", ErrInvalidConfig, cfg.KeyStrategy)
+	}
+	if err := cfg.KeyRate.validate(); err != nil {
+		return nil, err
+	}
+	if err := cfg.Debounce.validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	scfg := engine.Of(p).Streams()
 	js := engine.Of(p).JetStream()
@@ -280,6 +403,19 @@ func (pl *Pool) ensureState(ctx context.Context) error {
 			st.Rate, changed = r, true
 			st.recordStarts(0, 0)
 		}
+		if n := pl.cfg.KeyLimit; n > 0 {
+			strat := pl.cfg.KeyStrategy
+			if strat == "" {
+				strat = Queue
+			}
+			if st.KeyLimit != n || st.KeyStrategy != strat {
+				st.KeyLimit, st.KeyStrategy, changed = n, strat, true
+			}
+		}
+		if r := pl.cfg.KeyRate; !r.IsZero() && st.KeyRate != r {
+			st.KeyRate, changed = r, true
+			st.KeyStarts = nil
+		}
 		if !changed {
 			return nil
 		}
@@ -305,6 +441,8 @@ type options struct {
 	onComplete  *jetflow.Call
 	maxAttempts int
 	timeout     time.Duration
+	key         *string
+	debounce    *Debounce
 }
 
 // WithID gives the item its id, an idempotency key within the pool.
@@ -328,11 +466,25 @@ func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n
 // WithTimeout sets the timeout of each attempt (default: the function's).
 func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
+// WithKey sets the item's key (e.g. "customer-42"), overriding Config.Key:
+// per-key limits, throttles, debounce and fairness group items by it. At
+// most MaxKeyLen bytes.
+func WithKey(key string) Option { return func(o *options) { o.key = &key } }
+
+// WithDebounce debounces the item with the other items of its key (see
+// Debounce), overriding Config.Debounce. WithDebounce(0, 0) turns it off.
+func WithDebounce(window, maxWait time.Duration) Option {
+	return func(o *options) { o.debounce = &Debounce{Window: window, MaxWait: maxWait} }
+}
+
 // Item is the status of one pool item.
 type Item struct {
-	ID       string          `json:"id"`
-	Pool     string          `json:"pool"`
-	Function string          `json:"fn"`
+	ID       string `json:"id"`
+	Pool     string `json:"pool"`
+	Function string `json:"fn"`
+	// Key groups the item with the other items of its key (WithKey,
+	// Config.Key).
+	Key      string          `json:"key,omitempty"`
 	Kind     jetflow.Kind    `json:"kind,omitempty"`
 	Args     json.RawMessage `json:"args,omitempty"`
 	Priority Priority        `json:"priority,omitempty"`
@@ -351,11 +503,14 @@ type Item struct {
 	NotBefore time.Time `json:"notBefore,omitzero"`
 	// Started is when the current (or last) attempt was granted its slot
 	// (and its rate-limit token).
-	Started    time.Time         `json:"started,omitzero"`
-	Completed  time.Time         `json:"completed,omitzero"`
-	Error      string            `json:"error,omitempty"`
-	Result     json.RawMessage   `json:"result,omitempty"`
-	OnComplete *jetflow.Callback `json:"onComplete,omitempty"`
+	Started   time.Time `json:"started,omitzero"`
+	Completed time.Time `json:"completed,omitzero"`
+	Error     string    `json:"error,omitempty"`
+	// SupersededBy is the item that replaced this canceled one: the winner
+	// of its debounce, or the newer item of its key under CancelInProgress.
+	SupersededBy string            `json:"supersededBy,omitempty"`
+	Result       json.RawMessage   `json:"result,omitempty"`
+	OnComplete   *jetflow.Callback `json:"onComplete,omitempty"`
 	// Trace carries the enqueuer's W3C trace context to the attempt runs.
 	Trace map[string]string `json:"trace,omitempty"`
 	// Revision is the record's KV revision.
@@ -382,7 +537,7 @@ type Entry struct {
 	Options []Option
 }
 
-func (pl *Pool) prepare(ctx context.Context, c jetflow.Call, opts []Option) (*Item, error) {
+func (pl *Pool) prepare(ctx context.Context, c jetflow.Call, opts []Option) (*prepared, error) {
 	var o options
 	for _, f := range opts {
 		f(&o)
@@ -393,6 +548,25 @@ func (pl *Pool) prepare(ctx context.Context, c jetflow.Call, opts []Option) (*It
 	}
 	if o.priority < MinPriority || o.priority > MaxPriority {
 		return nil, fmt.Errorf("%w: priority %d outside %d..%d", ErrInvalidConfig, o.priority, MinPriority, MaxPriority)
+	}
+	var key string
+	switch {
+	case o.key != nil:
+		key = *o.key
+	case pl.cfg.Key != nil:
+		if key, err = pl.cfg.Key(args); err != nil {
+			return nil, fmt.Errorf("%w: key of %s: %w", ErrInvalidKey, c.Name, err)
+		}
+	}
+	if len(key) > MaxKeyLen {
+		return nil, fmt.Errorf("%w: key of %d bytes, at most %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	deb := pl.cfg.Debounce
+	if o.debounce != nil {
+		deb = *o.debounce
+	}
+	if err := deb.validate(); err != nil {
+		return nil, err
 	}
 	id := o.id
 	if id == "" {
@@ -415,7 +589,7 @@ func (pl *Pool) prepare(ctx context.Context, c jetflow.Call, opts []Option) (*It
 		}
 	}
 	it := &Item{
-		ID: id, Pool: pl.name, Function: c.Name, Kind: kind, Args: args, Priority: o.priority,
+		ID: id, Pool: pl.name, Function: c.Name, Key: key, Kind: kind, Args: args, Priority: o.priority,
 		State: jetflow.Pending, MaxAttempts: max, Backoff: pl.cfg.Retry.Backoff, Timeout: o.timeout,
 		Enqueued: pl.now().UTC(), Trace: telemetry.Inject(ctx),
 	}
@@ -426,7 +600,22 @@ func (pl *Pool) prepare(ctx context.Context, c jetflow.Call, opts []Option) (*It
 		}
 		it.OnComplete = &jetflow.Callback{Function: o.onComplete.Name, Args: cargs}
 	}
-	return it, nil
+	return &prepared{it: it, deb: deb}, nil
+}
+
+// prepared is an item ready to be queued.
+type prepared struct {
+	it  *Item
+	deb Debounce
+}
+
+// entry is the item's first queue entry.
+func (p *prepared) entry() queued {
+	q := queued{Priority: p.it.Priority, Ready: p.it.Enqueued.UnixNano(), Attempt: 1, Key: p.it.Key, Item: p.it}
+	if !p.deb.IsZero() {
+		q.Deb = &debounceEntry{Window: p.deb.Window, MaxWait: p.deb.MaxWait}
+	}
+	return q
 }
 
 // Enqueue adds an item to the pool and returns its id once it is durable.
@@ -435,16 +624,17 @@ func (pl *Pool) prepare(ctx context.Context, c jetflow.Call, opts []Option) (*It
 // jetflow.ErrInvalidRunID, ErrInvalidConfig (priority),
 // producer.ErrArgsTooLarge, ErrAlreadyExists (with the id).
 func (pl *Pool) Enqueue(ctx context.Context, c jetflow.Call, opts ...Option) (string, error) {
-	it, err := pl.prepare(ctx, c, opts)
+	pr, err := pl.prepare(ctx, c, opts)
 	if err != nil {
 		return "", err
 	}
+	it := pr.it
 	if err := pl.checkSize(len(it.Args)); err != nil {
 		return "", err
 	}
 	// One write: the queue entry holds the new item. It is refused if the
 	// item waits already; an item that has started has a record instead.
-	seq, err := pl.st.putQueued(ctx, pl.name, it.ID, queued{Priority: it.Priority, Ready: it.Enqueued.UnixNano(), Attempt: 1, Item: it})
+	seq, err := pl.st.putQueued(ctx, pl.name, it.ID, pr.entry())
 	if errors.Is(err, ErrAlreadyExists) {
 		return it.ID, err
 	}
@@ -484,13 +674,16 @@ func (pl *Pool) EnqueueBatch(ctx context.Context, entries []Entry) ([]string, er
 		return nil, fmt.Errorf("%w: %d > %d", ErrTooManyItems, len(entries), MaxBatch)
 	}
 	items := make([]*Item, len(entries))
+	preps := make([]*prepared, len(entries))
 	seen := make(map[string]bool, len(entries))
 	total := 0
 	for i, e := range entries {
-		it, err := pl.prepare(ctx, e.Call, e.Options)
+		pr, err := pl.prepare(ctx, e.Call, e.Options)
 		if err != nil {
 			return nil, fmt.Errorf("item %d: %w", i, err)
 		}
+		it := pr.it
+		preps[i] = pr
 		if seen[it.ID] {
 			return nil, fmt.Errorf("item %d: %s twice in one batch: %w", i, it.ID, ErrAlreadyExists)
 		}
@@ -511,7 +704,7 @@ func (pl *Pool) EnqueueBatch(ctx context.Context, entries []Entry) ([]string, er
 	}
 	msgs := make([]*nats.Msg, len(items))
 	for i, it := range items {
-		m, err := pl.st.queueMsg(pl.name, it.ID, queued{Priority: it.Priority, Ready: it.Enqueued.UnixNano(), Attempt: 1, Item: it})
+		m, err := pl.st.queueMsg(pl.name, it.ID, preps[i].entry())
 		if err != nil {
 			return nil, err
 		}
@@ -594,6 +787,26 @@ func (pl *Pool) Status(ctx context.Context, id string) (*Item, error) {
 // Canceled. Canceling a finished item is a no-op. Errors:
 // jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
 func (pl *Pool) Cancel(ctx context.Context, id string) error {
+	return pl.cancel(ctx, id, cancelCause{})
+}
+
+// cancelCause says why the pool itself canceled an item (a key's strategy,
+// a debounce): the reason is appended to the item's error, and by names the
+// item that superseded it.
+type cancelCause struct {
+	reason string
+	by     string
+}
+
+func (c cancelCause) apply(it *Item) {
+	it.Error = jetflow.ErrCanceled.Error()
+	if c.reason != "" {
+		it.Error += ": " + c.reason
+	}
+	it.SupersededBy = c.by
+}
+
+func (pl *Pool) cancel(ctx context.Context, id string, why cancelCause) error {
 	var prev jetflow.State
 	var it *Item
 	for {
@@ -615,7 +828,8 @@ func (pl *Pool) Cancel(ctx context.Context, id string) error {
 				continue
 			}
 			c := *q.Item
-			c.State, c.Completed, c.Error = jetflow.Canceled, pl.now().UTC(), jetflow.ErrCanceled.Error()
+			c.State, c.Completed = jetflow.Canceled, pl.now().UTC()
+			why.apply(&c)
 			if err := pl.st.writeItem(ctx, &c, 0); errors.Is(err, ErrAlreadyExists) {
 				continue // started meanwhile
 			} else if err != nil {
@@ -635,7 +849,7 @@ func (pl *Pool) Cancel(ctx context.Context, id string) error {
 		prev = it.State
 		it.State = jetflow.Canceled
 		it.Completed = pl.now().UTC()
-		it.Error = jetflow.ErrCanceled.Error()
+		why.apply(it)
 		err = pl.st.writeItem(ctx, it, it.Revision)
 		if errors.Is(err, errConflict) {
 			continue
@@ -793,14 +1007,62 @@ func (pl *Pool) SetRateLimit(ctx context.Context, r RateLimit) error {
 	return err
 }
 
+// SetKeyLimit changes the pool's per-key limit and strategy at run time,
+// for every dispatcher; n 0 removes the limit. Lowering it stops no
+// running item. Errors: ErrInvalidConfig.
+func (pl *Pool) SetKeyLimit(ctx context.Context, n int, s Strategy) error {
+	if n < 0 || n > MaxParallelismLimit {
+		return fmt.Errorf("%w: key limit %d: 0-%d", ErrInvalidConfig, n, MaxParallelismLimit)
+	}
+	if err := s.validate(); err != nil {
+		return err
+	}
+	if s == "" || n == 0 {
+		s = Queue
+	}
+	_, err := pl.st.updateState(ctx, pl.name, func(st *poolState) bool {
+		if st.KeyLimit == n && st.KeyStrategy == s {
+			return false
+		}
+		st.KeyLimit, st.KeyStrategy = n, s
+		return true
+	})
+	pl.wake()
+	return err
+}
+
+// SetKeyRate changes the pool's per-key rate limit at run time; the zero
+// value removes it. Errors: ErrInvalidConfig.
+func (pl *Pool) SetKeyRate(ctx context.Context, r RateLimit) error {
+	if err := r.validate(); err != nil {
+		return err
+	}
+	_, err := pl.st.updateState(ctx, pl.name, func(st *poolState) bool {
+		if st.KeyRate == r {
+			return false
+		}
+		st.KeyRate = r
+		st.KeyStarts = nil
+		return true
+	})
+	pl.wake()
+	return err
+}
+
 // Info is the pool's stored state.
 type Info struct {
 	Name           string
 	MaxParallelism int
 	RateLimit      RateLimit
+	KeyLimit       int
+	KeyStrategy    Strategy
+	KeyRate        RateLimit
 	// Running are the ids of the items holding a slot. The dispatcher gives
 	// the slots of ended items back: while none runs, they stay listed.
 	Running []string
+	// RunningByKey counts the slots held per key (items without a key
+	// under "").
+	RunningByKey map[string]int
 }
 
 // Info reads the pool's state. Errors: ErrNoPool.
@@ -812,10 +1074,13 @@ func (pl *Pool) Info(ctx context.Context) (Info, error) {
 	if !ok {
 		return Info{}, fmt.Errorf("pool %s: %w", pl.name, ErrNoPool)
 	}
-	inf := Info{Name: pl.name, MaxParallelism: st.Max, RateLimit: st.Rate}
-	for id := range st.Running {
+	inf := Info{Name: pl.name, MaxParallelism: st.Max, RateLimit: st.Rate, KeyLimit: st.KeyLimit, KeyStrategy: st.KeyStrategy,
+		KeyRate: st.KeyRate, RunningByKey: map[string]int{}}
+	for id, s := range st.Running {
 		inf.Running = append(inf.Running, id)
+		inf.RunningByKey[s.Key]++
 	}
+	slices.Sort(inf.Running)
 	return inf, nil
 }
 

@@ -25,6 +25,13 @@ type WorkArgs struct {
 	Panic bool `json:"panic,omitempty"`
 	// Block holds the handler until its context ends or the test releases it.
 	Block bool `json:"block,omitempty"`
+	// Group is the item's key in the keyed tests (Config.Key reads it); N
+	// numbers the items of a group.
+	Group string `json:"group,omitempty"`
+	N     int    `json:"n,omitempty"`
+	// Hold holds the handlers of the group until Hold of them run at once
+	// (once reached, never again), or 10 s passed.
+	Hold int64 `json:"hold,omitempty"`
 }
 
 var (
@@ -33,8 +40,17 @@ var (
 )
 
 type start struct {
-	key string
-	at  time.Time
+	key   string
+	group string
+	n     int
+	at    time.Time
+}
+
+// groupStat measures the concurrency of one group (key).
+type groupStat struct {
+	cur, max atomic.Int64
+	hold     chan struct{}
+	holdOnce sync.Once
 }
 
 // tracker is the test handler: it measures concurrency and records starts
@@ -48,6 +64,7 @@ type tracker struct {
 	onStart func(key string)
 
 	mu       sync.Mutex
+	groups   map[string]*groupStat
 	starts   []start
 	attempts map[string]int
 	release  map[string]*gate
@@ -56,7 +73,7 @@ type tracker struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{attempts: map[string]int{}, release: map[string]*gate{},
+	return &tracker{attempts: map[string]int{}, release: map[string]*gate{}, groups: map[string]*groupStat{},
 		causes: map[string]error{}, done: map[string][]jetflow.Completion{}, gate: make(chan struct{})}
 }
 
@@ -69,8 +86,17 @@ func (tr *tracker) handle(ctx context.Context, j *worker.Job[WorkArgs]) error {
 			break
 		}
 	}
+	g := tr.group(j.Args.Group)
+	gc := g.cur.Add(1)
+	defer g.cur.Add(-1)
+	for {
+		m := g.max.Load()
+		if gc <= m || g.max.CompareAndSwap(m, gc) {
+			break
+		}
+	}
 	tr.mu.Lock()
-	tr.starts = append(tr.starts, start{key: j.Args.Key, at: time.Now()})
+	tr.starts = append(tr.starts, start{key: j.Args.Key, group: j.Args.Group, n: j.Args.N, at: time.Now()})
 	tr.attempts[j.Args.Key]++
 	n := tr.attempts[j.Args.Key]
 	tr.mu.Unlock()
@@ -84,6 +110,16 @@ func (tr *tracker) handle(ctx context.Context, j *worker.Job[WorkArgs]) error {
 		}
 		select {
 		case <-tr.gate:
+		case <-time.After(10 * time.Second):
+		}
+	}
+	if j.Args.Hold > 0 {
+		if gc >= j.Args.Hold {
+			g.holdOnce.Do(func() { close(g.hold) })
+		}
+		select {
+		case <-g.hold:
+		case <-ctx.Done():
 		case <-time.After(10 * time.Second):
 		}
 	}
@@ -112,6 +148,17 @@ func (tr *tracker) complete(_ context.Context, j *worker.Job[jetflow.Completion]
 	defer tr.mu.Unlock()
 	tr.done[j.Args.Run.ID] = append(tr.done[j.Args.Run.ID], j.Args)
 	return nil
+}
+
+func (tr *tracker) group(name string) *groupStat {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	g := tr.groups[name]
+	if g == nil {
+		g = &groupStat{hold: make(chan struct{})}
+		tr.groups[name] = g
+	}
+	return g
 }
 
 type gate struct {

@@ -52,12 +52,23 @@ type queued struct {
 	// Item is the new item (attempt 1), which has no record yet. A retry's
 	// entry has none: its record exists.
 	Item *Item `json:"item,omitempty"`
+	// Key is the item's key (retries carry it too).
+	Key string `json:"k,omitempty"`
+	// Deb is set on a new item that debounces with its key.
+	Deb *debounceEntry `json:"d,omitempty"`
+}
+
+// debounceEntry is the debounce of a queue entry.
+type debounceEntry struct {
+	Window  time.Duration `json:"w"`
+	MaxWait time.Duration `json:"m,omitempty"`
 }
 
 // slot is one running item in the pool state.
 type slot struct {
-	Attempt int   `json:"a"`
-	Granted int64 `json:"t"` // Unix ns
+	Attempt int    `json:"a"`
+	Granted int64  `json:"t"` // Unix ns
+	Key     string `json:"k,omitempty"`
 }
 
 // poolState is the value of <name>.state.
@@ -68,6 +79,89 @@ type poolState struct {
 	// Starts are the grant times (Unix ns, ascending) of the most recent
 	// starts, at most Rate.N of them: the sliding window of the rate limit.
 	Starts []int64 `json:"starts,omitempty"`
+	// KeyLimit is the most running items per key (0: none), KeyStrategy
+	// what happens to a key's new items when it is reached.
+	KeyLimit    int      `json:"keyLimit,omitempty"`
+	KeyStrategy Strategy `json:"keyStrategy,omitempty"`
+	// KeyRate is the per-key rate limit; KeyStarts the grant times of each
+	// key's most recent starts within KeyRate.Per (at most KeyRate.N per
+	// key; keys without a start in the window are removed).
+	KeyRate   RateLimit          `json:"keyRate,omitzero"`
+	KeyStarts map[string][]int64 `json:"keyStarts,omitempty"`
+}
+
+// runningByKey counts the slots per key.
+func (st *poolState) runningByKey() map[string]int {
+	n := make(map[string]int, len(st.Running))
+	for _, s := range st.Running {
+		n[s.Key]++
+	}
+	return n
+}
+
+// keyLimited reports whether key is under the per-key limit and rate.
+func keyLimited(key string) bool { return key != "" }
+
+// keyAllowance is how many items of key may start at now under the per-key
+// rate limit, and when the next may start if none can (same definition as
+// allowance).
+func (st *poolState) keyAllowance(key string, now int64) (n int, next int64) {
+	if st.KeyRate.N <= 0 || st.KeyRate.Per <= 0 || !keyLimited(key) {
+		return int(^uint(0) >> 1), 0
+	}
+	starts := st.KeyStarts[key]
+	cut := now - int64(st.KeyRate.Per)
+	recent := 0
+	for i := len(starts) - 1; i >= 0 && starts[i] >= cut; i-- {
+		recent++
+	}
+	n = st.KeyRate.N - recent
+	if n > 0 {
+		return n, 0
+	}
+	return 0, starts[len(starts)-st.KeyRate.N] + int64(st.KeyRate.Per) + 1
+}
+
+// recordKeyStart records a start of key at t, keeps at most KeyRate.N
+// times per key and removes the keys whose last start left the window.
+func (st *poolState) recordKeyStart(key string, t int64) {
+	if st.KeyRate.N <= 0 || !keyLimited(key) {
+		return
+	}
+	if st.KeyStarts == nil {
+		st.KeyStarts = map[string][]int64{}
+	}
+	s := append(st.KeyStarts[key], t)
+	if over := len(s) - st.KeyRate.N; over > 0 {
+		s = append([]int64(nil), s[over:]...)
+	}
+	st.KeyStarts[key] = s
+}
+
+// pruneKeyStarts removes the keys whose every start is older than the
+// window at now.
+func (st *poolState) pruneKeyStarts(now int64) {
+	if st.KeyRate.N <= 0 {
+		st.KeyStarts = nil
+		return
+	}
+	cut := now - int64(st.KeyRate.Per)
+	for k, s := range st.KeyStarts {
+		if len(s) == 0 || s[len(s)-1] < cut {
+			delete(st.KeyStarts, k)
+		}
+	}
+}
+
+// returnKeyStart gives back one start of key recorded at t.
+func (st *poolState) returnKeyStart(key string, t int64) {
+	s := st.KeyStarts[key]
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] == t {
+			st.KeyStarts[key] = append(s[:i:i], s[i+1:]...)
+			return
+		}
+	}
 }
 
 // allowance is how many items may start at now under the rate limit, and
