@@ -256,7 +256,7 @@ func (d *dispatcher) take(e jetstream.KeyValueEntry) {
 			if len(old.collapsed) > 0 {
 				// A debounced item canceled before it started: its burst
 				// goes with it.
-				d.flushDebounce(old, "")
+				d.flushDebounce(old)
 			}
 		}
 		return
@@ -539,6 +539,7 @@ func (d *dispatcher) pass(ctx context.Context) time.Duration {
 			go func() {
 				defer func() { <-d.sem; d.wg.Done() }()
 				// A grant under way finishes even if the term ends.
+				d.recordCollapsed(e)
 				gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 				defer cancel()
 				d.grant(gctx, e, t)

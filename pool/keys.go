@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -337,7 +338,7 @@ func (d *dispatcher) pick(st *poolState, counts map[string]int, k int, t int64) 
 		counts[kq.key]++
 		st.recordKeyStart(kq.key, t)
 		if kq.deb == e {
-			d.flushDebounce(e, "")
+			kq.deb = nil // its collapsed items are recorded before it starts
 		}
 		d.vt = kq.pass
 		kq.pass += kq.stride
@@ -384,7 +385,7 @@ func (d *dispatcher) debounce(e *entry) bool {
 		d.forget(h)
 		h.q.Item = nil // read again when it is recorded
 	} else if h != nil {
-		d.flushDebounce(h, "")
+		d.flushDebounce(h)
 	}
 	kq.deb = e
 	e.at = e.q.Ready + int64(e.q.Deb.Window)
@@ -394,9 +395,9 @@ func (d *dispatcher) debounce(e *entry) bool {
 	return true
 }
 
-// flushDebounce records the items collapsed into e as debounced into it
-// (e starts, or is gone: canceled, in which case they go with it).
-func (d *dispatcher) flushDebounce(e *entry, _ string) {
+// flushDebounce records the items collapsed into e as debounced into it,
+// e being gone (canceled before it started): they go with it.
+func (d *dispatcher) flushDebounce(e *entry) {
 	if kq := d.keys[e.q.Key]; kq != nil && kq.deb == e {
 		kq.deb = nil
 	}
@@ -407,24 +408,53 @@ func (d *dispatcher) flushDebounce(e *entry, _ string) {
 	e.collapsed = nil
 }
 
+// recordCollapsed records the items collapsed into e, which is about to
+// start, as debounced into it, and returns when they are recorded: only
+// then does e start, so that a dispatcher that dies in between leaves a
+// burst that the next one collapses into e again, never a second run. An
+// item that cannot be recorded is given back to the queue to run.
+func (d *dispatcher) recordCollapsed(e *entry) {
+	if len(e.collapsed) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	why := cancelCause{reason: "debounced into " + e.id, by: e.id}
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for _, c := range e.collapsed {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			d.pl.stat(func(s *DispatcherStats) { s.Debounced++ })
+			d.cancelWaiting(ctx, c, why)
+		}()
+	}
+	wg.Wait()
+	e.collapsed = nil
+}
+
 // supersede cancels waiting entry e (forgotten already) for why, through
 // the pool's cancel path, and removes its queue entry. If the cancel fails
 // the entry comes back, to be started rather than lost.
 func (d *dispatcher) supersede(e *entry, why cancelCause) {
-	d.async(func(ctx context.Context) {
-		err := d.pl.cancel(ctx, e.id, why)
-		if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
-			d.pl.log.Warn("cancel superseded item; it will run instead", "pool", d.pl.name, "item", e.id, "reason", why.reason, "error", err)
-			e.admitted = true
-			e.at = d.pl.now().Add(time.Second).UnixNano()
-			select {
-			case d.redo <- e:
-			default:
-			}
-			return
+	d.async(func(ctx context.Context) { d.cancelWaiting(ctx, e, why) })
+}
+
+func (d *dispatcher) cancelWaiting(ctx context.Context, e *entry, why cancelCause) {
+	err := d.pl.cancel(ctx, e.id, why)
+	if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
+		d.pl.log.Warn("cancel superseded item; it will run instead", "pool", d.pl.name, "item", e.id, "reason", why.reason, "error", err)
+		e.admitted = true
+		e.at = d.pl.now().Add(time.Second).UnixNano()
+		select {
+		case d.redo <- e:
+		default:
 		}
-		_ = d.pl.st.deleteMsg(ctx, e.seq)
-	})
+		return
+	}
+	_ = d.pl.st.deleteMsg(ctx, e.seq)
 }
 
 // async runs f off the dispatcher's loop (bounded, awaited at the end of

@@ -1,4 +1,5 @@
-// Command jfproc runs one jetflow role (worker, scheduler, producer, or load:
+// Command jfproc runs one jetflow role (worker, scheduler, producer, pool (a
+// pool worker and dispatcher with a start/end ledger, see pool.go), or load:
 // a producer of the fault tests' mix of runs) as its own OS process, so that
 // integration tests can SIGKILL, SIGSTOP and restart it. It reports what it does as marker lines on stdout, one per event:
 //
@@ -109,7 +110,7 @@ type config struct {
 func main() {
 	var c config
 	flag.StringVar(&c.url, "url", nats.DefaultURL, "NATS URLs, comma separated")
-	flag.StringVar(&c.role, "role", "worker", "worker, scheduler, producer or load (a mix of runs for the fault tests)")
+	flag.StringVar(&c.role, "role", "worker", "worker, scheduler, producer, load (a mix of runs for the fault tests) or pool (see pool.go)")
 	flag.StringVar(&c.id, "id", "", "worker or scheduler id (default: generated)")
 	flag.StringVar(&c.function, "function", "it.work", "function name; a worker serves a comma-separated list, each name optionally followed by :retryable or :atmostonce")
 	flag.StringVar(&c.kind, "kind", "retryable", "retryable or atmostonce (functions without a :kind suffix)")
@@ -201,6 +202,8 @@ func run(ctx context.Context, c config) error {
 		return runProducer(ctx, c, js, scfg, fn, setup)
 	case "load":
 		return runLoad(ctx, c, js, scfg, setup)
+	case "pool":
+		return runPool(ctx, c, js, scfg, log, setup)
 	}
 	return fmt.Errorf("unknown role %q", c.role)
 }
