@@ -20,8 +20,12 @@ import (
 // a weighted round robin: each key has a pass; the key with the smallest
 // pass goes next and its pass grows by its stride, strideUnit / weight. A
 // key that becomes runnable (new items, a slot of its own freed, its
-// throttle window moved on) starts at the pass of the last key served, so
-// that an idle key banks no credit. The keys with runnable items are in one
+// throttle window moved on) starts no lower than the pass of the last key
+// served less KeyBurst turns (KeyBurst x strideUnit): a key that has had
+// no start for a while goes first for up to KeyBurst x weight starts, so
+// that a tenant's small burst starts about as soon as in an idle pool,
+// while a key served all along (its pass at the front) gains nothing, and
+// no key banks more than that credit however long it was idle. The keys with runnable items are in one
 // heap by pass, keys at their limit in a set that each pass checks against
 // the running slots (at most MaxParallelismLimit of them), throttled keys
 // in a heap by the time their window allows a start: a start costs
@@ -111,11 +115,14 @@ func (d *dispatcher) keyQ(key string) *keyQ {
 		if f := d.pl.cfg.KeyWeight; f != nil {
 			w = min(max(f(key), 1), MaxKeyWeight)
 		}
-		kq = &keyQ{key: key, stride: strideUnit / int64(w), pass: d.vt, hidx: -1, tidx: -1}
+		kq = &keyQ{key: key, stride: strideUnit / int64(w), pass: d.vt - d.credit(), hidx: -1, tidx: -1}
 		d.keys[key] = kq
 	}
 	return kq
 }
+
+// credit is how far below the last pass served a returning key may start.
+func (d *dispatcher) credit() int64 { return int64(d.pl.cfg.KeyBurst) * strideUnit }
 
 // forgetKey removes an idle key's queue.
 func (d *dispatcher) forgetKey(kq *keyQ) {
@@ -130,8 +137,8 @@ func (d *dispatcher) activate(kq *keyQ) {
 	if kq.hidx >= 0 || kq.limited || kq.throttled || kq.ready.Len() == 0 {
 		return
 	}
-	if kq.pass < d.vt {
-		kq.pass = d.vt
+	if floor := d.vt - d.credit(); kq.pass < floor {
+		kq.pass = floor
 	}
 	d.actSeq++
 	kq.order = d.actSeq

@@ -250,6 +250,12 @@ type Config struct {
 	// are clamped to 1..MaxKeyWeight. Default: 1 for every key. It is the
 	// active dispatcher's: give every process the same.
 	KeyWeight func(key string) int
+	// KeyBurst is how many starts ahead of the keys served all along a key
+	// may take when it becomes runnable after a pause (times its weight):
+	// a tenant's small burst starts about as soon as in an idle pool. 0
+	// means the default, 10; negative means none (strict turns). The
+	// active dispatcher's.
+	KeyBurst int
 	// Debounce applies to every item enqueued through this Pool value
 	// (WithDebounce overrides it per item). Default: none.
 	Debounce Debounce
@@ -304,6 +310,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxStartsPerPass <= 0 {
 		c.MaxStartsPerPass = 64
+	}
+	switch {
+	case c.KeyBurst == 0:
+		c.KeyBurst = 10
+	case c.KeyBurst < 0:
+		c.KeyBurst = 0
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -14,7 +14,7 @@ func init() {
 }
 
 func runBench(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--cron] [--workflow] [--cluster | --cluster-url URL] [--json]")
+	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--fairness] [--cron] [--workflow] [--cluster | --cluster-url URL] [--json]")
 	n := fs.Int("n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
 	alwaysN := fs.Int("always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
 	mode := fs.String("mode", "both", "durability mode: interval, always or both")
@@ -24,6 +24,7 @@ func runBench(ctx context.Context, args []string) error {
 	quick := fs.Bool("quick", false, "small figures for a smoke run")
 	claimFirst := fs.Bool("skip-claimfirst", false, "skip the end-to-end figure with every run claimed before its handler starts")
 	pool := fs.Bool("pool", false, "also measure work pools (before the core figures)")
+	fairness := fs.Bool("fairness", false, "also measure per-key fairness and keyed throughput of work pools (before the core figures)")
 	cron := fs.Bool("cron", false, "also measure the cron evaluator (before the core figures)")
 	wf := fs.Bool("workflow", false, "also measure durable workflows (before the core figures)")
 	cluster := fs.Bool("cluster", false, "also measure on a 3-node cluster started in this process (R3), beside raw R3 (before the core figures)")
@@ -54,6 +55,11 @@ func runBench(ctx context.Context, args []string) error {
 	if *pool {
 		if err := bench.RunPool(ctx, out, *quick); err != nil {
 			return fmt.Errorf("bench pool: %w", err)
+		}
+	}
+	if *fairness {
+		if err := bench.RunFairness(ctx, out, *quick); err != nil {
+			return fmt.Errorf("bench fairness: %w", err)
 		}
 	}
 	if *cron {
