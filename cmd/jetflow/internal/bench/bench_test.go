@@ -178,3 +178,17 @@ func TestCluster(t *testing.T) {
 		}
 	}
 }
+
+// The fairness figures run end to end (quick sizes) and print each line.
+func TestRunFairnessQuick(t *testing.T) {
+	var out strings.Builder
+	if err := RunFairness(context.Background(), &out, true); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"pool without keys", "pool with keys (100 keys)", "key limit 2", "tenant B p99 with A / without A"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("no %q line in:\n%s", want, out.String())
+		}
+	}
+	t.Log(out.String())
+}
