@@ -289,10 +289,21 @@ func (d *dispatcher) ended(e jetstream.KeyValueEntry) bool {
 		State    jetflow.State `json:"state"`
 		Attempts int           `json:"attempts"`
 	}
-	if err := json.Unmarshal(e.Value(), &it); err != nil || !it.State.Terminal() || it.Attempts < 1 {
+	if err := json.Unmarshal(e.Value(), &it); err != nil || !it.State.Terminal() {
 		return false
 	}
 	id, _ := strings.CutPrefix(e.Key(), itemKey(d.pl.name, ""))
+	if w := d.index[id]; w != nil && w.q.Attempt > it.Attempts {
+		// Finished (canceled) while waiting: its entry is stale. A
+		// debounced burst waiting on it goes with it.
+		d.forget(w)
+		if len(w.collapsed) > 0 {
+			d.flushDebounce(w)
+		}
+	}
+	if it.Attempts < 1 {
+		return false
+	}
 	d.releases[id] = it.Attempts
 	return true
 }

@@ -93,4 +93,94 @@
 //
 // A function is rate limited or bounded cluster-wide by sending all its runs
 // through one pool.
+//
+// # Keys: per-key limits, fairness, throttle, debounce
+//
+// An item may have a key, e.g. the customer it works for: Config.Key
+// derives it from the args (pool.KeyOf for typed args), WithKey sets it per
+// item (at most MaxKeyLen bytes; a failing Config.Key fails the Enqueue with
+// ErrInvalidKey). Items without a key are in the key "".
+//
+//	pl, err := pool.New(ctx, p, pool.Config{
+//		Name:           "reports",
+//		MaxParallelism: 50,
+//		Key:            pool.KeyOf(func(a ReportArgs) string { return a.Customer }),
+//		KeyLimit:       2,                                     // per customer, cluster-wide
+//		KeyStrategy:    pool.Queue,                            // or CancelInProgress, DropNewest
+//		KeyRate:        pool.RateLimit{N: 10, Per: time.Minute}, // starts per customer
+//	})
+//	pl.Enqueue(ctx, Rebuild.With(args), pool.WithDebounce(5*time.Second, time.Minute))
+//
+// Per-key limit (KeyLimit N): at most N items of one key hold a slot at
+// once. A slot is the one of max parallelism (held from the grant of an
+// attempt until its outcome is recorded); each slot in the state record
+// names its key, and a start is granted only if the compare-and-swap on
+// that record shows fewer than N slots of the key, so no two dispatchers
+// together exceed it. The key "" has no per-key limit nor throttle. What
+// happens to a new item of a key at its limit is the key strategy, applied
+// by the active dispatcher when the item becomes ready (after its debounce),
+// to new items in order of arrival (retries always wait, as Queue):
+//
+//   - Queue (default): it waits until the key has a free place.
+//   - CancelInProgress, the newest wins: when a key has more than N items
+//     running (and not being canceled) or waiting, the oldest waiting ones
+//     beyond the N newest are canceled, then the running ones granted
+//     longest ago. Each goes through Cancel (a running one's run is
+//     canceled, its handler's context ends with jetflow.ErrCanceled, its
+//     on-complete runs) and its record says "jetflow: run canceled:
+//     superseded by newer item <id> of key <k> (cancel-in-progress)", with
+//     SupersededBy set to the newest item waiting at that moment.
+//   - DropNewest: a key admits an item only while it has fewer than N items
+//     running or admitted and waiting; any other new item is recorded as
+//     canceled, "dropped: key <k> has N items running or waiting, its limit
+//     (drop-newest)", and its on-complete runs. It never starts (if that
+//     record cannot be written, the item runs rather than being lost).
+//
+// Info.RunningByKey counts the slots held per key; DispatcherStats counts
+// the items dropped, superseded and debounced.
+//
+// Fairness: the dispatcher keeps one queue per key and serves the keys in
+// turn (stride scheduling): each key has a pass, the key with the smallest
+// goes next and its pass grows by 1/weight (Config.KeyWeight, default 1).
+// While keys A and B both have items ready, B gets weight(B) starts for
+// every weight(A) of A's, whatever the length of A's queue; a key at its
+// limit or throttle steps aside and takes its turn again when it may start.
+// A key that becomes ready after a pause may go first for up to KeyBurst x
+// weight starts (default 10): so with tenant A holding 100,000 queued items
+// and saturating the pool, tenant B's 10 new items take the next 10 slots
+// freed, and start after about the time those slots take to free. (No
+// running item is preempted: with every slot busy, that wait is the floor.)
+// A key served all along banks nothing; an idle key no more than KeyBurst
+// turns.
+//
+// Priorities order the items of one key (by rank, as above); across keys,
+// the turns decide, so a tenant cannot jump ahead of the others by raising
+// its items' priority. Give a key more weight to give it a larger share.
+//
+// Cost: a start takes O(log K + log n) (K keys with items ready, n items of
+// the key) whatever the number of keys; each pass also counts the running
+// slots per key (at most MaxParallelismLimit) to release the keys set aside
+// at their limit. A key costs a small record in the dispatcher's memory
+// while it has items waiting, and none once it has none.
+//
+// Throttle (KeyRate N per Per): a start of key k is granted at t only if
+// fewer than N starts of k were granted in [t-Per, t], the definition of
+// RateLimit applied to each key alone, on the same grant times. Items over
+// it wait; nothing is dropped. The state record keeps the grant times of the
+// keys that started within the last Per (at most N each), so that every
+// dispatcher enforces the same window; mind its size with many keys, a large
+// N and a long Per.
+//
+// Debounce (Config.Debounce or WithDebounce(window, maxWait)): debounced
+// items of one key that arrive within window of each other collapse into
+// one run: the last one to arrive (in queue order), with its own args,
+// started once the key has had no new debounced item for window, and at
+// most maxWait after the first item of the burst was enqueued (0: no
+// maximum). Before the last item starts, each earlier one is recorded as
+// canceled, "debounced into <id>", with SupersededBy <id> and its
+// on-complete called; until then their queue entries stay, so a dispatcher
+// taking over meets the whole burst again and collapses it the same way. An
+// item arriving after the run has started begins a new burst. Canceling the
+// waiting last item cancels its burst. The winner then waits for its key's
+// limit, throttle and turn like any item.
 package pool

@@ -568,3 +568,96 @@ func TestKeyInvalid(t *testing.T) {
 		t.Fatalf("info %+v %v", inf, err)
 	}
 }
+
+// A debounced burst survives a dispatcher handover: the first dispatcher
+// holds the burst and stops before the window ends; the next one collapses
+// it again into exactly one run of the last item.
+func TestKeyDebounceAcrossDispatchers(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	ctx := context.Background()
+	cfg := testConfig("debfail")
+	cfg.Key = keyOfGroup
+	cfg.Debounce = pool.Debounce{Window: 2 * time.Second}
+	a := e.newPool(t, cfg)
+	startPool(t, a)
+	var es []pool.Entry
+	for i := range 200 {
+		k := fmt.Sprintf("f-%d", i)
+		es = append(es, pool.Entry{Call: Work.With(WorkArgs{Key: k, Group: "F", N: i}), Options: []pool.Option{pool.WithID(k)}})
+	}
+	ids := batch(t, a, es)
+	testserver.Eventually(t, 10*time.Second, "the burst held by the first dispatcher", func() bool {
+		s := a.Stats()
+		return s.Loaded && s.Queued == 1
+	})
+	if err := a.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.tr.started()); n != 0 {
+		t.Fatalf("%d runs started within the window", n)
+	}
+	cfg.ID = "second"
+	b := e.newPool(t, cfg)
+	startPool(t, b)
+	items := waitItems(t, b, ids, 30*time.Second)
+	for id, it := range items {
+		if id == "f-199" {
+			if it.State != jetflow.Success {
+				t.Errorf("f-199: %s (%s)", it.State, it.Error)
+			}
+			continue
+		}
+		if it.State != jetflow.Canceled || it.SupersededBy != "f-199" {
+			t.Errorf("item %s: %s superseded by %q (%s)", id, it.State, it.SupersededBy, it.Error)
+		}
+	}
+	e.waitIdle(t, b)
+	if st := e.tr.started(); len(st) != 1 || st[0].n != 199 {
+		t.Fatalf("runs %+v, want one, of f-199", st)
+	}
+}
+
+// Canceling the waiting last item of a debounced burst cancels the burst:
+// nothing runs, each earlier item is recorded as debounced into it, and
+// every item's on-complete runs once.
+func TestKeyDebounceCancelWinner(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	ctx := context.Background()
+	cfg := testConfig("debcancel")
+	cfg.Key = keyOfGroup
+	cfg.Debounce = pool.Debounce{Window: time.Minute}
+	pl := e.newPool(t, cfg)
+	startPool(t, pl)
+	var ids []string
+	for i := range 5 {
+		ids = append(ids, enqueue(t, pl, fmt.Sprintf("w-%d", i), WorkArgs{Group: "W", N: i}))
+	}
+	testserver.Eventually(t, 10*time.Second, "the burst collapsed", func() bool {
+		s := pl.Stats()
+		return s.Loaded && s.Queued == 1
+	})
+	if err := pl.Cancel(ctx, "w-4"); err != nil {
+		t.Fatal(err)
+	}
+	items := e.waitFinished(t, pl, ids)
+	for id, it := range items {
+		if it.State != jetflow.Canceled {
+			t.Errorf("item %s: %s", id, it.State)
+		}
+		if id != "w-4" && it.SupersededBy != "w-4" {
+			t.Errorf("item %s: superseded by %q (%s)", id, it.SupersededBy, it.Error)
+		}
+	}
+	for id, cs := range e.tr.completions() {
+		if len(cs) != 1 {
+			t.Errorf("item %s: %d callbacks", id, len(cs))
+		}
+	}
+	if n := len(e.tr.started()); n != 0 {
+		t.Fatalf("%d runs started", n)
+	}
+}
