@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/worker"
 )
@@ -245,5 +246,47 @@ func TestProgressWatchedInOrder(t *testing.T) {
 	}
 	if len(seen) == 0 || seen[len(seen)-1] != 4 {
 		t.Fatalf("progress %v, want ending at 4", seen)
+	}
+}
+
+var cancelSilent = jetflow.Define[echoArgs]("cancel.silent")
+
+// A run canceled while its worker missed the cancel notice (core NATS, best
+// effort): the worker's next record write (here the heartbeat) finds the
+// record canceled, and the handler's context ends with
+// jetflow.ErrCanceled, not as if another worker had taken the run.
+func TestCancelFoundByHeartbeatIsErrCanceled(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{AckWait: 600 * time.Millisecond})
+	causes := make(chan error, 1)
+	worker.Handle(e.W, cancelSilent, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return nil
+	}, worker.Options{ClaimAfter: -1})
+	e.start(t)
+	ctx := context.Background()
+	id, err := e.P.Enqueue(ctx, cancelSilent.With(echoArgs{N: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := e.waitState(t, id, jetflow.InProgress)
+	// The cancel's record write alone, as the producer makes it, without
+	// its notice.
+	c := *r
+	c.State, c.CompletedTime, c.Error = jetflow.Canceled, time.Now().UTC(), jetflow.ErrCanceled.Error()
+	if _, err := engine.Of(e.P).Runs().Write(ctx, engine.Cancel, jetflow.InProgress, &c, r.Revision); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case cause := <-causes:
+		if !errors.Is(cause, jetflow.ErrCanceled) {
+			t.Fatalf("cause %v, want jetflow.ErrCanceled", cause)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("handler context not canceled")
+	}
+	if r := e.wait(t, id); r.State != jetflow.Canceled {
+		t.Fatalf("final %+v", r)
 	}
 }

@@ -149,10 +149,16 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 	if errors.Is(err, kv.ErrConflict) {
 		// A write of ours may have landed with its reply lost: the record
 		// is then this very claim, and we go on from its revision.
-		if cur, gerr := j.w.store.Get(ctx, r.ID); gerr == nil && cur.State == jetflow.InProgress &&
+		cur, gerr := j.w.store.Get(ctx, r.ID)
+		if gerr == nil && cur.State == jetflow.InProgress &&
 			cur.Owner == r.Owner && cur.Attempts == r.Attempts && cur.StartedTime.Equal(r.StartedTime) {
 			j.rec, j.rev = cur, cur.Revision // what it lacks is written next time
 			return nil
+		}
+		if gerr == nil && cur.State == jetflow.Canceled {
+			// Canceled: the handler is told so, even when this write
+			// finds it before the cancel notice does.
+			return fmt.Errorf("%w: %w", jetflow.ErrCanceled, err)
 		}
 	}
 	if err != nil {

@@ -696,9 +696,11 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	for _, b := range runs {
 		a := b.a
 		_ = b.msg.InProgress()
-		if err := a.job.beat(ctx); errors.Is(err, kv.ErrConflict) {
-			// Canceled, or taken over by another worker that thought this
-			// one lost: stop; its outcome would be discarded anyway.
+		if err := a.job.beat(ctx); errors.Is(err, jetflow.ErrCanceled) {
+			a.cancel(jetflow.ErrCanceled)
+		} else if errors.Is(err, kv.ErrConflict) {
+			// Taken over by another worker that thought this one lost:
+			// stop; its outcome would be discarded anyway.
 			a.cancel(errTakenOver)
 		}
 	}
@@ -737,7 +739,9 @@ func (w *Worker) claimLate(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := a.job.claim(cctx)
 		cancel()
-		if errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrExists) {
+		if errors.Is(err, jetflow.ErrCanceled) {
+			a.cancel(jetflow.ErrCanceled)
+		} else if errors.Is(err, kv.ErrConflict) || errors.Is(err, kv.ErrExists) {
 			a.cancel(errTakenOver)
 		} else if err != nil {
 			w.mu.Lock()
