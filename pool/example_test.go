@@ -99,3 +99,77 @@ func Example() {
 	// welcome-cy: success, result "sent to cy", context {"campaign":"welcome"}
 	// status of welcome-cy: success after 1 attempt; run emails-welcome-cy-1
 }
+
+// ReportArgs are the arguments of reports.rebuild.
+type ReportArgs struct {
+	Customer string `json:"customer"`
+	Version  int    `json:"version"`
+}
+
+var RebuildReport = jetflow.Define[ReportArgs]("reports.rebuild")
+
+// Items keyed by customer: at most one rebuild per customer at a time, and
+// a burst of changes for one customer debounced into one rebuild with the
+// last change's args; the others are recorded as debounced into it.
+func Example_keys() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "jetflow-pool-keys-example-")
+	defer os.RemoveAll(dir)
+	srv, err := embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Second})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Stop()
+	nc, _ := srv.Connect()
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+
+	w, _ := worker.New(ctx, js, worker.Config{})
+	ran := make(chan ReportArgs, 10)
+	worker.Handle(w, RebuildReport, func(ctx context.Context, j *worker.Job[ReportArgs]) error {
+		ran <- j.Args
+		return nil
+	})
+	if err := pool.Register(w); err != nil {
+		panic(err)
+	}
+	_ = w.Start(ctx)
+	defer w.Stop(ctx)
+
+	p, _ := producer.New(ctx, js, producer.Config{})
+	pl, err := pool.New(ctx, p, pool.Config{
+		Name: "reports", MaxParallelism: 10,
+		Key:      pool.KeyOf(func(a ReportArgs) string { return a.Customer }),
+		KeyLimit: 1,
+		Debounce: pool.Debounce{Window: 2 * time.Second, MaxWait: 10 * time.Second},
+	})
+	if err != nil {
+		panic(err)
+	}
+	_ = pl.Start(ctx)
+	defer pl.Stop(ctx)
+
+	for v := 1; v <= 3; v++ {
+		id := fmt.Sprintf("acme-v%d", v)
+		if _, err := pl.Enqueue(ctx, RebuildReport.With(ReportArgs{Customer: "acme", Version: v}), pool.WithID(id)); err != nil {
+			panic(err)
+		}
+	}
+	fmt.Printf("rebuilt %+v\n", <-ran)
+	for v := 1; v <= 3; v++ {
+		id := fmt.Sprintf("acme-v%d", v)
+		for {
+			it, err := pl.Status(ctx, id)
+			if err == nil && it.Finished() {
+				fmt.Printf("%s (key %s): %s %s\n", id, it.Key, it.State, it.Error)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Output:
+	// rebuilt {Customer:acme Version:3}
+	// acme-v1 (key acme): canceled jetflow: run canceled: debounced into acme-v3
+	// acme-v2 (key acme): canceled jetflow: run canceled: debounced into acme-v3
+	// acme-v3 (key acme): success
+}
