@@ -145,11 +145,12 @@
 // While keys A and B both have items ready, B gets weight(B) starts for
 // every weight(A) of A's, whatever the length of A's queue; a key at its
 // limit or throttle steps aside and takes its turn again when it may start.
-// A key that becomes ready after a pause may go first for up to KeyBurst x
-// weight starts (default 10): so with tenant A holding 100,000 queued items
-// and saturating the pool, tenant B's 10 new items take the next 10 slots
-// freed, and start after about the time those slots take to free. (No
-// running item is preempted: with every slot busy, that wait is the floor.)
+// A key that becomes ready after a pause may go first for its turn and up
+// to KeyBurst x weight more starts (default 10): so with tenant A holding
+// 100,000 queued items and saturating the pool, tenant B's 10 new items
+// take the next 10 slots freed, and start after about the time those slots
+// take to free. (No running item is preempted: with every slot busy, that
+// wait is the floor.)
 // A key served all along banks nothing; an idle key no more than KeyBurst
 // turns.
 //
