@@ -426,7 +426,7 @@ func TestKeyDebounceMaxWait(t *testing.T) {
 	startPool(t, pl)
 	var ids []string
 	startedDuringBurst := false
-	deadline := time.Now().Add(4 * time.Second)
+	deadline := time.Now().Add(5 * time.Second)
 	for i := 0; time.Now().Before(deadline); i++ {
 		k := fmt.Sprintf("m-%d", i)
 		if _, err := pl.Enqueue(ctx, Work.With(WorkArgs{Key: k, Group: "M", N: i}), pool.WithID(k), pool.WithKey("M"),
@@ -462,7 +462,7 @@ func TestKeyDebounceMaxWait(t *testing.T) {
 		}
 	}
 	if len(runs) < 2 {
-		t.Errorf("%d runs for %d items over 4 s with max wait 1.5 s, want at least 2", len(runs), len(ids))
+		t.Errorf("%d runs for %d items over 5 s with max wait 1.5 s, want at least 2", len(runs), len(ids))
 	}
 }
 
