@@ -26,8 +26,8 @@ type keyedPoolArgs struct {
 var keyedPoolWork = jetflow.Define[keyedPoolArgs]("it.pool.work")
 
 // Per-key limit across processes (issue 12): three worker processes, two of
-// them also pool dispatchers (one active), a per-key limit of 2 and max
-// parallelism 8 for 3 keys of 30, 10 and 5 items. The active dispatcher's process is SIGKILLed
+// them also pool dispatchers (one active), and a scheduler; a per-key limit
+// of 2 and max parallelism 8 for 3 keys of 30, 10 and 5 items. The active dispatcher's process is SIGKILLed
 // mid-way (its handlers die with it, its runs are delivered again) and a
 // new one started. Every handler writes "S <key> <item> <pid>" when it
 // starts and "E ..." before it returns to one fsynced ledger: replayed in
@@ -51,6 +51,9 @@ func TestFaultPoolKeyLimit(t *testing.T) {
 		return startProc(t, name, args...)
 	}
 	procs := map[string]*proc{"w1": start("w1", true), "w2": start("w2", true), "w3": start("w3", false)}
+	// A scheduler, as in production: its repair sweep publishes a run whose
+	// record the killed dispatcher wrote but did not publish.
+	startProc(t, "scheduler", "--url", url, "--role", "scheduler", "--id", "s1")
 
 	_, js := connect(t, url)
 	p := newProducer(t, js, streams.Config{})
