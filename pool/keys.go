@@ -424,7 +424,9 @@ func (d *dispatcher) recordCollapsed(e *entry) {
 	if len(e.collapsed) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// About 5 round trips each, 32 at a time: the time scales with the
+	// burst.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+time.Duration(len(e.collapsed))*10*time.Millisecond)
 	defer cancel()
 	why := cancelCause{reason: "debounced into " + e.id, by: e.id}
 	sem := make(chan struct{}, 32)
@@ -457,7 +459,9 @@ func (d *dispatcher) cancelWaiting(ctx context.Context, e *entry, why cancelCaus
 		e.at = d.pl.now().Add(time.Second).UnixNano()
 		select {
 		case d.redo <- e:
-		default:
+		case <-ctx.Done():
+			// No loop took it (the term ended): the next term reads the
+			// entry again.
 		}
 		return
 	}
