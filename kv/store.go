@@ -122,7 +122,12 @@ func Decode(data []byte, rev uint64) (*jetflow.Run, error) {
 // RecordMsg builds the raw KV write of r, conditional on the key's last
 // revision being expect (0: the key must not exist). Terminal records carry
 // a Nats-TTL of the retention period, so JetStream itself removes them.
-func (s *Store) RecordMsg(r *jetflow.Run, expect uint64) (*nats.Msg, error) {
+//
+// from is the state of the record at revision expect (None, "", for a
+// create): with expect it is carried in the Jetflow-From and Jetflow-Prev
+// headers, so that a reader of the runs stream (the run index) knows what a
+// write replaced without reading the replaced revision.
+func (s *Store) RecordMsg(r *jetflow.Run, expect uint64, from jetflow.State) (*nats.Msg, error) {
 	data, err := EncodeRun(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
@@ -135,6 +140,12 @@ func (s *Store) RecordMsg(r *jetflow.Run, expect uint64) (*nats.Msg, error) {
 	m.Header[HeaderState] = []string{string(r.State)}
 	m.Header[HeaderFunction] = []string{r.Name}
 	m.Header[HeaderDue] = []string{strconv.FormatInt(r.ScheduledTime.UnixMilli(), 10)}
+	if from != "" {
+		m.Header[HeaderFrom] = []string{string(from)}
+	}
+	if expect != 0 {
+		m.Header[HeaderPrev] = []string{strconv.FormatUint(expect, 10)}
+	}
 	if r.State.Terminal() && r.OnComplete != nil {
 		m.Header[HeaderNotify] = []string{strconv.FormatInt(r.CompletedTime.UnixMilli(), 10)}
 	}
@@ -146,7 +157,7 @@ func (s *Store) RecordMsg(r *jetflow.Run, expect uint64) (*nats.Msg, error) {
 // A key whose record expired (or was deleted) still has a marker for a
 // while; like the KV API's Create, Create then writes over the marker.
 func (s *Store) Create(ctx context.Context, r *jetflow.Run) (uint64, error) {
-	rev, err := s.Write(ctx, r, 0)
+	rev, err := s.Write(ctx, r, 0, "")
 	if !errors.Is(err, ErrExists) {
 		return rev, err
 	}
@@ -154,7 +165,7 @@ func (s *Store) Create(ctx context.Context, r *jetflow.Run) (uint64, error) {
 	if gerr != nil || !isMarker(last.Header) {
 		return 0, err
 	}
-	rev, werr := s.Write(ctx, r, last.Sequence)
+	rev, werr := s.Write(ctx, r, last.Sequence, "")
 	if errors.Is(werr, ErrConflict) {
 		return 0, err // someone created it meanwhile
 	}
@@ -166,11 +177,11 @@ func isMarker(h nats.Header) bool {
 	return h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != ""
 }
 
-// Write stores r if the record's revision is still expect (0 = create).
-// It returns the new revision, ErrExists (expect 0, key present) or
-// ErrConflict (someone wrote first).
-func (s *Store) Write(ctx context.Context, r *jetflow.Run, expect uint64) (uint64, error) {
-	m, err := s.RecordMsg(r, expect)
+// Write stores r if the record's revision is still expect (0 = create),
+// whose state there is from (see RecordMsg). It returns the new revision,
+// ErrExists (expect 0, key present) or ErrConflict (someone wrote first).
+func (s *Store) Write(ctx context.Context, r *jetflow.Run, expect uint64, from jetflow.State) (uint64, error) {
+	m, err := s.RecordMsg(r, expect, from)
 	if err != nil {
 		return 0, err
 	}
@@ -216,10 +227,11 @@ func (s *Store) Transition(ctx context.Context, id string, change func(r *jetflo
 		if r.State.Terminal() {
 			return r, fmt.Errorf("run %s is %s: %w", id, r.State, ErrTerminal)
 		}
+		from := r.State
 		if !change(r) {
 			return r, nil
 		}
-		_, err = s.Write(ctx, r, r.Revision)
+		_, err = s.Write(ctx, r, r.Revision, from)
 		if errors.Is(err, ErrConflict) {
 			continue
 		}
@@ -346,6 +358,11 @@ const (
 	// HeaderNotify marks a terminal record with an on-complete callback; its
 	// value is the completion time in Unix milliseconds.
 	HeaderNotify = "Jetflow-Notify"
+	// HeaderFrom is the state of the record this write replaced (absent on
+	// a create), and HeaderPrev that record's revision (absent on a create
+	// from nothing): the run index counts state changes from them.
+	HeaderFrom = "Jetflow-From"
+	HeaderPrev = "Jetflow-Prev"
 )
 
 // Scan visits the latest record of every run, reading headers only. Its cost

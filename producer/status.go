@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
+	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -154,23 +154,41 @@ type Filter struct {
 	Function string
 	// Limit is the page size. Default 100, at most 1000.
 	Limit int
-	// After is the cursor: the last id of the previous page.
-	After string
+	// After is the cursor of the next (older) page: a page's Next. Before
+	// is the cursor of the previous (newer) page: a page's Prev. Give at
+	// most one. Cursors are opaque; a cursor of no page is
+	// ErrBadCursor.
+	After  string
+	Before string
 }
 
-// Page is one page of List.
+// Page is one page of List, newest first.
 type Page struct {
 	Runs []*jetflow.Run
-	// Next is the cursor of the next page, "" on the last page.
+	// Next is the cursor of the older page, "" on the last page; Prev the
+	// cursor of the newer page, "" on the first.
 	Next string
+	Prev string
+	// Indexed is true when the page was read from the run index (an
+	// indexer runs in the scheduler), false when every record was read.
+	Indexed bool
 }
 
-// List returns runs matching f in id order, a page at a time. It scans the
-// record headers of the runs bucket (state and function are headers) and,
-// for pending runs, the subjects of the messages waiting in the function
-// stream (a run published without a record is known by its message until a
-// worker takes it), then reads only the runs of the page. Its cost is
-// proportional to the records kept and the messages waiting.
+// ErrBadCursor: Filter.After or Before is not a cursor of a page of List.
+var ErrBadCursor = runindex.ErrBadCursor
+
+// List returns runs matching f, newest first (by their last write: a state
+// change or a heartbeat), a page at a time; the runs waiting in the
+// function stream without a record yet (a run due now, until a worker
+// takes it) come first when f asks for pending runs or any state.
+//
+// With a scheduler running (its leader keeps the run index,
+// docs/runindex.md), a page costs in proportion to the runs it shows and
+// to the entries it skips (runs that left the state since), not to the
+// runs kept: a page of the ten failed runs among millions reads about ten
+// records. Without one, List reads the header of every record (cost
+// proportional to the records kept) and says so in Page.Indexed.
+// Errors: ErrBadCursor, an unknown state, and the server's.
 func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
@@ -181,66 +199,21 @@ func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 	if f.State != "" && !f.State.Valid() {
 		return Page{}, fmt.Errorf("producer: unknown state %q", f.State)
 	}
-	// Queued messages first: a run's record is written before its message
-	// goes, so a run taken between the two scans is still seen once.
-	queued := make(map[string]string) // id -> function, for runs with no record
-	if f.State == "" || f.State == jetflow.Pending {
-		err := p.store.ScanQueued(ctx, f.Function, func(fn, id string) {
-			if id > f.After {
-				queued[id] = fn
-			}
-		})
-		if err != nil {
-			return Page{}, err
-		}
+	if f.After != "" && f.Before != "" {
+		return Page{}, fmt.Errorf("producer: After and Before: give one of the two: %w", ErrBadCursor)
 	}
-	var ids []string
-	err := p.store.Scan(ctx, func(h kv.Header) {
-		delete(queued, h.ID)
-		if h.ID <= f.After || (f.State != "" && h.State != f.State) || (f.Function != "" && h.Function != f.Function) {
-			return
-		}
-		ids = append(ids, h.ID)
-	})
+	q := runindex.Query{State: f.State, Function: f.Function, Limit: f.Limit, After: f.After, Before: f.Before}
+	r := runindex.NewReader(p.store)
+	pg, err := r.List(ctx, q)
+	indexed := err == nil
+	if errors.Is(err, runindex.ErrUnavailable) {
+		p.log.DebugContext(ctx, "list: no run index; reading every record", "reason", err)
+		pg, err = r.ListScan(ctx, q)
+	}
 	if err != nil {
 		return Page{}, err
 	}
-	for id := range queued {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	var page Page
-	for _, id := range ids {
-		if len(page.Runs) == f.Limit {
-			page.Next = page.Runs[len(page.Runs)-1].ID
-			break
-		}
-		r, err := p.store.Get(ctx, id)
-		if errors.Is(err, jetflow.ErrNotFound) && queued[id] != "" {
-			q, ok, qerr := p.store.QueuedRunOf(ctx, queued[id], id)
-			switch {
-			case qerr != nil:
-				return page, qerr
-			case ok:
-				r, err = q, nil
-			default:
-				// Taken meanwhile: its record was written before its
-				// message went.
-				r, err = p.store.Get(ctx, id)
-			}
-		}
-		if errors.Is(err, jetflow.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return page, err
-		}
-		if (f.State != "" && r.State != f.State) || (f.Function != "" && r.Name != f.Function) {
-			continue
-		}
-		page.Runs = append(page.Runs, r)
-	}
-	return page, nil
+	return Page{Runs: pg.Runs, Next: pg.Next, Prev: pg.Prev, Indexed: indexed}, nil
 }
 
 // Watch pushes every change of run id as it happens: the current record

@@ -14,11 +14,26 @@ import (
 
 func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
 
+// fullRepairEvery is how often the repair loop reads every record although
+// the run index names its candidates: a safety net.
+const fullRepairEvery = time.Hour
+
 func (s *Scheduler) repairLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.RepairInterval)
 	defer t.Stop()
+	var lastFull time.Time
 	for {
-		if n, err := s.Repair(ctx); err != nil && ctx.Err() == nil {
+		var n int
+		var err error
+		if st := s.index.Stats(); st.CaughtUp && !lastFull.IsZero() && time.Since(lastFull) < fullRepairEvery {
+			n, err = s.repairIndexed(ctx)
+		} else {
+			n, err = s.repair(ctx, true)
+			if err == nil {
+				lastFull = time.Now()
+			}
+		}
+		if err != nil && ctx.Err() == nil {
 			s.log.Warn("repair sweep", "error", err)
 		} else if n > 0 {
 			s.log.Info("repair sweep dispatched runs", "count", n)
@@ -36,11 +51,46 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 // commits or cancels children held by a parent that has ended. It returns
 // how many runs it dispatched or settled. The leader runs it every
 // RepairInterval; it is safe to run anywhere at any time.
-func (s *Scheduler) Repair(ctx context.Context) (int, error) {
+//
+// Repair reads the header of every record. The leader's loop does so at
+// the start of its term and hourly; in between it reads only the runs the
+// run index names (runs not ended, and ended runs with an on-complete
+// callback written since the last sweep): its cost follows the work found,
+// not the records kept.
+func (s *Scheduler) Repair(ctx context.Context) (int, error) { return s.repair(ctx, false) }
+
+// repairIndexed is a sweep over the run index's candidates.
+func (s *Scheduler) repairIndexed(ctx context.Context) (int, error) {
 	cut := s.now().Add(-s.cfg.RepairGrace)
-	var cands, notify, running []kv.Header
+	var cands, notify, running, later []kv.Header
+	for _, l := range s.index.Candidates() {
+		h := kv.Header{ID: l.ID, State: l.State, Function: l.Function, Due: l.Due}
+		if h.State == jetflow.Pending && !h.Due.IsZero() && h.Due.Before(cut) {
+			cands = append(cands, h)
+		}
+		if h.State == jetflow.InProgress {
+			running = append(running, h)
+		}
+	}
+	for _, h := range s.index.TakeNotify() {
+		if h.Notify.Before(cut) {
+			notify = append(notify, h)
+		} else {
+			later = append(later, h)
+		}
+	}
+	s.index.GiveNotify(later)
+	return s.settle(ctx, cands, notify, running)
+}
+
+func (s *Scheduler) repair(ctx context.Context, seed bool) (int, error) {
+	cut := s.now().Add(-s.cfg.RepairGrace)
+	var cands, notify, running, open []kv.Header
 	recent := s.now().Add(-s.scfg.Retention)
 	err := s.store.Scan(ctx, func(h kv.Header) {
+		if seed && !h.State.Terminal() {
+			open = append(open, h)
+		}
 		if h.State == jetflow.Pending && !h.Due.IsZero() && h.Due.Before(cut) {
 			cands = append(cands, h)
 		}
@@ -54,6 +104,14 @@ func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	if seed {
+		s.index.Seed(open)
+	}
+	return s.settle(ctx, cands, notify, running)
+}
+
+// settle repairs the candidates of a sweep (each is read again first).
+func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Header) (int, error) {
 	n := 0
 	for _, h := range notify {
 		if _, err := s.store.Get(ctx, jetflow.CompletionID(h.ID)); !errors.Is(err, jetflow.ErrNotFound) {
@@ -85,6 +143,9 @@ func (s *Scheduler) Repair(ctx context.Context) (int, error) {
 		}
 		r, err := s.store.Get(ctx, h.ID)
 		if err != nil || r.State != jetflow.Pending {
+			if err == nil && r.State.Terminal() || errors.Is(err, jetflow.ErrNotFound) {
+				s.index.Forget(h.ID)
+			}
 			continue
 		}
 		if r.HeldBy != "" {

@@ -12,6 +12,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/elect"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -71,6 +72,8 @@ type Scheduler struct {
 	leader bool
 	stats  Stats
 
+	index *runindex.Indexer // run on the leader
+
 	cronsMu sync.Mutex
 	crons   *Crons
 }
@@ -126,6 +129,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	d := engine.Of(p)
 	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: d.Store(), runs: d.Runs(), p: p, d: d, log: cfg.Logger, now: cfg.Now}
 	s.lease = kv.NewLease(js, leases, "scheduler", cfg.ID, cfg.LeaseTTL, cfg.Now)
+	s.index = runindex.New(js, scfg)
+	s.index.Name, s.index.Log = cfg.ID, cfg.Logger
 	return s, nil
 }
 
@@ -161,6 +166,10 @@ func (s *Scheduler) Stats() Stats {
 	defer s.mu.Unlock()
 	return s.stats
 }
+
+// IndexStats returns the counters of this scheduler's run indexer (it runs
+// while this scheduler leads): docs/runindex.md.
+func (s *Scheduler) IndexStats() runindex.Stats { return s.index.Stats() }
 
 // Leader reads who holds the lease.
 func (s *Scheduler) Leader(ctx context.Context) (LeaseInfo, error) { return s.lease.Info(ctx) }
@@ -216,6 +225,11 @@ func (s *Scheduler) lead(ctx context.Context) {
 	go func() {
 		defer wg.Done()
 		s.cronLoop(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = s.index.Run(ctx) // returns when the term ends; it logs its own restarts
 	}()
 	for ctx.Err() == nil {
 		// A failed watch or scan (the stream briefly unavailable) restarts

@@ -175,6 +175,13 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 	if err != nil {
 		return fmt.Errorf("streams: function stream: %w", err)
 	}
+	idx := c
+	if keepShape {
+		idx.Replicas = 0
+	}
+	if err := ProvisionIndex(ctx, js, idx); err != nil {
+		return err
+	}
 	atomic := map[string]bool{c.RunsBucket(): true, c.DelayedBucket(): true}
 	buckets := []jetstream.KeyValueConfig{
 		{Bucket: c.RunsBucket(), Description: "jetflow: run records", LimitMarkerTTL: time.Hour},

@@ -153,7 +153,7 @@ func (e *Runs) Write(ctx context.Context, step Step, from jetflow.State, r *jetf
 	if from == None {
 		return e.store.Create(ctx, r)
 	}
-	return e.store.Write(ctx, r, rev)
+	return e.store.Write(ctx, r, rev, from)
 }
 
 // WriteMsg is Write as a message to publish (with a reply subject of the
@@ -163,7 +163,7 @@ func (e *Runs) WriteMsg(step Step, from jetflow.State, r *jetflow.Run, rev uint6
 	if err := Check(step, from, r.State); err != nil {
 		return nil, fmt.Errorf("run %s: %w", r.ID, err)
 	}
-	return e.store.RecordMsg(r, rev)
+	return e.store.RecordMsg(r, rev, from)
 }
 
 // Change reads run id's record and, if change makes step's transition of

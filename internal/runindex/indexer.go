@@ -1,0 +1,486 @@
+package runindex
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Header names of an index entry (its body is empty).
+const (
+	// HeaderRun is the run id.
+	HeaderRun = "Jetflow-Run"
+	// HeaderRev is the runs stream sequence (the record's revision) of the
+	// write the entry stands for.
+	HeaderRev = "Jetflow-Rev"
+)
+
+// Indexer follows the runs stream and keeps the run index: an entry per
+// record write on <prefix>.idx.<state>.<function>, and the counts per
+// function and state, checkpointed with the runs stream sequence they
+// reflect. One runs per deployment (the scheduler runs it on its leader).
+type Indexer struct {
+	// Every is the checkpoint period. Default 1 s.
+	Every time.Duration
+	// Log. Default: discard.
+	Log *slog.Logger
+	// Name says who indexes, in the checkpoint.
+	Name string
+
+	js   jetstream.JetStream
+	cfg  streams.Config
+	pfx  string
+	runs string // runs stream
+
+	mu      sync.Mutex
+	live    map[string]Live      // non-terminal runs whose writes this term processed
+	seeded  map[string]Live      // non-terminal runs seen by a full scan, not processed since
+	notify  map[string]kv.Header // terminal runs with an on-complete callback, for the repair sweep
+	stats   Stats
+	pubErr  atomic.Pointer[error]
+	ackWait time.Duration
+}
+
+// Live is what the indexer knows of a run that has not ended.
+type Live struct {
+	ID       string
+	State    jetflow.State
+	Function string
+	Due      time.Time
+}
+
+// Stats counts what the indexer did.
+type Stats struct {
+	// Seq is the runs stream sequence processed last.
+	Seq uint64
+	// Checkpoints stored, Rebuilds started (recounts of every record).
+	Checkpoints, Rebuilds int64
+	// CaughtUp is true once the indexer has read to the end of the runs
+	// stream in this term (and the counts are not being rebuilt).
+	CaughtUp bool
+}
+
+// New returns an indexer of the runs bucket of cfg.
+func New(js jetstream.JetStream, cfg streams.Config) *Indexer {
+	cfg = cfg.WithDefaults()
+	return &Indexer{js: js, cfg: cfg, pfx: streams.KVSubject(cfg.RunsBucket(), ""),
+		runs: streams.KVStream(cfg.RunsBucket()), ackWait: 10 * time.Second}
+}
+
+// Stats returns the indexer's counters.
+func (ix *Indexer) Stats() Stats {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.stats
+}
+
+// Candidates returns the runs in state pending or inProgress that the
+// indexer knows of: those written since its term's checkpoint and those a
+// full scan handed it (Seed). The repair sweep reads them instead of every
+// record.
+func (ix *Indexer) Candidates() []Live {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := make([]Live, 0, len(ix.live)+len(ix.seeded))
+	for _, l := range ix.live {
+		out = append(out, l)
+	}
+	for _, l := range ix.seeded {
+		out = append(out, l)
+	}
+	return out
+}
+
+// TakeNotify returns the terminal runs with an on-complete callback seen
+// since the last call (the repair sweep checks that their callback ran)
+// and forgets them; the sweep gives back those it must look at again.
+func (ix *Indexer) TakeNotify() []kv.Header {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	out := make([]kv.Header, 0, len(ix.notify))
+	for _, h := range ix.notify {
+		out = append(out, h)
+	}
+	ix.notify = nil
+	return out
+}
+
+// GiveNotify gives back runs of TakeNotify to look at again.
+func (ix *Indexer) GiveNotify(hs []kv.Header) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.notify == nil {
+		ix.notify = map[string]kv.Header{}
+	}
+	for _, h := range hs {
+		ix.notify[h.ID] = h
+	}
+}
+
+// Forget drops run id from the candidates (the repair sweep found it
+// ended).
+func (ix *Indexer) Forget(id string) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	delete(ix.seeded, id)
+}
+
+// Seed hands the indexer the non-terminal runs of a full scan, so that
+// Candidates holds every run that has not ended.
+func (ix *Indexer) Seed(hs []kv.Header) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.seeded == nil {
+		ix.seeded = map[string]Live{}
+	}
+	for _, h := range hs {
+		if h.State.Terminal() || hasLive(ix.live, h.ID) {
+			continue
+		}
+		ix.seeded[h.ID] = Live{ID: h.ID, State: h.State, Function: h.Function, Due: h.Due}
+	}
+}
+
+func hasLive(m map[string]Live, id string) bool { _, ok := m[id]; return ok }
+
+// errRebuild: the counts cannot be carried on exactly (a run changed twice
+// while no indexer read it); they are recounted from every record.
+var errRebuild = errors.New("runindex: counts must be rebuilt")
+
+// Run indexes until ctx ends (one leadership term). It resumes from the
+// checkpoint, or recounts every record when there is none or when the
+// checkpoint cannot be carried on exactly.
+func (ix *Indexer) Run(ctx context.Context) error {
+	if ix.Every <= 0 {
+		ix.Every = time.Second
+	}
+	if ix.Log == nil {
+		ix.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := streams.ProvisionIndex(ctx, ix.js, ix.cfg); err != nil {
+		return err
+	}
+	rebuild := false
+	for ctx.Err() == nil {
+		err := ix.term(ctx, rebuild)
+		if errors.Is(err, errRebuild) {
+			ix.Log.Info("run index: recounting every record", "reason", err)
+			rebuild = true
+			continue
+		}
+		if err != nil && ctx.Err() == nil {
+			ix.Log.Warn("run index restarting", "error", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			rebuild = false
+			continue
+		}
+	}
+	return ctx.Err()
+}
+
+// state is one pass: the counts, and the runs it counted as not ended.
+type state struct {
+	cp      Checkpoint
+	base    uint64 // counts at start reflect every write <= base
+	rebuild bool   // counting from nothing
+	start   uint64 // rebuild: last sequence of the stream at its start
+}
+
+func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
+	js, err := jetstream.New(ix.js.Conn(), jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
+		e := fmt.Errorf("runindex: index entry %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+		ix.pubErr.CompareAndSwap(nil, &e)
+	}), jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return err
+	}
+	ix.pubErr.Store(nil)
+	rs, err := js.Stream(ctx, ix.runs)
+	if err != nil {
+		return err
+	}
+	var st state
+	cp, err := ReadCheckpoint(ctx, js, ix.cfg)
+	switch {
+	case errors.Is(err, ErrNoCheckpoint):
+		rebuild = true
+	case err != nil:
+		return err
+	case cp.Rebuilding:
+		rebuild = true
+		st.cp.IndexSeq = cp.IndexSeq
+	default:
+		st.cp = *cp
+	}
+	if rebuild {
+		idx := st.cp.IndexSeq
+		if cp != nil {
+			idx = cp.IndexSeq
+		}
+		st = state{rebuild: true, start: rs.CachedInfo().State.LastSeq}
+		st.cp.IndexSeq = idx
+		ix.mu.Lock()
+		ix.stats.Rebuilds++
+		ix.mu.Unlock()
+	}
+	st.base = st.cp.Seq
+	st.cp.Rebuilding = rebuild
+	st.cp.Leader = ix.Name
+	st.cp.Retention = ix.cfg.Retention
+	if st.cp.Functions == nil {
+		st.cp.Functions = map[string]*FunctionCounts{}
+	}
+	ix.mu.Lock()
+	ix.live = map[string]Live{}
+	ix.stats.CaughtUp = false
+	ix.stats.Seq = st.cp.Seq
+	ix.mu.Unlock()
+
+	occ := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{ix.pfx + ">"},
+		HeadersOnly:    true,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	}
+	if st.cp.Seq > 0 {
+		occ.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		occ.OptStartSeq = st.cp.Seq + 1
+	}
+	c, err := rs.OrderedConsumer(ctx, occ)
+	if err != nil {
+		return err
+	}
+	msgs := make(chan jetstream.Msg, 4096)
+	cc, err := c.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-ctx.Done():
+		}
+	}, jetstream.PullMaxMessages(2048))
+	if err != nil {
+		return err
+	}
+	defer cc.Stop()
+	tick := time.NewTicker(ix.Every)
+	defer tick.Stop()
+	dirty, lastWrite := true, time.Time{}
+	caughtUp := rs.CachedInfo().State.LastSeq <= st.cp.Seq
+	if caughtUp && rebuild {
+		st.cp.Rebuilding = false
+	}
+	ix.setCaughtUp(caughtUp && !st.cp.Rebuilding)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m := <-msgs:
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			if err := ix.apply(ctx, js, &st, m, md); err != nil {
+				return err
+			}
+			dirty = true
+			if md.NumPending == 0 {
+				caughtUp = true
+				if st.cp.Rebuilding {
+					st.cp.Rebuilding = false
+					ix.Log.Info("run index: recount done", "seq", st.cp.Seq)
+				}
+				ix.setCaughtUp(true)
+			}
+		case <-tick.C:
+			if !dirty && time.Since(lastWrite) < 5*ix.Every {
+				continue
+			}
+			if err := ix.checkpoint(ctx, js, &st); err != nil {
+				return err
+			}
+			dirty, lastWrite = false, time.Now()
+		}
+	}
+}
+
+func (ix *Indexer) setCaughtUp(v bool) {
+	ix.mu.Lock()
+	ix.stats.CaughtUp = v
+	ix.mu.Unlock()
+}
+
+// apply counts one message of the runs stream and publishes its index entry.
+func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
+	seq := md.Sequence.Stream
+	id := m.Subject()[len(ix.pfx):]
+	h := m.Headers()
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	delete(ix.seeded, id)
+	old, known := ix.live[id]
+	fns := func(fn string) *FunctionCounts {
+		f := st.cp.Functions[fn]
+		if f == nil {
+			f = &FunctionCounts{}
+			st.cp.Functions[fn] = f
+		}
+		return f
+	}
+	if h.Get("KV-Operation") != "" || h.Get("Nats-Marker-Reason") != "" {
+		// A record removed. Terminal records expire by their TTL (their
+		// hours drop out of the counts); a record deleted or purged by
+		// hand is uncounted if this term counted it, and otherwise
+		// forces a recount, unless it was removed before a recount
+		// began (the recount never saw it).
+		expired := h.Get("Nats-Marker-Reason") == "MaxAge"
+		switch {
+		case known:
+			fns(old.Function).add(old.State, time.Time{}, -1)
+			delete(ix.live, id)
+		case expired:
+		case st.rebuild && seq <= st.start:
+		default:
+			return fmt.Errorf("%w: run %s removed (%s%s) at %d", errRebuild, id, h.Get("KV-Operation"), h.Get("Nats-Marker-Reason"), seq)
+		}
+		st.cp.Seq, ix.stats.Seq = seq, seq
+		return nil
+	}
+	to := jetflow.State(h.Get(kv.HeaderState))
+	fn := h.Get(kv.HeaderFunction)
+	if !to.Valid() || fn == "" {
+		// Not a record jetflow wrote: counted nowhere.
+		st.cp.Seq, ix.stats.Seq = seq, seq
+		return nil
+	}
+	from := jetflow.State(h.Get(kv.HeaderFrom))
+	prev, _ := strconv.ParseUint(h.Get(kv.HeaderPrev), 10, 64)
+	switch {
+	case known:
+		fns(old.Function).add(old.State, time.Time{}, -1)
+	case from == "" || from.Terminal():
+		// A create (over nothing, or over an expired record's marker).
+	case st.rebuild:
+		// Recounting: a run this pass has not counted yet (its earlier
+		// writes were replaced before the pass read them).
+	case prev != 0 && prev <= st.base:
+		// The record the checkpoint counted.
+		fns(fn).add(from, time.Time{}, -1)
+	default:
+		// The write this replaced came after the checkpoint and was
+		// replaced before this term read it: what the checkpoint counted
+		// for this run is unknown.
+		return fmt.Errorf("%w: run %s changed twice while unread (revision %d after %d)", errRebuild, id, seq, prev)
+	}
+	fns(fn).add(to, md.Timestamp, 1)
+	if to.Terminal() {
+		delete(ix.live, id)
+		if n := parseMillis(h.Get(kv.HeaderNotify)); !n.IsZero() {
+			if ix.notify == nil {
+				ix.notify = map[string]kv.Header{}
+			}
+			ix.notify[id] = kv.Header{ID: id, State: to, Function: fn, Notify: n, Revision: seq}
+		}
+	} else {
+		ix.live[id] = Live{ID: id, State: to, Function: fn, Due: parseMillis(h.Get(kv.HeaderDue))}
+	}
+	st.cp.Seq, ix.stats.Seq = seq, seq
+	if seq > st.cp.IndexSeq {
+		e := nats.NewMsg(ix.cfg.IndexSubject(string(to), fn))
+		e.Header.Set(HeaderRun, id)
+		e.Header.Set(HeaderRev, strconv.FormatUint(seq, 10))
+		e.Header.Set(jetstream.MsgIDHeader, "idx-"+strconv.FormatUint(seq, 10))
+		if _, err := js.PublishMsgAsync(e); err != nil {
+			return fmt.Errorf("runindex: index entry: %w", err)
+		}
+		st.cp.IndexSeq = seq
+	}
+	return nil
+}
+
+// checkpoint stores the counts once every index entry up to them is stored.
+func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *state) error {
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(ix.ackWait):
+		return errors.New("runindex: index entries not acknowledged")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if e := ix.pubErr.Load(); e != nil {
+		return *e
+	}
+	ix.mu.Lock()
+	st.cp.prune(time.Now())
+	data, err := json.Marshal(&st.cp)
+	ix.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	m := nats.NewMsg(ix.cfg.IndexCheckpointSubject())
+	m.Data = data
+	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		return fmt.Errorf("runindex: checkpoint: %w", err)
+	}
+	ix.mu.Lock()
+	ix.stats.Checkpoints++
+	ix.mu.Unlock()
+	return nil
+}
+
+// ErrNoCheckpoint: no indexer has stored counts (none runs, or it has not
+// finished its first pass).
+var ErrNoCheckpoint = errors.New("runindex: no checkpoint")
+
+// ReadCheckpoint reads the indexer's checkpoint (one direct get).
+func ReadCheckpoint(ctx context.Context, js jetstream.JetStream, cfg streams.Config) (*Checkpoint, error) {
+	cfg = cfg.WithDefaults()
+	st, err := js.Stream(ctx, cfg.IndexStream())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, ErrNoCheckpoint
+	}
+	if err != nil {
+		return nil, err
+	}
+	return readCheckpoint(ctx, st, cfg)
+}
+
+func readCheckpoint(ctx context.Context, st jetstream.Stream, cfg streams.Config) (*Checkpoint, error) {
+	m, err := st.GetLastMsgForSubject(ctx, cfg.IndexCheckpointSubject())
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, ErrNoCheckpoint
+	}
+	if err != nil {
+		return nil, err
+	}
+	cp := new(Checkpoint)
+	if err := json.Unmarshal(m.Data, cp); err != nil {
+		return nil, fmt.Errorf("runindex: checkpoint: %w", err)
+	}
+	cp.AsOf = m.Time.UTC()
+	if cp.Functions == nil {
+		cp.Functions = map[string]*FunctionCounts{}
+	}
+	return cp, nil
+}
+
+func parseMillis(v string) time.Time {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(n).UTC()
+}

@@ -1,0 +1,662 @@
+package runindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var (
+	// ErrUnavailable: no indexer keeps the index up to date (none runs, it
+	// is recounting, or its checkpoint is older than StaleAfter). Callers
+	// read every record instead, and say so.
+	ErrUnavailable = errors.New("runindex: no up-to-date index")
+	// ErrBadCursor: a cursor that no page of this listing returned.
+	ErrBadCursor = errors.New("runindex: not a cursor of this listing")
+)
+
+// StaleAfter is how old a checkpoint may be for readers to use it.
+const StaleAfter = 15 * time.Second
+
+// read counts the messages and records the readers fetched, for tests and
+// the benchmark: a page costs in proportion to what it shows.
+var read atomic.Int64
+
+// MessagesRead returns how many messages (index entries, record headers and
+// records) the readers of this process have fetched.
+func MessagesRead() int64 { return read.Load() }
+
+// Reader reads the index: counts and pages of runs.
+type Reader struct {
+	store *kv.Store
+	js    jetstream.JetStream
+	cfg   streams.Config
+	pfx   string
+}
+
+// NewReader returns a reader of the index of store's runs.
+func NewReader(store *kv.Store) *Reader {
+	cfg := store.Config()
+	return &Reader{store: store, js: store.JetStream(), cfg: cfg, pfx: streams.KVSubject(cfg.RunsBucket(), "")}
+}
+
+// CountsResult is the counts and where they come from.
+type CountsResult struct {
+	Counts
+	// Source is "index" (the indexer's checkpoint) or "scan" (every
+	// record read: no indexer runs).
+	Source string `json:"source"`
+	// AsOf is when the counts were true (the checkpoint's time; now for a
+	// scan), and Seq the runs stream sequence they reflect (index only).
+	AsOf time.Time `json:"asOf"`
+	Seq  uint64    `json:"seq,omitempty"`
+	// TerminalSince: terminal counts cover the runs that ended at or after
+	// it (index only; the hour granularity of expiry).
+	TerminalSince time.Time `json:"terminalSince,omitzero"`
+}
+
+// Checkpoint returns the indexer's checkpoint if it is up to date:
+// ErrUnavailable otherwise.
+func (r *Reader) Checkpoint(ctx context.Context) (*Checkpoint, error) {
+	cp, err := ReadCheckpoint(ctx, r.js, r.cfg)
+	if errors.Is(err, ErrNoCheckpoint) {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if cp.Rebuilding {
+		return nil, fmt.Errorf("%w: the indexer is recounting", ErrUnavailable)
+	}
+	if age := time.Since(cp.AsOf); age > StaleAfter {
+		return nil, fmt.Errorf("%w: last checkpoint %s ago", ErrUnavailable, age.Round(time.Second))
+	}
+	return cp, nil
+}
+
+// Counts returns the runs of function fn (all when "") in each state from
+// the checkpoint (one read), plus the runs waiting in the function stream
+// without a record yet (pending; their number is the backlog no worker has
+// taken). ErrUnavailable when no indexer keeps the counts.
+func (r *Reader) Counts(ctx context.Context, fn string) (CountsResult, error) {
+	cp, err := r.Checkpoint(ctx)
+	if err != nil {
+		return CountsResult{}, err
+	}
+	now := time.Now()
+	res := CountsResult{Counts: cp.Sum(fn, now), Source: "index", AsOf: cp.AsOf, Seq: cp.Seq,
+		TerminalSince: TerminalSince(now, cp.Retention)}
+	q, err := r.queuedWithoutRecord(ctx, fn)
+	if err != nil {
+		return res, err
+	}
+	res.Add(jetflow.Pending, int64(len(q)))
+	return res, nil
+}
+
+// queuedWithoutRecord returns the runs waiting in the function stream that
+// have no record yet (id -> function). Its cost is proportional to the
+// messages waiting.
+func (r *Reader) queuedWithoutRecord(ctx context.Context, fn string) (map[string]string, error) {
+	queued := map[string]string{}
+	if err := r.store.ScanQueued(ctx, fn, func(f, id string) { queued[id] = f }); err != nil {
+		return nil, err
+	}
+	if len(queued) == 0 {
+		return queued, nil
+	}
+	rs, err := r.js.Stream(ctx, streams.KVStream(r.cfg.RunsBucket()))
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for id := range queued {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			m, err := rs.GetLastMsgForSubject(ctx, r.pfx+id)
+			read.Add(1)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+			case err != nil:
+				first = cmpErr(first, err)
+			case m.Header.Get("KV-Operation") != "" || m.Header.Get("Nats-Marker-Reason") != "":
+			default:
+				delete(queued, id)
+			}
+		})
+	}
+	wg.Wait()
+	return queued, first
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// Query selects a page of runs, newest first.
+type Query struct {
+	State    jetflow.State
+	Function string
+	Limit    int
+	// After is the cursor of the page to follow (a page's Next), Before of
+	// the page to precede (a page's Prev); at most one.
+	After, Before string
+}
+
+// Page is a page of runs, newest first.
+type Page struct {
+	Runs []*jetflow.Run
+	// Next is the cursor of the older page ("" on the last page), Prev of
+	// the newer page ("" on the first).
+	Next, Prev string
+}
+
+// Row classes, newest first: runs waiting without a record (by id), then
+// records not indexed yet (the runs stream's tail, by revision), then
+// index entries (by index sequence).
+const (
+	classIndex  = 0
+	classTail   = 1
+	classQueued = 2
+)
+
+type pos struct {
+	class int
+	seq   uint64 // index sequence (classIndex), revision (classTail)
+	rev   uint64 // classIndex: the entry's revision
+	id    string // classQueued
+}
+
+func (p pos) String() string {
+	switch p.class {
+	case classQueued:
+		return "q" + p.id
+	case classTail:
+		return "t" + strconv.FormatUint(p.seq, 10)
+	}
+	return "i" + strconv.FormatUint(p.seq, 10) + "." + strconv.FormatUint(p.rev, 10)
+}
+
+func parsePos(s string) (*pos, error) {
+	if s == "" {
+		return nil, nil
+	}
+	bad := fmt.Errorf("%w: %q", ErrBadCursor, s)
+	switch s[0] {
+	case 'q':
+		if jetflow.ValidateRunID(s[1:]) != nil {
+			return nil, bad
+		}
+		return &pos{class: classQueued, id: s[1:]}, nil
+	case 't':
+		n, err := strconv.ParseUint(s[1:], 10, 64)
+		if err != nil {
+			return nil, bad
+		}
+		return &pos{class: classTail, seq: n}, nil
+	case 'i':
+		a, b, ok := strings.Cut(s[1:], ".")
+		n, err1 := strconv.ParseUint(a, 10, 64)
+		m, err2 := strconv.ParseUint(b, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, bad
+		}
+		return &pos{class: classIndex, seq: n, rev: m}, nil
+	}
+	return nil, bad
+}
+
+// newer reports whether a comes before b newest first.
+func newer(a, b pos) bool {
+	if a.class != b.class {
+		return a.class > b.class
+	}
+	if a.class == classQueued {
+		return a.id > b.id
+	}
+	return a.seq > b.seq
+}
+
+type row struct {
+	pos pos
+	run *jetflow.Run
+}
+
+// List returns a page of runs matching q, newest first: by their last
+// write (a run's latest state change or heartbeat), runs waiting without
+// a record first. A page costs in proportion to the runs it shows plus the
+// entries it skips (runs that left the state since), not to the runs kept;
+// the runs waiting without a record are read from the function stream's
+// subjects (in proportion to the backlog) when the state asked is pending
+// or any. ErrUnavailable when no indexer keeps the index (the caller scans
+// instead), ErrBadCursor for a cursor of no page.
+func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
+	after, err := parsePos(q.After)
+	if err != nil {
+		return Page{}, err
+	}
+	before, err := parsePos(q.Before)
+	if err != nil {
+		return Page{}, err
+	}
+	if q.Limit <= 0 {
+		q.Limit = 100
+	}
+	unfiltered := q.State == "" && q.Function == ""
+	var idx jetstream.Stream
+	var lastIndexed, idxLast uint64
+	if !unfiltered {
+		if _, err := r.Checkpoint(ctx); err != nil {
+			return Page{}, err
+		}
+		idx, err = r.js.Stream(ctx, r.cfg.IndexStream())
+		if err != nil {
+			return Page{}, err
+		}
+		idxLast = idx.CachedInfo().State.LastSeq
+		m, err := idx.GetLastMsgForSubject(ctx, r.cfg.IndexFilter("", ""))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+		case err != nil:
+			return Page{}, err
+		default:
+			lastIndexed, _ = strconv.ParseUint(m.Header.Get(HeaderRev), 10, 64)
+			idxLast = m.Sequence
+		}
+	}
+	rs, err := r.js.Stream(ctx, streams.KVStream(r.cfg.RunsBucket()))
+	if err != nil {
+		return Page{}, err
+	}
+	runsLast := rs.CachedInfo().State.LastSeq
+	var queued []string
+	qfn := map[string]string{}
+	if q.State == "" || q.State == jetflow.Pending {
+		if qfn, err = r.queuedWithoutRecord(ctx, q.Function); err != nil {
+			return Page{}, err
+		}
+		for id := range qfn {
+			queued = append(queued, id)
+		}
+		slices.Sort(queued)
+	}
+	p := &pager{r: r, q: q, idx: idx, rs: rs, qfn: qfn, lastIndexed: lastIndexed, seen: map[string]bool{}}
+	if unfiltered {
+		p.lastIndexed = 0 // the runs stream holds the latest revision of each record: no index needed
+	}
+	if before != nil {
+		return p.backward(ctx, *before, queued, runsLast)
+	}
+	return p.forward(ctx, after, queued, runsLast, idxLast)
+}
+
+type pager struct {
+	r           *Reader
+	q           Query
+	idx, rs     jetstream.Stream
+	qfn         map[string]string
+	lastIndexed uint64
+	seen        map[string]bool
+}
+
+// match reports whether a record's state and function fit the query.
+func (p *pager) match(state jetflow.State, fn string) bool {
+	return (p.q.State == "" || state == p.q.State) && (p.q.Function == "" || fn == p.q.Function)
+}
+
+// record reads run id and returns it if its revision is still rev (0: any)
+// and it fits the query.
+func (p *pager) record(ctx context.Context, id string, rev uint64) (*jetflow.Run, error) {
+	if p.seen[id] {
+		return nil, nil
+	}
+	read.Add(1)
+	run, err := p.r.store.Get(ctx, id)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if (rev != 0 && run.Revision != rev) || !p.match(run.State, run.Name) {
+		return nil, nil
+	}
+	p.seen[id] = true
+	return run, nil
+}
+
+func (p *pager) queuedRun(ctx context.Context, id string) (*jetflow.Run, error) {
+	read.Add(1)
+	run, ok, err := p.r.store.QueuedRunOf(ctx, p.qfn[id], id)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return run, nil
+}
+
+// forward is a page newest first after cursor (nil: the first page).
+func (p *pager) forward(ctx context.Context, after *pos, queued []string, runsLast, idxLast uint64) (Page, error) {
+	want := p.q.Limit + 1
+	var rows []row
+	full := func() bool { return len(rows) >= want }
+	// Runs waiting without a record.
+	if after == nil || after.class == classQueued {
+		for i := len(queued) - 1; i >= 0 && !full(); i-- {
+			id := queued[i]
+			if after != nil && id >= after.id {
+				continue
+			}
+			run, err := p.queuedRun(ctx, id)
+			if err != nil {
+				return Page{}, err
+			}
+			if run != nil && p.match(run.State, run.Name) {
+				p.seen[id] = true
+				rows = append(rows, row{pos{class: classQueued, id: id}, run})
+			}
+		}
+	}
+	// Records not indexed yet: the runs stream's tail.
+	tailTop := runsLast + 1
+	if after != nil && after.class == classTail {
+		tailTop = after.seq
+	}
+	if !full() && (after == nil || after.class >= classTail) && tailTop > p.lastIndexed+1 {
+		err := p.r.back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func(seq uint64, m jetstream.Msg) (bool, error) {
+			h := m.Headers()
+			if !p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
+				return true, nil
+			}
+			run, err := p.record(ctx, m.Subject()[len(p.r.pfx):], seq)
+			if err != nil {
+				return false, err
+			}
+			if run != nil {
+				rows = append(rows, row{pos{class: classTail, seq: seq}, run})
+			}
+			return !full(), nil
+		})
+		if err != nil {
+			return Page{}, err
+		}
+	}
+	// Index entries.
+	if !full() && p.idx != nil && p.lastIndexed > 0 {
+		top := idxLast + 1
+		var revBelow uint64 // skip entries of writes shown from the tail
+		if after != nil && after.class == classIndex {
+			top = after.seq
+		}
+		if after != nil && after.class == classTail {
+			revBelow = after.seq
+		}
+		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func(seq uint64, m jetstream.Msg) (bool, error) {
+			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
+			if revBelow != 0 && rev >= revBelow {
+				return true, nil
+			}
+			run, err := p.record(ctx, m.Headers().Get(HeaderRun), rev)
+			if err != nil {
+				return false, err
+			}
+			if run != nil {
+				rows = append(rows, row{pos{class: classIndex, seq: seq, rev: rev}, run})
+			}
+			return !full(), nil
+		})
+		if err != nil {
+			return Page{}, err
+		}
+	}
+	var page Page
+	if len(rows) > p.q.Limit {
+		rows = rows[:p.q.Limit]
+		page.Next = rows[len(rows)-1].pos.String()
+	}
+	for _, rw := range rows {
+		page.Runs = append(page.Runs, rw.run)
+	}
+	if after != nil && len(rows) > 0 {
+		page.Prev = rows[0].pos.String()
+	}
+	return page, nil
+}
+
+// backward is the page of runs just newer than cursor before, newest
+// first.
+func (p *pager) backward(ctx context.Context, before pos, queued []string, runsLast uint64) (Page, error) {
+	want := p.q.Limit + 1
+	var rows []row // oldest first
+	full := func() bool { return len(rows) >= want }
+	if before.class == classIndex && p.idx != nil {
+		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq+1, func(seq uint64, m jetstream.Msg) (bool, error) {
+			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
+			if rev > p.lastIndexed {
+				return false, nil // newer than the index's end as read: the tail has it
+			}
+			run, err := p.record(ctx, m.Headers().Get(HeaderRun), rev)
+			if err != nil {
+				return false, err
+			}
+			if run != nil {
+				rows = append(rows, row{pos{class: classIndex, seq: seq, rev: rev}, run})
+			}
+			return !full(), nil
+		})
+		if err != nil {
+			return Page{}, err
+		}
+	}
+	if !full() && before.class <= classTail {
+		start := p.lastIndexed + 1
+		if before.class == classTail {
+			start = max(start, before.seq+1)
+		}
+		if before.class == classIndex {
+			start = max(start, before.rev+1)
+		}
+		err := p.r.ahead(ctx, p.rs, p.r.pfx+">", start, func(seq uint64, m jetstream.Msg) (bool, error) {
+			h := m.Headers()
+			if !p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
+				return true, nil
+			}
+			run, err := p.record(ctx, m.Subject()[len(p.r.pfx):], seq)
+			if err != nil {
+				return false, err
+			}
+			if run != nil {
+				rows = append(rows, row{pos{class: classTail, seq: seq}, run})
+			}
+			return !full(), nil
+		})
+		if err != nil {
+			return Page{}, err
+		}
+	}
+	for _, id := range queued {
+		if full() {
+			break
+		}
+		if before.class == classQueued && id <= before.id {
+			continue
+		}
+		run, err := p.queuedRun(ctx, id)
+		if err != nil {
+			return Page{}, err
+		}
+		if run != nil && p.match(run.State, run.Name) {
+			rows = append(rows, row{pos{class: classQueued, id: id}, run})
+		}
+	}
+	var page Page
+	if len(rows) > p.q.Limit {
+		rows = rows[:p.q.Limit]
+		page.Prev = rows[len(rows)-1].pos.String()
+	}
+	slices.Reverse(rows)
+	for _, rw := range rows {
+		page.Runs = append(page.Runs, rw.run)
+	}
+	if len(rows) > 0 {
+		page.Next = rows[len(rows)-1].pos.String()
+	}
+	return page, nil
+}
+
+// back visits the messages of stream on filter with a sequence in (floor,
+// below), newest first, until visit returns false. It reads windows of
+// the stream growing toward the past, each with a consumer that counts
+// the matching messages in it (the server's count), and fetches only
+// those: the messages it reads are the ones it visits.
+func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, below, floor uint64, visit func(uint64, jetstream.Msg) (bool, error)) error {
+	info, err := st.Info(ctx)
+	if err != nil {
+		return err
+	}
+	floor = max(floor, info.State.FirstSeq-1)
+	if below > info.State.LastSeq+1 {
+		below = info.State.LastSeq + 1
+	}
+	if below <= floor+1 {
+		return nil
+	}
+	above := uint64(0) // matches at or above the window's top
+	if below <= info.State.LastSeq {
+		c, err := r.consumer(ctx, st, filter, below)
+		if err != nil {
+			return err
+		}
+		above = c.CachedInfo().NumPending
+		r.drop(st, c)
+	}
+	w := uint64(256)
+	hi := below
+	for hi > floor+1 {
+		lo := floor + 1
+		if hi-lo > w {
+			lo = hi - w
+		}
+		c, err := r.consumer(ctx, st, filter, lo)
+		if err != nil {
+			return err
+		}
+		pending := c.CachedInfo().NumPending
+		n := int(pending - min(pending, above))
+		above = pending
+		var msgs []jetstream.Msg
+		for len(msgs) < n {
+			b, err := c.Fetch(min(n-len(msgs), 1000), jetstream.FetchMaxWait(5*time.Second))
+			if err != nil {
+				r.drop(st, c)
+				return err
+			}
+			got := 0
+			for m := range b.Messages() {
+				msgs = append(msgs, m)
+				got++
+			}
+			if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+				return err
+			}
+			if got == 0 {
+				break // removed meanwhile
+			}
+		}
+		r.drop(st, c)
+		read.Add(int64(len(msgs)))
+		for i := len(msgs) - 1; i >= 0; i-- {
+			md, err := msgs[i].Metadata()
+			if err != nil {
+				return err
+			}
+			if md.Sequence.Stream >= hi {
+				continue // written meanwhile above the window
+			}
+			more, err := visit(md.Sequence.Stream, msgs[i])
+			if err != nil || !more {
+				return err
+			}
+		}
+		hi = lo
+		w = min(w*4, 1<<22)
+	}
+	return nil
+}
+
+// ahead visits the messages of stream on filter from sequence from on,
+// oldest first, until visit returns false or the stream ends.
+func (r *Reader) ahead(ctx context.Context, st jetstream.Stream, filter string, from uint64, visit func(uint64, jetstream.Msg) (bool, error)) error {
+	c, err := r.consumer(ctx, st, filter, max(from, 1))
+	if err != nil {
+		return err
+	}
+	defer r.drop(st, c)
+	left := c.CachedInfo().NumPending
+	for left > 0 {
+		b, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return err
+		}
+		got := 0
+		for m := range b.Messages() {
+			got++
+			left--
+			read.Add(1)
+			md, err := m.Metadata()
+			if err != nil {
+				return err
+			}
+			more, err := visit(md.Sequence.Stream, m)
+			if err != nil || !more {
+				return err
+			}
+		}
+		if got == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
+// drop deletes a consumer of back or ahead (the server would after
+// InactiveThreshold; many pages a second would leave many behind).
+func (r *Reader) drop(st jetstream.Stream, c jetstream.Consumer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = st.DeleteConsumer(ctx, c.CachedInfo().Name)
+}
+
+// consumer is a short-lived consumer of stream on filter from sequence
+// from, headers only (the server removes it when idle).
+func (r *Reader) consumer(ctx context.Context, st jetstream.Stream, filter string, from uint64) (jetstream.Consumer, error) {
+	return st.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		FilterSubject:     filter,
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       from,
+		AckPolicy:         jetstream.AckNonePolicy,
+		HeadersOnly:       true,
+		MemoryStorage:     true,
+		InactiveThreshold: 5 * time.Second,
+		Replicas:          1,
+	})
+}

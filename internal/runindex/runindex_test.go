@@ -1,0 +1,282 @@
+package runindex_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/runindex"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
+)
+
+type env struct {
+	t    *testing.T
+	ts   *testserver.Env
+	runs *engine.Runs
+	st   *kv.Store
+	n    int
+}
+
+func setup(t *testing.T) *env {
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Open(ctx, ts.JS, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ts: ts, runs: engine.New(st), st: st}
+}
+
+// write writes n records of fn in state s through the engine (published
+// asynchronously, each a create), and returns their ids in write order.
+func (e *env) write(fn string, s jetflow.State, n int) []string {
+	e.t.Helper()
+	step := map[jetflow.State]engine.Step{jetflow.Pending: engine.Schedule, jetflow.InProgress: engine.Open,
+		jetflow.Success: engine.Succeed, jetflow.Failed: engine.Fail, jetflow.Canceled: engine.Cancel}[s]
+	var ids []string
+	wait := func() {
+		select {
+		case <-e.ts.JS.PublishAsyncComplete():
+		case <-time.After(30 * time.Second):
+			e.t.Fatal("writes not acknowledged")
+		}
+	}
+	for i := range n {
+		if i%1000 == 999 {
+			wait()
+		}
+		e.n++
+		id := fmt.Sprintf("r%06d", e.n)
+		now := time.Now().UTC()
+		r := &jetflow.Run{ID: id, Name: fn, State: s, ScheduledTime: now, CreationTime: now}
+		if s.Terminal() {
+			r.CompletedTime = now
+		}
+		m, err := e.runs.WriteMsg(step, engine.None, r, 0)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if _, err := e.ts.JS.PublishMsgAsync(m); err != nil {
+			e.t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	wait()
+	return ids
+}
+
+// change moves run id to state to with step.
+func (e *env) change(id string, step engine.Step, to jetflow.State) {
+	e.t.Helper()
+	_, err := e.runs.Change(context.Background(), step, id, func(r *jetflow.Run) bool {
+		r.State = to
+		if to.Terminal() {
+			r.CompletedTime = time.Now().UTC()
+		}
+		return true
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// startIndexer runs an indexer until the returned stop is called.
+func (e *env) startIndexer(name string) (*runindex.Indexer, func()) {
+	ix := runindex.New(e.ts.JS, streams.Config{})
+	ix.Name, ix.Every = name, 50*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ix.Run(ctx) }()
+	stop := func() { cancel(); <-done }
+	e.t.Cleanup(stop)
+	return ix, stop
+}
+
+// caughtUp waits until the checkpoint reflects every write.
+func (e *env) caughtUp() {
+	e.t.Helper()
+	rs, err := e.ts.JS.Stream(context.Background(), streams.KVStream(streams.Config{}.WithDefaults().RunsBucket()))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info, err := rs.Info(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	last := info.State.LastSeq
+	testserver.Eventually(e.t, 30*time.Second, "checkpoint at the runs stream's end", func() bool {
+		cp, err := runindex.ReadCheckpoint(context.Background(), e.ts.JS, streams.Config{})
+		return err == nil && !cp.Rebuilding && cp.Seq >= last
+	})
+}
+
+// sameCounts checks the index's counts against a scan of every record.
+func (e *env) sameCounts(fns ...string) {
+	e.t.Helper()
+	rd := runindex.NewReader(e.st)
+	for _, fn := range append([]string{""}, fns...) {
+		got, err := rd.Counts(context.Background(), fn)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		want, err := rd.CountsScan(context.Background(), fn)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if got.Source != "index" || got.Counts != want.Counts {
+			e.t.Fatalf("function %q: index counts %+v (%s), scan %+v", fn, got.Counts, got.Source, want.Counts)
+		}
+	}
+}
+
+func TestCountsExactAcrossIndexerRestart(t *testing.T) {
+	e := setup(t)
+	e.write("a", jetflow.Success, 300)
+	failed := e.write("a", jetflow.Failed, 7)
+	e.write("b", jetflow.Canceled, 5)
+	pend := e.write("b", jetflow.Pending, 40)
+	running := e.write("a", jetflow.InProgress, 12)
+	_, stop := e.startIndexer("one")
+	e.caughtUp()
+	e.sameCounts("a", "b")
+	rd := runindex.NewReader(e.st)
+	c, _ := rd.Counts(context.Background(), "a")
+	if c.Success != 300 || c.Failed != int64(len(failed)) || c.InProgress != 12 || c.Pending != 0 {
+		t.Fatalf("counts of a %+v", c.Counts)
+	}
+	// Stopped mid-way: runs move on (twice each: claimed, then ended)
+	// while no indexer reads, then another resumes.
+	stop()
+	for i, id := range pend[:20] {
+		e.change(id, engine.Claim, jetflow.InProgress)
+		if i%2 == 0 {
+			e.change(id, engine.Succeed, jetflow.Success)
+		} else {
+			e.change(id, engine.Fail, jetflow.Failed)
+		}
+	}
+	for _, id := range running[:5] {
+		e.change(id, engine.Cancel, jetflow.Canceled)
+	}
+	e.write("c", jetflow.Pending, 9)
+	ix2, _ := e.startIndexer("two")
+	e.caughtUp()
+	e.sameCounts("a", "b", "c")
+	c, _ = rd.Counts(context.Background(), "b")
+	if c.Pending != 20 || c.Success != 10 || c.Failed != 10 || c.Canceled != 5 {
+		t.Fatalf("counts of b after the restart %+v", c.Counts)
+	}
+	// Live changes with the indexer running.
+	for _, id := range pend[20:30] {
+		e.change(id, engine.Claim, jetflow.InProgress)
+	}
+	e.caughtUp()
+	e.sameCounts("a", "b", "c")
+	t.Logf("rebuilds: %d", ix2.Stats().Rebuilds)
+}
+
+func TestListPagesByStateAndFunctionNewestFirst(t *testing.T) {
+	e := setup(t)
+	e.write("x", jetflow.Success, 50)
+	fx := e.write("x", jetflow.Failed, 5)
+	e.write("y", jetflow.Success, 50)
+	fy := e.write("y", jetflow.Failed, 5)
+	e.startIndexer("one")
+	e.caughtUp()
+	// Indexed, then more writes not in the checkpoint yet still listed.
+	rd := runindex.NewReader(e.st)
+	want := append(append([]string{}, fx...), fy...)
+	reverse := func(s []string) []string {
+		out := make([]string, len(s))
+		for i := range s {
+			out[len(s)-1-i] = s[i]
+		}
+		return out
+	}
+	check := func(q runindex.Query, want []string) {
+		t.Helper()
+		var got []string
+		var pages []runindex.Page
+		for {
+			p, err := rd.List(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages = append(pages, p)
+			for _, r := range p.Runs {
+				got = append(got, r.ID)
+			}
+			if p.Next == "" {
+				break
+			}
+			q.After, q.Before = p.Next, ""
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%+v: got %v, want %v", q, got, want)
+		}
+		// Back from the last page to the first.
+		for i := len(pages) - 1; i > 0; i-- {
+			q.After, q.Before = "", pages[i].Prev
+			p, err := rd.List(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(pages[i-1].Runs)) {
+				t.Fatalf("%+v: page %d backward %v, forward %v", q, i-1, ids(p.Runs), ids(pages[i-1].Runs))
+			}
+		}
+	}
+	check(runindex.Query{State: jetflow.Failed, Limit: 3}, reverse(want))
+	check(runindex.Query{State: jetflow.Failed, Function: "y", Limit: 2}, reverse(fy))
+	all := e.write("y", jetflow.Pending, 3) // written after the checkpoint: the tail
+	check(runindex.Query{Function: "y", Limit: 4}, reverse(append(idsOf(56, 110), all...)))
+}
+
+// idsOf names the runs written n-th to m-th.
+func idsOf(n, m int) []string {
+	var out []string
+	for i := n; i <= m; i++ {
+		out = append(out, fmt.Sprintf("r%06d", i))
+	}
+	return out
+}
+
+func ids(rs []*jetflow.Run) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+func TestPageCostFollowsThePageNotTheBucket(t *testing.T) {
+	e := setup(t)
+	e.write("bulk", jetflow.Success, 20000)
+	failed := e.write("bulk", jetflow.Failed, 10)
+	e.write("bulk", jetflow.Success, 2000)
+	e.startIndexer("one")
+	e.caughtUp()
+	rd := runindex.NewReader(e.st)
+	before := runindex.MessagesRead()
+	p, err := rd.List(context.Background(), runindex.Query{State: jetflow.Failed, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := runindex.MessagesRead() - before
+	if len(p.Runs) != 10 || p.Runs[0].ID != failed[9] {
+		t.Fatalf("page %v", ids(p.Runs))
+	}
+	// 10 index entries and 10 records, not 22,010.
+	if n > 40 {
+		t.Fatalf("a page of 10 failed runs read %d messages", n)
+	}
+	t.Logf("a page of 10 failed runs among 22,010 read %d messages", n)
+}
