@@ -16,10 +16,17 @@ type Checkpoint struct {
 	// IndexSeq is the runs stream sequence up to which index entries are
 	// stored.
 	IndexSeq uint64 `json:"indexSeq"`
-	// Rebuilding is true while the counts are recounted from every record
-	// (Seq is then the recount's progress, not a consistent point): readers
-	// must not use them.
+	// Rebuilding is true while the indexer recounts every record: the
+	// counts are then the last exact ones, true at At.
 	Rebuilding bool `json:"rebuilding,omitempty"`
+	// At is when the counts were true (the server's time of the last
+	// write they reflect, or of the checkpoint when nothing was written
+	// since).
+	At time.Time `json:"at"`
+	// Width is the granularity of terminal counts, in seconds: terminal
+	// runs are counted by the slot of Width seconds of their terminal
+	// write. Retention/168, at most an hour, at least a second.
+	Width int64 `json:"width"`
 	// Leader names the indexer that wrote it.
 	Leader string `json:"leader"`
 	// Retention of terminal records (streams.Config.Retention).
@@ -33,9 +40,9 @@ type Checkpoint struct {
 }
 
 // FunctionCounts are one function's runs in each state. Terminal runs are
-// counted by the hour (Unix hours, by the server's time of their terminal
-// write, which starts their retention), so that the hours whose records
-// have expired drop out.
+// counted by slot (Unix time / Checkpoint.Width: an hour at the default
+// retention) of the server's time of their terminal write, which starts
+// their retention, so that the slots whose records have expired drop out.
 type FunctionCounts struct {
 	Pending    int64                             `json:"pending,omitempty"`
 	InProgress int64                             `json:"inProgress,omitempty"`
@@ -89,22 +96,31 @@ func (c *Counts) Add(s jetflow.State, n int64) {
 	c.Total += n
 }
 
-const hour = int64(time.Hour / time.Second)
+// SlotWidth is the granularity of terminal counts for a retention, in
+// seconds: retention/168 (an hour for the default 7 days), between a
+// second and an hour.
+func SlotWidth(retention time.Duration) int64 {
+	return min(max(int64(retention/time.Second)/168, 1), int64(time.Hour/time.Second))
+}
 
-// TerminalSince is the start of the oldest hour whose terminal records are
+// TerminalSince is the start of the oldest slot whose terminal records are
 // all still kept at now: terminal counts cover the runs that ended at or
-// after it. The hour before it is partly expired and left out.
-func TerminalSince(now time.Time, retention time.Duration) time.Time {
+// after it. The slot before it is partly expired and left out.
+func TerminalSince(now time.Time, retention time.Duration, width int64) time.Time {
+	if width <= 0 {
+		width = SlotWidth(retention)
+	}
 	first := now.Add(-retention).Unix()
-	h := (first + hour - 1) / hour // ceil: an hour starting before first is partly gone
-	return time.Unix(h*hour, 0).UTC()
+	h := (first + width - 1) / width // ceil: a slot starting before first is partly gone
+	return time.Unix(h*width, 0).UTC()
 }
 
 // Sum returns the counts of function fn (every function when fn is "") as
-// of now: terminal runs that ended at or after TerminalSince(now).
+// of now: terminal runs that ended at or after TerminalSince.
 func (cp *Checkpoint) Sum(fn string, now time.Time) Counts {
 	var c Counts
-	from := TerminalSince(now, cp.Retention).Unix() / hour
+	width := cp.width()
+	from := TerminalSince(now, cp.Retention, width).Unix() / width
 	add := func(f *FunctionCounts) {
 		c.Add(jetflow.Pending, f.Pending)
 		c.Add(jetflow.InProgress, f.InProgress)
@@ -128,7 +144,14 @@ func (cp *Checkpoint) Sum(fn string, now time.Time) Counts {
 	return c
 }
 
-func (f *FunctionCounts) add(s jetflow.State, at time.Time, n int64) {
+func (cp *Checkpoint) width() int64 {
+	if cp.Width <= 0 {
+		cp.Width = SlotWidth(cp.Retention)
+	}
+	return cp.Width
+}
+
+func (f *FunctionCounts) add(s jetflow.State, slot int64, n int64) {
 	switch s {
 	case jetflow.Pending:
 		f.Pending += n
@@ -143,13 +166,13 @@ func (f *FunctionCounts) add(s jetflow.State, at time.Time, n int64) {
 			m = map[int64]int64{}
 			f.Terminal[s] = m
 		}
-		m[at.Unix()/hour] += n
+		m[slot] += n
 	}
 }
 
-// prune drops the hours whose records have all expired at now.
+// prune drops the slots whose records have all expired at now.
 func (cp *Checkpoint) prune(now time.Time) {
-	from := now.Add(-cp.Retention).Unix()/hour - 1
+	from := now.Add(-cp.Retention).Unix()/cp.width() - 1
 	for fn, f := range cp.Functions {
 		for st, hours := range f.Terminal {
 			for h := range hours {

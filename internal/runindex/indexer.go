@@ -199,6 +199,10 @@ type state struct {
 	base    uint64 // counts at start reflect every write <= base
 	rebuild bool   // counting from nothing
 	start   uint64 // rebuild: last sequence of the stream at its start
+	at      time.Time
+	// served is the checkpoint readers get while the counts are rebuilt:
+	// the last exact one, marked.
+	served *Checkpoint
 }
 
 func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
@@ -221,27 +225,29 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		rebuild = true
 	case err != nil:
 		return err
-	case cp.Rebuilding:
+	case cp.Rebuilding, cp.Retention != ix.cfg.Retention:
 		rebuild = true
-		st.cp.IndexSeq = cp.IndexSeq
 	default:
 		st.cp = *cp
 	}
 	if rebuild {
-		idx := st.cp.IndexSeq
-		if cp != nil {
-			idx = cp.IndexSeq
-		}
 		st = state{rebuild: true, start: rs.CachedInfo().State.LastSeq}
-		st.cp.IndexSeq = idx
+		if cp != nil {
+			st.cp.IndexSeq = cp.IndexSeq
+			old := *cp
+			old.Rebuilding = true
+			st.served = &old
+		}
 		ix.mu.Lock()
 		ix.stats.Rebuilds++
 		ix.mu.Unlock()
 	}
+	st.at = st.cp.At
 	st.base = st.cp.Seq
 	st.cp.Rebuilding = rebuild
 	st.cp.Leader = ix.Name
 	st.cp.Retention = ix.cfg.Retention
+	st.cp.Width = SlotWidth(ix.cfg.Retention)
 	if st.cp.Functions == nil {
 		st.cp.Functions = map[string]*FunctionCounts{}
 	}
@@ -275,6 +281,15 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		return err
 	}
 	defer cc.Stop()
+	defer func() {
+		// A term that ends (a graceful stop, the lease given up) leaves
+		// a checkpoint at what it read, so the next resumes from there.
+		if ctx.Err() != nil && !st.cp.Rebuilding {
+			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = ix.checkpoint(fctx, js, &st)
+		}
+	}()
 	tick := time.NewTicker(ix.Every)
 	defer tick.Stop()
 	dirty, lastWrite := true, time.Time{}
@@ -348,7 +363,7 @@ func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state,
 		expired := h.Get("Nats-Marker-Reason") == "MaxAge"
 		switch {
 		case known:
-			fns(old.Function).add(old.State, time.Time{}, -1)
+			fns(old.Function).add(old.State, 0, -1)
 			delete(ix.live, id)
 		case expired:
 		case st.rebuild && seq <= st.start:
@@ -369,7 +384,7 @@ func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state,
 	prev, _ := strconv.ParseUint(h.Get(kv.HeaderPrev), 10, 64)
 	switch {
 	case known:
-		fns(old.Function).add(old.State, time.Time{}, -1)
+		fns(old.Function).add(old.State, 0, -1)
 	case from == "" || from.Terminal():
 		// A create (over nothing, or over an expired record's marker).
 	case st.rebuild:
@@ -377,14 +392,15 @@ func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state,
 		// writes were replaced before the pass read them).
 	case prev != 0 && prev <= st.base:
 		// The record the checkpoint counted.
-		fns(fn).add(from, time.Time{}, -1)
+		fns(fn).add(from, 0, -1)
 	default:
 		// The write this replaced came after the checkpoint and was
 		// replaced before this term read it: what the checkpoint counted
 		// for this run is unknown.
 		return fmt.Errorf("%w: run %s changed twice while unread (revision %d after %d)", errRebuild, id, seq, prev)
 	}
-	fns(fn).add(to, md.Timestamp, 1)
+	fns(fn).add(to, md.Timestamp.Unix()/st.cp.width(), 1)
+	st.at = md.Timestamp
 	if to.Terminal() {
 		delete(ix.live, id)
 		if n := parseMillis(h.Get(kv.HeaderNotify)); !n.IsZero() {
@@ -424,7 +440,19 @@ func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *s
 	}
 	ix.mu.Lock()
 	st.cp.prune(time.Now())
-	data, err := json.Marshal(&st.cp)
+	serve := &st.cp
+	if st.cp.Rebuilding {
+		serve = st.served
+	} else {
+		st.cp.At = st.at
+	}
+	var data []byte
+	var err error
+	if serve != nil {
+		data, err = json.Marshal(serve)
+	} else {
+		data, err = json.Marshal(&Checkpoint{Rebuilding: true, IndexSeq: st.cp.IndexSeq, Leader: ix.Name, Retention: ix.cfg.Retention})
+	}
 	ix.mu.Unlock()
 	if err != nil {
 		return err
@@ -471,6 +499,9 @@ func readCheckpoint(ctx context.Context, st jetstream.Stream, cfg streams.Config
 		return nil, fmt.Errorf("runindex: checkpoint: %w", err)
 	}
 	cp.AsOf = m.Time.UTC()
+	if cp.At.IsZero() {
+		cp.At = cp.AsOf
+	}
 	if cp.Functions == nil {
 		cp.Functions = map[string]*FunctionCounts{}
 	}

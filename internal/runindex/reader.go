@@ -61,8 +61,12 @@ type CountsResult struct {
 	// scan), and Seq the runs stream sequence they reflect (index only).
 	AsOf time.Time `json:"asOf"`
 	Seq  uint64    `json:"seq,omitempty"`
+	// Rebuilding: the indexer is recounting every record; the counts are
+	// the last exact ones, true at AsOf.
+	Rebuilding bool `json:"rebuilding,omitempty"`
 	// TerminalSince: terminal counts cover the runs that ended at or after
-	// it (index only; the hour granularity of expiry).
+	// it (index only: records expire by the slot, an hour at the default
+	// retention; see docs/runindex.md).
 	TerminalSince time.Time `json:"terminalSince,omitzero"`
 }
 
@@ -76,8 +80,8 @@ func (r *Reader) Checkpoint(ctx context.Context) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cp.Rebuilding {
-		return nil, fmt.Errorf("%w: the indexer is recounting", ErrUnavailable)
+	if cp.Rebuilding && cp.Seq == 0 {
+		return nil, fmt.Errorf("%w: the indexer is counting for the first time", ErrUnavailable)
 	}
 	if age := time.Since(cp.AsOf); age > StaleAfter {
 		return nil, fmt.Errorf("%w: last checkpoint %s ago", ErrUnavailable, age.Round(time.Second))
@@ -96,7 +100,10 @@ func (r *Reader) Counts(ctx context.Context, fn string) (CountsResult, error) {
 	}
 	now := time.Now()
 	res := CountsResult{Counts: cp.Sum(fn, now), Source: "index", AsOf: cp.AsOf, Seq: cp.Seq,
-		TerminalSince: TerminalSince(now, cp.Retention)}
+		TerminalSince: TerminalSince(now, cp.Retention, cp.Width), Rebuilding: cp.Rebuilding}
+	if cp.Rebuilding {
+		res.AsOf = cp.At
+	}
 	q, err := r.queuedWithoutRecord(ctx, fn)
 	if err != nil {
 		return res, err

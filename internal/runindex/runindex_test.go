@@ -19,20 +19,23 @@ type env struct {
 	ts   *testserver.Env
 	runs *engine.Runs
 	st   *kv.Store
+	cfg  streams.Config
 	n    int
 }
 
-func setup(t *testing.T) *env {
+func setup(t *testing.T) *env { return setupWith(t, streams.Config{}) }
+
+func setupWith(t *testing.T, cfg streams.Config) *env {
 	ts := testserver.Start(t)
 	ctx := context.Background()
-	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
+	if err := streams.Provision(ctx, ts.JS, cfg); err != nil {
 		t.Fatal(err)
 	}
-	st, err := kv.Open(ctx, ts.JS, streams.Config{})
+	st, err := kv.Open(ctx, ts.JS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ts: ts, runs: engine.New(st), st: st}
+	return &env{t: t, ts: ts, runs: engine.New(st), st: st, cfg: cfg}
 }
 
 // write writes n records of fn in state s through the engine (published
@@ -90,7 +93,7 @@ func (e *env) change(id string, step engine.Step, to jetflow.State) {
 
 // startIndexer runs an indexer until the returned stop is called.
 func (e *env) startIndexer(name string) (*runindex.Indexer, func()) {
-	ix := runindex.New(e.ts.JS, streams.Config{})
+	ix := runindex.New(e.ts.JS, e.cfg)
 	ix.Name, ix.Every = name, 50*time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -103,7 +106,7 @@ func (e *env) startIndexer(name string) (*runindex.Indexer, func()) {
 // caughtUp waits until the checkpoint reflects every write.
 func (e *env) caughtUp() {
 	e.t.Helper()
-	rs, err := e.ts.JS.Stream(context.Background(), streams.KVStream(streams.Config{}.WithDefaults().RunsBucket()))
+	rs, err := e.ts.JS.Stream(context.Background(), streams.KVStream(e.cfg.WithDefaults().RunsBucket()))
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -113,7 +116,7 @@ func (e *env) caughtUp() {
 	}
 	last := info.State.LastSeq
 	testserver.Eventually(e.t, 30*time.Second, "checkpoint at the runs stream's end", func() bool {
-		cp, err := runindex.ReadCheckpoint(context.Background(), e.ts.JS, streams.Config{})
+		cp, err := runindex.ReadCheckpoint(context.Background(), e.ts.JS, e.cfg)
 		return err == nil && !cp.Rebuilding && cp.Seq >= last
 	})
 }
@@ -152,8 +155,23 @@ func TestCountsExactAcrossIndexerRestart(t *testing.T) {
 	if c.Success != 300 || c.Failed != int64(len(failed)) || c.InProgress != 12 || c.Pending != 0 {
 		t.Fatalf("counts of a %+v", c.Counts)
 	}
+	// Stopped: runs change once each while no indexer reads; the next
+	// resumes from the checkpoint, without a recount.
+	stop()
+	for _, id := range pend[30:] {
+		e.change(id, engine.Claim, jetflow.InProgress)
+	}
+	e.write("b", jetflow.Failed, 2)
+	ix1b, stop := e.startIndexer("one-again")
+	e.caughtUp()
+	e.sameCounts("a", "b")
+	if n := ix1b.Stats().Rebuilds; n != 0 {
+		t.Fatalf("resumed with %d recounts", n)
+	}
 	// Stopped mid-way: runs move on (twice each: claimed, then ended)
-	// while no indexer reads, then another resumes.
+	// while no indexer reads: what the checkpoint counted for them is no
+	// longer in the stream (the bucket keeps one revision), so the next
+	// indexer recounts, and the counts are exact again.
 	stop()
 	for i, id := range pend[:20] {
 		e.change(id, engine.Claim, jetflow.InProgress)
@@ -171,7 +189,7 @@ func TestCountsExactAcrossIndexerRestart(t *testing.T) {
 	e.caughtUp()
 	e.sameCounts("a", "b", "c")
 	c, _ = rd.Counts(context.Background(), "b")
-	if c.Pending != 20 || c.Success != 10 || c.Failed != 10 || c.Canceled != 5 {
+	if c.Pending != 10 || c.InProgress != 10 || c.Success != 10 || c.Failed != 12 || c.Canceled != 5 {
 		t.Fatalf("counts of b after the restart %+v", c.Counts)
 	}
 	// Live changes with the indexer running.
@@ -180,7 +198,35 @@ func TestCountsExactAcrossIndexerRestart(t *testing.T) {
 	}
 	e.caughtUp()
 	e.sameCounts("a", "b", "c")
-	t.Logf("rebuilds: %d", ix2.Stats().Rebuilds)
+	if n := ix2.Stats().Rebuilds; n != 1 {
+		t.Fatalf("%d recounts after runs changed twice unread, want 1", n)
+	}
+}
+
+func TestExpiredRecordsLeaveTheCounts(t *testing.T) {
+	e := setupWith(t, streams.Config{Retention: 3 * time.Second})
+	ix, _ := e.startIndexer("one")
+	e.write("a", jetflow.Success, 5)
+	e.write("a", jetflow.Pending, 2)
+	e.caughtUp()
+	rd := runindex.NewReader(e.st)
+	c, err := rd.Counts(context.Background(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Pending != 2 || c.Success > 5 {
+		t.Fatalf("counts %+v", c.Counts)
+	}
+	// The terminal records expire (Nats-TTL); their slots drop out, the
+	// pending runs stay.
+	testserver.Eventually(t, 30*time.Second, "expired runs uncounted", func() bool {
+		c, err := rd.Counts(context.Background(), "a")
+		s, serr := rd.CountsScan(context.Background(), "a")
+		return err == nil && serr == nil && c.Counts == s.Counts && c.Success == 0 && c.Pending == 2
+	})
+	if n := ix.Stats().Rebuilds; n != 1 { // the first count only
+		t.Fatalf("%d recounts, want 1 (the first)", n)
+	}
 }
 
 func TestListPagesByStateAndFunctionNewestFirst(t *testing.T) {
