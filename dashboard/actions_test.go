@@ -198,7 +198,7 @@ func TestAPICreatedOrder(t *testing.T) {
 	n1 := e.enqueue(t, idleFn.With(testArgs{N: 2}), "")
 	n2 := e.enqueue(t, idleFn.With(testArgs{N: 3}), "n2")
 	var all listPage
-	getJSON(t, "GET", e.URL+"/api/runs", http.StatusOK, &all)
+	getJSON(t, "GET", e.URL+"/api/runs?sort=created", http.StatusOK, &all)
 	if got, want := ids(all.Runs), []string{n2, n1, late}; !slices.Equal(got, want) {
 		t.Fatalf("created order %v, want %v", got, want)
 	}
@@ -212,12 +212,12 @@ func TestAPICreatedOrder(t *testing.T) {
 	}
 	var seen []string
 	var p listPage
-	getJSON(t, "GET", e.URL+"/api/runs?limit=1", http.StatusOK, &p)
+	getJSON(t, "GET", e.URL+"/api/runs?sort=created&limit=1", http.StatusOK, &p)
 	for p.Next != "" {
 		seen = append(seen, ids(p.Runs)...)
 		next := p.Next
 		p = listPage{}
-		getJSON(t, "GET", e.URL+"/api/runs?limit=1&after="+next, http.StatusOK, &p)
+		getJSON(t, "GET", e.URL+"/api/runs?sort=created&limit=1&after="+next, http.StatusOK, &p)
 	}
 	seen = append(seen, ids(p.Runs)...)
 	if !slices.Equal(seen, []string{n2, n1, late}) {
@@ -225,7 +225,7 @@ func TestAPICreatedOrder(t *testing.T) {
 	}
 	prev := p.Prev
 	p = listPage{}
-	getJSON(t, "GET", e.URL+"/api/runs?limit=1&before="+prev, http.StatusOK, &p)
+	getJSON(t, "GET", e.URL+"/api/runs?sort=created&limit=1&before="+prev, http.StatusOK, &p)
 	if !slices.Equal(ids(p.Runs), []string{n1}) || p.Prev == "" || p.Next == "" {
 		t.Fatalf("back one page: %v prev %q next %q", ids(p.Runs), p.Prev, p.Next)
 	}

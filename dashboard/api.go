@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,6 +29,19 @@ type counts struct {
 	Failed     int `json:"failed"`
 	Canceled   int `json:"canceled"`
 	Total      int `json:"total"`
+	// Source is "index" (the scheduler's run index, one read) or "scan"
+	// (every record read: no scheduler indexing), AsOf when they were
+	// true; Rebuilding says the index is recounting (the counts are its
+	// last exact ones, at AsOf). See docs/runindex.md.
+	Source     string    `json:"source,omitempty"`
+	AsOf       time.Time `json:"asOf,omitzero"`
+	Rebuilding bool      `json:"rebuilding,omitempty"`
+}
+
+// numbers is c without where they come from (for comparisons).
+func (c counts) numbers() counts {
+	c.Source, c.AsOf, c.Rebuilding = "", time.Time{}, false
+	return c
 }
 
 func (c *counts) add(s jetflow.State) {
@@ -154,28 +169,22 @@ func (h *handler) cancel(ctx context.Context, id string) (cancelResult, error) {
 	return cancelResult{Canceled: res.Canceled, Run: after}, nil
 }
 
-// counts scans the record headers of the runs bucket, then counts as
-// pending the runs waiting in the function stream without a record yet. Its
-// cost is proportional to the records kept and the runs waiting.
+// counts reads the runs in each state from the run index's checkpoint
+// (one read, plus the subjects of the runs waiting without a record) when
+// a scheduler keeps it, and otherwise scans every record's header (and
+// says so in Source).
 func (h *handler) counts(ctx context.Context, function string) (counts, error) {
-	var c counts
-	// Queued messages first: a run's record is written before its message
-	// goes, so a run taken between the two scans is still counted once.
-	queued := make(map[string]bool)
-	err := engine.Of(h.p).Store().ScanQueued(ctx, function, func(_, id string) { queued[id] = true })
+	rd := runindex.NewReader(engine.Of(h.p).Store())
+	res, err := rd.Counts(ctx, function)
+	if errors.Is(err, runindex.ErrUnavailable) {
+		res, err = rd.CountsScan(ctx, function)
+	}
 	if err != nil {
-		return c, err
+		return counts{}, err
 	}
-	err = engine.Of(h.p).Store().Scan(ctx, func(hd kv.Header) {
-		delete(queued, hd.ID)
-		if function == "" || hd.Function == function {
-			c.add(hd.State)
-		}
-	})
-	for range queued {
-		c.add(jetflow.Pending)
-	}
-	return c, err
+	return counts{Pending: int(res.Pending), InProgress: int(res.InProgress), Success: int(res.Success),
+		Failed: int(res.Failed), Canceled: int(res.Canceled), Total: int(res.Total),
+		Source: res.Source, AsOf: res.AsOf, Rebuilding: res.Rebuilding}, nil
 }
 
 // functions reads the functions registry (kv.ReadFunctions): entries of

@@ -28,16 +28,26 @@ func TestAPIListFiltersAndPages(t *testing.T) {
 	}
 
 	var all listPage
-	getJSON(t, "GET", e.URL+"/api/runs", http.StatusOK, &all)
+	getJSON(t, "GET", e.URL+"/api/runs?sort=created", http.StatusOK, &all)
 	// Newest first, with the counts of the page's function filter.
 	if got, want := ids(all.Runs), []string{"b2", "b1", "a5", "a4", "a3", "a2", "a1"}; !slices.Equal(got, want) || all.Next != "" || all.Prev != "" {
 		t.Fatalf("all runs: %v next %q prev %q, want %v and no other page", got, all.Next, all.Prev, want)
 	}
-	if all.Sort != "created" || all.Order != "desc" || all.Counts != (counts{Pending: 6, Canceled: 1, Total: 7}) {
+	if all.Sort != "created" || all.Order != "desc" || all.Counts.numbers() != (counts{Pending: 6, Canceled: 1, Total: 7}) {
+		t.Fatalf("sort %q order %q counts %+v", all.Sort, all.Order, all.Counts)
+	}
+	// The default order: newest activity first (a2's cancel is the last
+	// write), with the same counts.
+	all = listPage{}
+	getJSON(t, "GET", e.URL+"/api/runs", http.StatusOK, &all)
+	if got, want := ids(all.Runs), []string{"a2", "b2", "b1", "a5", "a4", "a3", "a1"}; !slices.Equal(got, want) || all.Next != "" || all.Prev != "" {
+		t.Fatalf("all runs by last write: %v next %q prev %q, want %v and no other page", got, all.Next, all.Prev, want)
+	}
+	if all.Sort != "updated" || all.Order != "desc" || all.Counts.numbers() != (counts{Pending: 6, Canceled: 1, Total: 7}) || all.Counts.Source != "scan" {
 		t.Fatalf("sort %q order %q counts %+v", all.Sort, all.Order, all.Counts)
 	}
 	// The API's runs have the record's JSON field names.
-	_, _, raw := do(t, "GET", e.URL+"/api/runs?limit=1", nil)
+	_, _, raw := do(t, "GET", e.URL+"/api/runs?sort=created&limit=1", nil)
 	for _, f := range []string{`"id":"b2"`, `"name":"other.fn"`, `"state":"pending"`, `"scheduledTime":`, `"creationTime":`, `"attempts":0`} {
 		if !strings.Contains(string(raw), f) {
 			t.Fatalf("GET /api/runs lacks %s: %s", f, raw)
@@ -129,11 +139,11 @@ func TestAPIListFiltersAndPages(t *testing.T) {
 
 	var c counts
 	getJSON(t, "GET", e.URL+"/api/counts", http.StatusOK, &c)
-	if want := (counts{Pending: 6, Canceled: 1, Total: 7}); c != want {
+	if want := (counts{Pending: 6, Canceled: 1, Total: 7}); c.numbers() != want {
 		t.Fatalf("counts %+v, want %+v", c, want)
 	}
 	getJSON(t, "GET", e.URL+"/api/counts?function=test.idle", http.StatusOK, &c)
-	if want := (counts{Pending: 4, Canceled: 1, Total: 5}); c != want {
+	if want := (counts{Pending: 4, Canceled: 1, Total: 5}); c.numbers() != want {
 		t.Fatalf("counts of test.idle %+v, want %+v", c, want)
 	}
 }

@@ -91,8 +91,9 @@ func TestBrowser(t *testing.T) {
 	if err := b.eval(`[...document.querySelectorAll('#runs-body tr[data-id]')].map(r => r.dataset.id)`, &order); err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(order, ",") != "p2,c1,r1,f1,s1,p1" {
-		t.Fatalf("rows in order %v, want newest first", order)
+	// Newest activity first: p1's cancel is the last write.
+	if strings.Join(order, ",") != "p1,p2,c1,r1,f1,s1" {
+		t.Fatalf("rows in order %v, want newest activity first", order)
 	}
 	checkScreenshot(t, b, filepath.Join(shots, "runs.png"))
 

@@ -18,12 +18,18 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/kv"
 )
 
 // Sort orders of the runs list.
 const (
-	// sortCreated: newest first by creation time (the default).
+	// sortUpdated: newest first by last write (a state change or a
+	// heartbeat), the default. With a scheduler running, its run index
+	// serves it: a page costs in proportion to its rows, not to the runs
+	// kept. The other orders read every record's header.
+	sortUpdated = "updated"
+	// sortCreated: newest first by creation time.
 	sortCreated = "created"
 	// sortScheduled: by scheduled time (due time, or the next retry's).
 	sortScheduled = "scheduled"
@@ -34,7 +40,7 @@ const (
 	sortID = "id"
 )
 
-var sortKeys = []string{sortCreated, sortScheduled, sortState, sortID}
+var sortKeys = []string{sortUpdated, sortCreated, sortScheduled, sortState, sortID}
 
 // listQuery is one request for a page of runs.
 type listQuery struct {
@@ -54,6 +60,8 @@ type cursor struct {
 	K1 int64  `json:"a,omitempty"`
 	K2 int64  `json:"b,omitempty"`
 	ID string `json:"i"`
+	// P is a position in the updated order (the run index's cursor).
+	P string `json:"p,omitempty"`
 }
 
 func (c cursor) String() string {
@@ -81,7 +89,7 @@ func parseList(q url.Values, defLimit int) (listQuery, error) {
 	if err != nil {
 		return listQuery{}, err
 	}
-	lq := listQuery{State: f.State, Function: f.Function, Limit: f.Limit, Sort: sortCreated}
+	lq := listQuery{State: f.State, Function: f.Function, Limit: f.Limit, Sort: sortUpdated}
 	if s := q.Get("sort"); s != "" {
 		if !slices.Contains(sortKeys, s) {
 			return lq, badRequestf(fmt.Sprintf("sort %q: one of %s", s, strings.Join(sortKeys, ", ")))
@@ -95,8 +103,8 @@ func parseList(q url.Values, defLimit int) (listQuery, error) {
 	default:
 		return lq, badRequestf(fmt.Sprintf("order %q: asc or desc", o))
 	}
-	if lq.Sort == sortCreated && lq.Asc {
-		return lq, badRequestf("sort=created is newest first only (order=desc): finding the oldest runs would read every record")
+	if (lq.Sort == sortCreated || lq.Sort == sortUpdated) && lq.Asc {
+		return lq, badRequestf(fmt.Sprintf("sort=%s is newest first only (order=desc): finding the oldest runs would read every record", lq.Sort))
 	}
 	if lq.After, err = parseCursor(q.Get("after")); err != nil {
 		return lq, err
@@ -123,7 +131,7 @@ func (lq listQuery) values(defLimit int) url.Values {
 	if lq.Limit != 0 && lq.Limit != defLimit {
 		v.Set("limit", strconv.Itoa(lq.Limit))
 	}
-	if lq.Sort != sortCreated {
+	if lq.Sort != sortUpdated {
 		v.Set("sort", lq.Sort)
 	}
 	if lq.Asc {
@@ -312,6 +320,9 @@ type listPage struct {
 	Order string `json:"order"`
 	// Counts are the runs of the function filter (or all) in each state.
 	Counts counts `json:"counts"`
+	// Indexed: the page was read from the run index (sort=updated with a
+	// scheduler running), not from a scan of every record.
+	Indexed bool `json:"indexed"`
 }
 
 // page reads one page of runs: one header scan (which also gives the
@@ -320,11 +331,15 @@ type listPage struct {
 // can have been created later (a run is created at or before its scheduled
 // time), so a page near the top reads about as many records as it shows.
 func (h *handler) page(ctx context.Context, lq listQuery) (listPage, error) {
+	if lq.Sort == sortUpdated {
+		return h.pageUpdated(ctx, lq)
+	}
 	s, err := h.scan(ctx, lq.Function)
 	if err != nil {
 		return listPage{}, err
 	}
 	out := listPage{Runs: []*jetflow.Run{}, Sort: lq.Sort, Order: "desc", Counts: s.counts}
+	out.Counts.Source, out.Counts.AsOf = "scan", time.Now().UTC()
 	if lq.Asc {
 		out.Order = "asc"
 	}
@@ -381,6 +396,47 @@ func (h *handler) page(ctx context.Context, lq listQuery) (listPage, error) {
 		if hasNext {
 			out.Next = rows[len(rows)-1].key(lq.Sort).String()
 		}
+	}
+	return out, nil
+}
+
+// pageUpdated is a page newest first by last write: from the run index
+// when a scheduler keeps it (cost in proportion to the page), otherwise
+// from a header scan; the counts come from the index's checkpoint (or the
+// scan) likewise.
+func (h *handler) pageUpdated(ctx context.Context, lq listQuery) (listPage, error) {
+	out := listPage{Runs: []*jetflow.Run{}, Sort: lq.Sort, Order: "desc"}
+	rd := runindex.NewReader(engine.Of(h.p).Store())
+	q := runindex.Query{State: lq.State, Function: lq.Function, Limit: lq.Limit}
+	if lq.After != nil {
+		q.After = lq.After.P
+	}
+	if lq.Before != nil {
+		q.Before = lq.Before.P
+	}
+	if (lq.After != nil && q.After == "") || (lq.Before != nil && q.Before == "") {
+		return out, badRequestf("cursor: not a cursor of the updated order (pass the next or prev value of a page)")
+	}
+	pg, err := rd.List(ctx, q)
+	out.Indexed = err == nil
+	if errors.Is(err, runindex.ErrUnavailable) {
+		pg, err = rd.ListScan(ctx, q)
+	}
+	if errors.Is(err, runindex.ErrBadCursor) {
+		return out, badRequestf(err.Error())
+	}
+	if err != nil {
+		return out, err
+	}
+	out.Runs = append(out.Runs, pg.Runs...)
+	if pg.Next != "" {
+		out.Next = cursor{ID: pg.Runs[len(pg.Runs)-1].ID, P: pg.Next}.String()
+	}
+	if pg.Prev != "" {
+		out.Prev = cursor{ID: pg.Runs[0].ID, P: pg.Prev}.String()
+	}
+	if out.Counts, err = h.counts(ctx, lq.Function); err != nil {
+		return out, err
 	}
 	return out, nil
 }

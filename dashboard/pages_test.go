@@ -69,8 +69,9 @@ func TestPages(t *testing.T) {
 	if !strings.Contains(filtered, `data-id="f1"`) || strings.Contains(filtered, `data-id="p1"`) {
 		t.Fatalf("state=failed shows the wrong rows:\n%s", filtered)
 	}
-	// Newest first, a page at a time, with links both ways.
-	paged := page(t, e.URL+"/?limit=2", http.StatusOK)
+	// Newest first (by creation: s1 and f1 end in either order), a page
+	// at a time, with links both ways.
+	paged := page(t, e.URL+"/?sort=created&limit=2", http.StatusOK)
 	next := regexp.MustCompile(`<a id="next-page" href="\?(after=[^"]+)">`).FindStringSubmatch(paged)
 	if next == nil || strings.Contains(paged, `data-id="p1"`) || strings.Index(paged, `data-id="f1"`) > strings.Index(paged, `data-id="s1"`) || strings.Contains(paged, `id="prev-page"`) {
 		t.Fatalf("limit=2: want f1 then s1, a link to the next page and none to a previous one:\n%s", paged)

@@ -181,6 +181,8 @@ type listPage struct {
 	Sort   string         `json:"sort"`
 	Order  string         `json:"order"`
 	Counts counts         `json:"counts"`
+	// Indexed: read from the run index.
+	Indexed bool `json:"indexed"`
 }
 
 type counts struct {
@@ -190,6 +192,14 @@ type counts struct {
 	Failed     int `json:"failed"`
 	Canceled   int `json:"canceled"`
 	Total      int `json:"total"`
+	// Source: "index" or "scan".
+	Source string `json:"source"`
+}
+
+// numbers is c without its source.
+func (c counts) numbers() counts {
+	c.Source = ""
+	return c
 }
 
 func ids(runs []*jetflow.Run) []string {

@@ -504,14 +504,29 @@ func (s *Store) QueuedRunOf(ctx context.Context, fn, id string) (*jetflow.Run, b
 	return s.queuedRun(ctx, s.cfg.FunctionSubject(fn, id))
 }
 
+// QueuedRunSeq is QueuedRunOf, with the message's sequence in the function
+// stream (the order runs were published in).
+func (s *Store) QueuedRunSeq(ctx context.Context, fn, id string) (*jetflow.Run, uint64, bool, error) {
+	var seq uint64
+	r, ok, err := s.queuedRunMsg(ctx, s.cfg.FunctionSubject(fn, id), &seq)
+	return r, seq, ok, err
+}
+
 // queuedRun reads the pending run of the last message on subj.
 func (s *Store) queuedRun(ctx context.Context, subj string) (*jetflow.Run, bool, error) {
+	return s.queuedRunMsg(ctx, subj, nil)
+}
+
+func (s *Store) queuedRunMsg(ctx context.Context, subj string, seq *uint64) (*jetflow.Run, bool, error) {
 	m, err := s.fstream.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
 		return nil, false, err
+	}
+	if seq != nil {
+		*seq = m.Sequence
 	}
 	e, err := s.cfg.ParseMessage(m.Subject, m.Header, m.Data)
 	if err != nil {

@@ -131,7 +131,11 @@ func (r *Reader) queuedWithoutRecord(ctx context.Context, fn string) (map[string
 	var first error
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
+	ids := make([]string, 0, len(queued))
 	for id := range queued {
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -151,6 +155,56 @@ func (r *Reader) queuedWithoutRecord(ctx context.Context, fn string) (map[string
 	}
 	wg.Wait()
 	return queued, first
+}
+
+// queuedRun is a run waiting in the function stream without a record.
+type queuedRun struct {
+	id, fn string
+	seq    uint64 // of its message in the function stream
+	run    *jetflow.Run
+}
+
+// queuedRuns reads the runs waiting without a record (their messages),
+// oldest first (by function stream sequence).
+func (r *Reader) queuedRuns(ctx context.Context, fn string) ([]queuedRun, error) {
+	ids, err := r.queuedWithoutRecord(ctx, fn)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var first error
+	var out []queuedRun
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for id, f := range ids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			run, seq, ok, err := r.store.QueuedRunSeq(ctx, f, id)
+			read.Add(1)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				first = cmpErr(first, err)
+			case ok:
+				out = append(out, queuedRun{id: id, fn: f, seq: seq, run: run})
+			}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(out, func(a, b queuedRun) int { return cmpUint(a.seq, b.seq) })
+	return out, first
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func cmpErr(a, b error) error {
@@ -191,13 +245,13 @@ type pos struct {
 	class int
 	seq   uint64 // index sequence (classIndex), revision (classTail)
 	rev   uint64 // classIndex: the entry's revision
-	id    string // classQueued
+	id    string // classTail in ListScan
 }
 
 func (p pos) String() string {
 	switch p.class {
 	case classQueued:
-		return "q" + p.id
+		return "q" + strconv.FormatUint(p.seq, 10)
 	case classTail:
 		return "t" + strconv.FormatUint(p.seq, 10)
 	}
@@ -211,10 +265,11 @@ func parsePos(s string) (*pos, error) {
 	bad := fmt.Errorf("%w: %q", ErrBadCursor, s)
 	switch s[0] {
 	case 'q':
-		if jetflow.ValidateRunID(s[1:]) != nil {
+		n, err := strconv.ParseUint(s[1:], 10, 64)
+		if err != nil {
 			return nil, bad
 		}
-		return &pos{class: classQueued, id: s[1:]}, nil
+		return &pos{class: classQueued, seq: n}, nil
 	case 't':
 		n, err := strconv.ParseUint(s[1:], 10, 64)
 		if err != nil {
@@ -237,9 +292,6 @@ func parsePos(s string) (*pos, error) {
 func newer(a, b pos) bool {
 	if a.class != b.class {
 		return a.class > b.class
-	}
-	if a.class == classQueued {
-		return a.id > b.id
 	}
 	return a.seq > b.seq
 }
@@ -296,18 +348,13 @@ func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
 		return Page{}, err
 	}
 	runsLast := rs.CachedInfo().State.LastSeq
-	var queued []string
-	qfn := map[string]string{}
+	var queued []queuedRun
 	if q.State == "" || q.State == jetflow.Pending {
-		if qfn, err = r.queuedWithoutRecord(ctx, q.Function); err != nil {
+		if queued, err = r.queuedRuns(ctx, q.Function); err != nil {
 			return Page{}, err
 		}
-		for id := range qfn {
-			queued = append(queued, id)
-		}
-		slices.Sort(queued)
 	}
-	p := &pager{r: r, q: q, idx: idx, rs: rs, qfn: qfn, lastIndexed: lastIndexed, seen: map[string]bool{}}
+	p := &pager{r: r, q: q, idx: idx, rs: rs, lastIndexed: lastIndexed, seen: map[string]bool{}}
 	if unfiltered {
 		p.lastIndexed = 0 // the runs stream holds the latest revision of each record: no index needed
 	}
@@ -321,7 +368,6 @@ type pager struct {
 	r           *Reader
 	q           Query
 	idx, rs     jetstream.Stream
-	qfn         map[string]string
 	lastIndexed uint64
 	seen        map[string]bool
 }
@@ -352,34 +398,21 @@ func (p *pager) record(ctx context.Context, id string, rev uint64) (*jetflow.Run
 	return run, nil
 }
 
-func (p *pager) queuedRun(ctx context.Context, id string) (*jetflow.Run, error) {
-	read.Add(1)
-	run, ok, err := p.r.store.QueuedRunOf(ctx, p.qfn[id], id)
-	if err != nil || !ok {
-		return nil, err
-	}
-	return run, nil
-}
-
 // forward is a page newest first after cursor (nil: the first page).
-func (p *pager) forward(ctx context.Context, after *pos, queued []string, runsLast, idxLast uint64) (Page, error) {
+func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, runsLast, idxLast uint64) (Page, error) {
 	want := p.q.Limit + 1
 	var rows []row
 	full := func() bool { return len(rows) >= want }
 	// Runs waiting without a record.
 	if after == nil || after.class == classQueued {
 		for i := len(queued) - 1; i >= 0 && !full(); i-- {
-			id := queued[i]
-			if after != nil && id >= after.id {
+			qr := queued[i]
+			if after != nil && qr.seq >= after.seq {
 				continue
 			}
-			run, err := p.queuedRun(ctx, id)
-			if err != nil {
-				return Page{}, err
-			}
-			if run != nil && p.match(run.State, run.Name) {
-				p.seen[id] = true
-				rows = append(rows, row{pos{class: classQueued, id: id}, run})
+			if p.match(qr.run.State, qr.run.Name) {
+				p.seen[qr.id] = true
+				rows = append(rows, row{pos{class: classQueued, seq: qr.seq}, qr.run})
 			}
 		}
 	}
@@ -451,7 +484,7 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []string, runsLa
 
 // backward is the page of runs just newer than cursor before, newest
 // first.
-func (p *pager) backward(ctx context.Context, before pos, queued []string, runsLast uint64) (Page, error) {
+func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, runsLast uint64) (Page, error) {
 	want := p.q.Limit + 1
 	var rows []row // oldest first
 	full := func() bool { return len(rows) >= want }
@@ -500,19 +533,15 @@ func (p *pager) backward(ctx context.Context, before pos, queued []string, runsL
 			return Page{}, err
 		}
 	}
-	for _, id := range queued {
+	for _, qr := range queued {
 		if full() {
 			break
 		}
-		if before.class == classQueued && id <= before.id {
+		if before.class == classQueued && qr.seq <= before.seq || p.seen[qr.id] {
 			continue
 		}
-		run, err := p.queuedRun(ctx, id)
-		if err != nil {
-			return Page{}, err
-		}
-		if run != nil && p.match(run.State, run.Name) {
-			rows = append(rows, row{pos{class: classQueued, id: id}, run})
+		if p.match(qr.run.State, qr.run.Name) {
+			rows = append(rows, row{pos{class: classQueued, seq: qr.seq}, qr.run})
 		}
 	}
 	var page Page

@@ -44,9 +44,21 @@ func (r *Reader) ListScan(ctx context.Context, q Query) (Page, error) {
 	if err != nil {
 		return Page{}, err
 	}
-	p.qfn = queued
-	for id := range queued {
-		all = append(all, pos{class: classQueued, id: id})
+	byID := map[string]*jetflow.Run{}
+	for id, fn := range queued {
+		read.Add(1)
+		run, seq, ok, err := r.store.QueuedRunSeq(ctx, fn, id)
+		if err != nil {
+			return Page{}, err
+		}
+		if !ok {
+			// Taken meanwhile: its record was written before its
+			// message went; it was written after the scan, so it is
+			// left to the next page read.
+			continue
+		}
+		byID[id] = run
+		all = append(all, pos{class: classQueued, seq: seq, id: id})
 	}
 	slices.SortFunc(all, func(a, b pos) int {
 		if newer(a, b) {
@@ -59,16 +71,10 @@ func (r *Reader) ListScan(ctx context.Context, q Query) (Page, error) {
 	})
 	load := func(ps pos) (*jetflow.Run, error) {
 		if ps.class == classQueued {
-			run, err := p.queuedRun(ctx, ps.id)
-			if run == nil && err == nil {
-				// Taken meanwhile: its record was written before its
-				// message went.
-				run, err = p.record(ctx, ps.id, 0)
+			if run := byID[ps.id]; p.match(run.State, run.Name) {
+				return run, nil
 			}
-			if run != nil && !p.match(run.State, run.Name) {
-				run = nil
-			}
-			return run, err
+			return nil, nil
 		}
 		return p.record(ctx, ps.id, 0)
 	}
