@@ -216,6 +216,26 @@ func (p *Producer) List(ctx context.Context, f Filter) (Page, error) {
 	return Page{Runs: pg.Runs, Next: pg.Next, Prev: pg.Prev, Indexed: indexed}, nil
 }
 
+// Counts are the runs in each state (runindex.CountsResult): the numbers,
+// where they come from ("index" or "scan") and when they were true.
+type Counts = runindex.CountsResult
+
+// Counts returns the runs of function fn (every function when "") in each
+// state. With a scheduler running, they come from its run index's
+// checkpoint (one read, plus the subjects of the runs waiting without a
+// record), true at Counts.AsOf (a second or so ago), terminal runs counted
+// since Counts.TerminalSince (docs/runindex.md); without one, every record
+// is read (Source "scan").
+func (p *Producer) Counts(ctx context.Context, fn string) (Counts, error) {
+	r := runindex.NewReader(p.store)
+	c, err := r.Counts(ctx, fn)
+	if errors.Is(err, runindex.ErrUnavailable) {
+		p.log.DebugContext(ctx, "counts: no run index; reading every record", "reason", err)
+		return r.CountsScan(ctx, fn)
+	}
+	return c, err
+}
+
 // Watch pushes every change of run id as it happens: the current record
 // first, then each new revision (state, attempts, progress). The channel is
 // closed after a terminal state, when ctx ends, or on error. A run whose

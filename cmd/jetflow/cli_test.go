@@ -314,47 +314,70 @@ func TestRunsListFilters(t *testing.T) {
 	mustCLI(ctx, t, "runs", "cancel", "r2", "--url", e.URL)
 	mustCLI(ctx, t, "runs", "cancel", "r3", "--url", e.URL)
 
-	ids := func(args ...string) string {
+	type page struct {
+		Runs []*jetflow.Run `json:"runs"`
+		Next string         `json:"next"`
+		Prev string         `json:"prev"`
+	}
+	list := func(args ...string) (page, string) {
 		t.Helper()
 		out, _ := mustCLI(ctx, t, "runs", append([]string{"list", "--json", "--url", e.URL}, args...)...)
-		var page struct {
-			Runs []*jetflow.Run `json:"runs"`
-			Next string         `json:"next"`
-		}
-		if err := json.Unmarshal([]byte(out), &page); err != nil {
+		var p page
+		if err := json.Unmarshal([]byte(out), &p); err != nil {
 			t.Fatalf("runs list --json printed %q: %v", out, err)
 		}
 		var got []string
-		for _, r := range page.Runs {
+		for _, r := range p.Runs {
 			got = append(got, r.ID)
 		}
-		if page.Next != "" {
-			got = append(got, "next="+page.Next)
-		}
-		return strings.Join(got, " ")
+		return p, strings.Join(got, " ")
 	}
+	// Newest activity first: r3's and r2's cancels are the last writes.
 	for _, c := range []struct {
 		args []string
 		want string
 	}{
-		{nil, "r1 r2 r3 r4"},
-		{[]string{"--state", "canceled"}, "r2 r3"},
-		{[]string{"--state", "pending"}, "r1 r4"},
+		{nil, "r3 r2 r4 r1"},
+		{[]string{"--state", "canceled"}, "r3 r2"},
+		{[]string{"--state", "pending"}, "r4 r1"},
 		{[]string{"--state", "success"}, ""},
 		{[]string{"--function", "b.two"}, "r3 r4"},
 		{[]string{"--function", "b.two", "--state", "pending"}, "r4"},
-		{[]string{"--limit", "2"}, "r1 r2 next=r2"},
-		{[]string{"--limit", "2", "--after", "r2"}, "r3 r4"},
 	} {
-		if got := ids(c.args...); got != c.want {
-			t.Errorf("runs list %q = %q, want %q", c.args, got, c.want)
+		if p, got := list(c.args...); got != c.want || p.Next != "" || p.Prev != "" {
+			t.Errorf("runs list %q = %q (next %q, prev %q), want %q alone", c.args, got, p.Next, p.Prev, c.want)
 		}
+	}
+	// Pages both ways, by cursor.
+	first, got := list("--limit", "2")
+	if got != "r3 r2" || first.Next == "" || first.Prev != "" {
+		t.Fatalf("runs list --limit 2 = %q next %q prev %q", got, first.Next, first.Prev)
+	}
+	second, got := list("--limit", "2", "--after", first.Next)
+	if got != "r4 r1" || second.Next != "" || second.Prev == "" {
+		t.Fatalf("second page = %q next %q prev %q", got, second.Next, second.Prev)
+	}
+	if _, got := list("--limit", "2", "--before", second.Prev); got != "r3 r2" {
+		t.Fatalf("back to the first page = %q", got)
+	}
+	if _, _, err := cli(ctx, t, "runs", "list", "--after", "r2", "--url", e.URL); err == nil || !strings.Contains(err.Error(), "not a cursor") {
+		t.Fatalf("runs list --after r2 (an id, not a cursor): %v", err)
+	}
+	var counts struct {
+		Pending  int    `json:"pending"`
+		Canceled int    `json:"canceled"`
+		Total    int    `json:"total"`
+		Source   string `json:"source"`
+	}
+	out, _ := mustCLI(ctx, t, "runs", "counts", "--json", "--url", e.URL)
+	if err := json.Unmarshal([]byte(out), &counts); err != nil || counts.Pending != 2 || counts.Canceled != 2 || counts.Total != 4 || counts.Source != "scan" {
+		t.Fatalf("runs counts --json = %s (%v)", out, err)
 	}
 
 	table, _ := mustCLI(ctx, t, "runs", "list", "--state", "canceled", "--url", e.URL)
 	lines := strings.Split(strings.TrimSpace(table), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], "r2") ||
-		!strings.Contains(lines[1], "a.one") || !strings.Contains(lines[1], "canceled") || !strings.Contains(lines[2], "r3") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[2], "r2") ||
+		!strings.Contains(lines[2], "a.one") || !strings.Contains(lines[2], "canceled") || !strings.Contains(lines[1], "r3") {
 		t.Fatalf("runs list table:\n%s", table)
 	}
 	if _, _, err := cli(ctx, t, "runs", "list", "--state", "bogus", "--url", e.URL); err == nil || !strings.Contains(err.Error(), `unknown state "bogus"`) {

@@ -17,12 +17,13 @@ import (
 )
 
 func init() {
-	register("runs", "list, get, cancel or watch runs: runs list|get|cancel|watch", runRuns)
+	register("runs", "list, count, get, cancel or watch runs: runs list|counts|get|cancel|watch", runRuns)
 }
 
 const runsUsage = `usage: jetflow runs <subcommand> [flags]
 
-  runs list [--state S] [--function F] [--limit N] [--after ID] [--json]
+  runs list [--state S] [--function F] [--limit N] [--after C | --before C] [--json]
+  runs counts [--function F] [--json]
   runs get <id> [--json]
   runs cancel <id> [--json]
   runs watch <id> [--json]
@@ -30,7 +31,11 @@ const runsUsage = `usage: jetflow runs <subcommand> [flags]
 Every subcommand takes --url (default $JETFLOW_URL or nats://127.0.0.1:4222)
 and --prefix (default jetflow); --json prints what the dashboard's API
 returns, with its field names (runs watch: one run record per line, at each
-change). runs watch exits with 0 when the run ends success, 3 when it ends
+change). runs list prints the newest activity first, a page at a time
+(--after the "next" cursor of a page, --before its "prev"); runs counts
+prints the runs in each state. With a scheduler running, both read its run
+index (docs/runindex.md) and cost in proportion to what they print;
+without one they read every record and say so. runs watch exits with 0 when the run ends success, 3 when it ends
 failed and 4 when it ends canceled (1 on an error of its own).`
 
 func runRuns(ctx context.Context, args []string) error {
@@ -40,6 +45,8 @@ func runRuns(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "list", "ls":
 		return runsList(ctx, args[1:])
+	case "counts", "count", "stats":
+		return runsCounts(ctx, args[1:])
 	case "get", "show":
 		return runsGet(ctx, args[1:])
 	case "cancel":
@@ -52,13 +59,14 @@ func runRuns(ctx context.Context, args []string) error {
 }
 
 func runsList(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "runs list", "[--state S] [--function F] [--limit N] [--after ID] [--json]")
+	fs := newFlagSet(ctx, "runs list", "[--state S] [--function F] [--limit N] [--after C | --before C] [--json]")
 	var cf connFlags
 	cf.add(fs)
 	state := fs.String("state", "", "only runs in this state: pending, inProgress, success, failed or canceled")
 	function := fs.String("function", "", "only runs of this function")
 	limit := fs.Int("limit", 50, "page size (at most 1000)")
-	after := fs.String("after", "", "cursor: list runs with ids after this one (the last id of the previous page)")
+	after := fs.String("after", "", "cursor: the page after the one whose \"next\" this is (older runs)")
+	before := fs.String("before", "", "cursor: the page before the one whose \"prev\" this is (newer runs)")
 	asJSON := fs.Bool("json", false, "print the page as JSON")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
@@ -83,7 +91,10 @@ func runsList(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Close()
-	page, err := c.p.List(ctx, producer.Filter{State: st, Function: *function, Limit: *limit, After: *after})
+	page, err := c.p.List(ctx, producer.Filter{State: st, Function: *function, Limit: *limit, After: *after, Before: *before})
+	if errors.Is(err, producer.ErrBadCursor) {
+		return usageErrorf("runs list: %v", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -94,9 +105,11 @@ func runsList(ctx context.Context, args []string) error {
 			runs = []*jetflow.Run{}
 		}
 		return writeJSON(out, struct {
-			Runs []*jetflow.Run `json:"runs"`
-			Next string         `json:"next,omitempty"`
-		}{runs, page.Next})
+			Runs    []*jetflow.Run `json:"runs"`
+			Next    string         `json:"next,omitempty"`
+			Prev    string         `json:"prev,omitempty"`
+			Indexed bool           `json:"indexed"`
+		}{runs, page.Next, page.Prev, page.Indexed})
 	}
 	if len(page.Runs) == 0 {
 		fmt.Fprintln(out, "no runs")
@@ -111,8 +124,69 @@ func runsList(ctx context.Context, args []string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	again := "jetflow runs list"
+	if st != "" {
+		again += " --state " + string(st)
+	}
+	if *function != "" {
+		again += " --function " + *function
+	}
+	if *limit != 50 {
+		again += fmt.Sprintf(" --limit %d", *limit)
+	}
 	if page.Next != "" {
-		fmt.Fprintf(out, "more: jetflow runs list --after %s\n", page.Next)
+		fmt.Fprintf(out, "older: %s --after %s\n", again, page.Next)
+	}
+	if page.Prev != "" {
+		fmt.Fprintf(out, "newer: %s --before %s\n", again, page.Prev)
+	}
+	if !page.Indexed {
+		fmt.Fprintln(stderr(ctx), "note: no scheduler keeps the run index; every record was read")
+	}
+	return nil
+}
+
+// runsCounts prints the runs in each state: the run index's counts (one
+// read) with a scheduler running, a scan of every record otherwise.
+func runsCounts(ctx context.Context, args []string) error {
+	fs := newFlagSet(ctx, "runs counts", "[--function F] [--json]")
+	var cf connFlags
+	cf.add(fs)
+	function := fs.String("function", "", "only runs of this function")
+	asJSON := fs.Bool("json", false, "print the counts as JSON")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usageErrorf("runs counts: unexpected argument %q", pos[0])
+	}
+	c, err := cf.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	res, err := c.p.Counts(ctx, *function)
+	if err != nil {
+		return err
+	}
+	out := stdout(ctx)
+	if *asJSON {
+		return writeJSON(out, res)
+	}
+	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PENDING\tIN PROGRESS\tSUCCESS\tFAILED\tCANCELED\tTOTAL")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%d\t%d\n", res.Pending, res.InProgress, res.Success, res.Failed, res.Canceled, res.Total)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	switch {
+	case res.Source == "scan":
+		fmt.Fprintln(out, "read every record (no scheduler keeps the run index)")
+	case res.Rebuilding:
+		fmt.Fprintf(out, "as of %s (the index is recounting); ended runs since %s\n", shortTime(res.AsOf), shortTime(res.TerminalSince))
+	default:
+		fmt.Fprintf(out, "as of %s; ended runs since %s\n", shortTime(res.AsOf), shortTime(res.TerminalSince))
 	}
 	return nil
 }
