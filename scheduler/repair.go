@@ -59,6 +59,13 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 // not the records kept.
 func (s *Scheduler) Repair(ctx context.Context) (int, error) { return s.repair(ctx, false) }
 
+// RepairIndexed is the sweep the leader's loop runs between full sweeps:
+// Repair over the runs the run index names (runs not ended that its
+// indexer read or that the last full sweep handed it, and ended runs with
+// an on-complete callback written since the last sweep), without reading
+// every record. It finds nothing on a scheduler that has not led.
+func (s *Scheduler) RepairIndexed(ctx context.Context) (int, error) { return s.repairIndexed(ctx) }
+
 // repairIndexed is a sweep over the run index's candidates.
 func (s *Scheduler) repairIndexed(ctx context.Context) (int, error) {
 	cut := s.now().Add(-s.cfg.RepairGrace)

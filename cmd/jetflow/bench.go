@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/bench"
 	"github.com/jetflow-dev/jetflow/embedded"
@@ -14,7 +16,7 @@ func init() {
 }
 
 func runBench(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--fairness] [--cron] [--workflow] [--cluster | --cluster-url URL] [--json]")
+	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--fairness] [--cron] [--workflow] [--cluster | --cluster-url URL] [--index [--index-sizes N,N]] [--json]")
 	n := fs.Int("n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
 	alwaysN := fs.Int("always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
 	mode := fs.String("mode", "both", "durability mode: interval, always or both")
@@ -31,6 +33,8 @@ func runBench(ctx context.Context, args []string) error {
 	clusterURL := fs.String("cluster-url", "", "measure on the running cluster at this URL (R3) instead of starting one (implies --cluster)")
 	clusterN := fs.Int("cluster-n", 0, "runs per cluster throughput figure (default 20000, 2000 with -quick)")
 	asJSON := fs.Bool("json", false, "print the core figures as one JSON array on stdout (one object per mode); the text goes to stderr")
+	index := fs.Bool("index", false, "also measure the run index: List pages, counts and the repair sweep over a runs bucket of each --index-sizes (before the core figures)")
+	indexSizes := fs.String("index-sizes", "100000,1000000", "runs bucket sizes of --index, comma-separated (each needs about 400 bytes of disk per record)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -65,6 +69,19 @@ func runBench(ctx context.Context, args []string) error {
 	if *cron {
 		if err := bench.RunCron(ctx, out, *quick); err != nil {
 			return fmt.Errorf("bench cron: %w", err)
+		}
+	}
+	if *index {
+		var sizes []int
+		for _, f := range strings.Split(*indexSizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 || (len(sizes) > 0 && n <= sizes[len(sizes)-1]) {
+				return usageErrorf("bench: --index-sizes %q: positive sizes in increasing order", *indexSizes)
+			}
+			sizes = append(sizes, n)
+		}
+		if err := bench.RunIndex(ctx, out, sizes); err != nil {
+			return fmt.Errorf("bench index: %w", err)
 		}
 	}
 	if *wf {

@@ -74,6 +74,7 @@ type CountsResult struct {
 // ErrUnavailable otherwise.
 func (r *Reader) Checkpoint(ctx context.Context) (*Checkpoint, error) {
 	cp, err := ReadCheckpoint(ctx, r.js, r.cfg)
+	read.Add(1)
 	if errors.Is(err, ErrNoCheckpoint) {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -422,7 +423,7 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 		tailTop = after.seq
 	}
 	if !full() && (after == nil || after.class >= classTail) && tailTop > p.lastIndexed+1 {
-		err := p.r.back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func(seq uint64, m jetstream.Msg) (bool, error) {
+		err := p.r.back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func() int { return want - len(rows) }, func(seq uint64, m jetstream.Msg) (bool, error) {
 			h := m.Headers()
 			if !p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
 				return true, nil
@@ -450,7 +451,7 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 		if after != nil && after.class == classTail {
 			revBelow = after.seq
 		}
-		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func(seq uint64, m jetstream.Msg) (bool, error) {
+		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, func(seq uint64, m jetstream.Msg) (bool, error) {
 			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
 			if revBelow != 0 && rev >= revBelow {
 				return true, nil
@@ -561,10 +562,12 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 
 // back visits the messages of stream on filter with a sequence in (floor,
 // below), newest first, until visit returns false. It reads windows of
-// the stream growing toward the past, each with a consumer that counts
-// the matching messages in it (the server's count), and fetches only
-// those: the messages it reads are the ones it visits.
-func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, below, floor uint64, visit func(uint64, jetstream.Msg) (bool, error)) error {
+// the stream toward the past, each with a consumer that counts the
+// matching messages in it (the server's count), and fetches only those.
+// A window is sized from the density of matches seen so far to hold about
+// need() more (a quarter more), so the messages it reads are about the
+// ones it visits.
+func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, below, floor uint64, need func() int, visit func(uint64, jetstream.Msg) (bool, error)) error {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return err
@@ -585,7 +588,8 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 		above = c.CachedInfo().NumPending
 		r.drop(st, c)
 	}
-	w := uint64(256)
+	w := uint64(max(2*need(), 16))
+	var scanned, matched uint64
 	hi := below
 	for hi > floor+1 {
 		lo := floor + 1
@@ -633,8 +637,15 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 				return err
 			}
 		}
+		scanned += hi - lo
+		matched += uint64(n)
 		hi = lo
-		w = min(w*4, 1<<22)
+		if matched == 0 {
+			w = min(w*4, 1<<22)
+		} else {
+			// Entries per match so far, times the rows still needed.
+			w = min(max(scanned*uint64(need())*5/4/matched, 16), w*4, 1<<22)
+		}
 	}
 	return nil
 }

@@ -192,3 +192,25 @@ func TestRunFairnessQuick(t *testing.T) {
 	}
 	t.Log(out.String())
 }
+
+// TestIndexQuick fills small runs buckets and checks that every index
+// figure is printed at each size (each verifies its page came from the
+// index and its counts add up). It asserts no timings.
+func TestIndexQuick(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	err := RunIndex(ctx, &out, []int{3000, 12000})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []string{"3k", "12k"} {
+		for _, want := range []string{"list page, state=failed", "list page, function", "counts (all functions)", "repair sweep (index candidates)", "scan: counts"} {
+			if !strings.Contains(out.String(), "index "+size+"  "+want) {
+				t.Errorf("no %q figure at %s", want, size)
+			}
+		}
+	}
+}
