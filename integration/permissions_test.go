@@ -302,6 +302,13 @@ func TestRolePermissions(t *testing.T) {
 	if err != nil || len(page.Runs) < 5 {
 		t.Fatalf("List: %d runs, %v", len(page.Runs), err)
 	}
+	// The scheduler's user keeps the run index and the producer's reads
+	// it: a page and the counts come from it, not from every record.
+	testserverEventually(t, 20*time.Second, "List and counts from the run index", func() bool {
+		page, err := p.List(ctx, producer.Filter{Function: permFn.Name(), State: jetflow.Success})
+		c, cerr := p.Counts(ctx, "")
+		return err == nil && page.Indexed && len(page.Runs) > 0 && cerr == nil && c.Source == "index"
+	})
 	later, err := p.RunAfter(ctx, time.Hour, permIdle.With(permArgs{}))
 	if err != nil {
 		t.Fatal(err)
@@ -367,7 +374,7 @@ func TestRolePermissions(t *testing.T) {
 	}
 	srv := httptest.NewServer(dashboard.New(dp, dashboard.Config{Crons: crons}))
 	t.Cleanup(srv.Close)
-	for _, path := range []string{"/", "/api/runs", "/api/runs/" + ids[0], "/runs/" + ids[0], "/api/counts", "/api/functions", "/functions", "/api/crons", "/crons"} {
+	for _, path := range []string{"/", "/api/runs", "/api/runs?state=success", "/api/runs/" + ids[0], "/runs/" + ids[0], "/api/counts", "/api/functions", "/functions", "/api/crons", "/crons"} {
 		res, err := http.Get(srv.URL + path)
 		if err != nil {
 			t.Fatal(err)
@@ -376,6 +383,10 @@ func TestRolePermissions(t *testing.T) {
 		res.Body.Close()
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("dashboard GET %s: %d %s", path, res.StatusCode, body)
+		}
+		if (path == "/api/counts" && !strings.Contains(string(body), `"source":"index"`)) ||
+			(path == "/api/runs?state=success" && !strings.Contains(string(body), `"indexed":true`)) {
+			t.Fatalf("dashboard GET %s: not from the run index: %s", path, body)
 		}
 		if path == "/api/functions" && !strings.Contains(string(body), permFlaky.Name()) {
 			t.Fatalf("functions: %s", body)

@@ -47,7 +47,7 @@ func ProvisionIndex(ctx context.Context, js jetstream.JetStream, c Config) error
 		if keepShape {
 			replicas, storage = cfg.Replicas, cfg.Storage
 		}
-		if cfg.MaxAge == c.Retention+time.Hour && cfg.Replicas == replicas {
+		if cfg.MaxAge == c.Retention+time.Hour && cfg.Replicas == replicas && cfg.AllowDirect {
 			return nil
 		}
 	}
@@ -61,6 +61,7 @@ func ProvisionIndex(ctx context.Context, js jetstream.JetStream, c Config) error
 		Replicas:    replicas,
 		Duplicates:  c.DuplicateWindow,
 		AllowRollup: true,
+		AllowDirect: true,
 		Description: "jetflow: run index (runs by state and function) and its counts",
 	})
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
@@ -169,8 +170,22 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	if ix.Log == nil {
 		ix.Log = slog.New(slog.DiscardHandler)
 	}
-	if err := streams.ProvisionIndex(ctx, ix.js, ix.cfg); err != nil {
-		return err
+	for {
+		err := natsperm.Do(ctx, ix.js.Conn(), func(ctx context.Context) error {
+			return streams.ProvisionIndex(ctx, ix.js, ix.cfg)
+		}, "$JS.API.")
+		if err == nil {
+			break
+		}
+		// A user without the rights to create the index stream (the
+		// admin's Provision creates it) waits for it: readers meanwhile
+		// read every record.
+		ix.Log.Warn("run index: no index stream; listings and counts read every record", "error", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Minute):
+		}
 	}
 	rebuild := false
 	for ctx.Err() == nil {
@@ -182,9 +197,13 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		}
 		if err != nil && ctx.Err() == nil {
 			ix.Log.Warn("run index restarting", "error", err)
+			wait := time.Second
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				wait = time.Minute
+			}
 			select {
 			case <-ctx.Done():
-			case <-time.After(time.Second):
+			case <-time.After(wait):
 			}
 			rebuild = false
 			continue

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -73,9 +75,16 @@ type CountsResult struct {
 // Checkpoint returns the indexer's checkpoint if it is up to date:
 // ErrUnavailable otherwise.
 func (r *Reader) Checkpoint(ctx context.Context) (*Checkpoint, error) {
-	cp, err := ReadCheckpoint(ctx, r.js, r.cfg)
+	var cp *Checkpoint
+	err := natsperm.Do(ctx, r.js.Conn(), func(ctx context.Context) error {
+		var err error
+		cp, err = ReadCheckpoint(ctx, r.js, r.cfg)
+		return err
+	}, "$JS.API.")
 	read.Add(1)
-	if errors.Is(err, ErrNoCheckpoint) {
+	if errors.Is(err, ErrNoCheckpoint) || errors.Is(err, nats.ErrPermissionViolation) {
+		// No index, or this user may not read it: every record is read
+		// instead.
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	if err != nil {
