@@ -15,7 +15,8 @@
 //
 // # Pages
 //
-//   - / lists runs a page at a time, newest first (by creation time), or
+//   - / lists runs a page at a time, newest activity first (by last
+//     write: a state change or a heartbeat), or newest created first, or
 //     sorted by scheduled time, state or id (click a column's header; a
 //     second click reverses it), filtered by state and function, with
 //     the number of runs in each state. Columns: id, function, state,
@@ -66,26 +67,33 @@
 //
 //	GET  /api/runs?state=&function=&limit=&sort=&order=&after=|before=
 //	         {"runs": [...], "next": "<cursor>", "prev": "<cursor>",
-//	          "sort": "created", "order": "desc", "counts": {...}}
+//	          "sort": "updated", "order": "desc", "counts": {...}, "indexed": bool}
 //	GET  /api/runs/<id>                             the run record
 //	POST /api/runs/<id>/cancel                      {"canceled": bool, "run": {...}}
 //	POST /api/runs/<id>/rerun                       201 {"run": {...}, "retryOf": "<id>"}
 //	GET  /api/runs/<id>/reruns                      {"retryOf": "<id>"|"", "reruns": [...]}
-//	GET  /api/counts?function=                      {"pending": n, ..., "total": n}
+//	GET  /api/counts?function=                      {"pending": n, ..., "total": n, "source": "index"|"scan", "asOf": t}
 //	GET  /api/functions                             {"functions": [kv.FunctionInfo...]}
 //	GET  /api/crons                                 {"crons": [kv.CronInfo...]} (Config.Crons)
 //	POST /api/crons/<name>/pause|resume|trigger     {"cron": {...}, "run": {...} (trigger)}
 //	GET  /api/events?function=|run=                 Server-Sent Events
 //
-// sort is created (the default, newest first only), scheduled, state or
-// id; order is desc (the default) or asc. next and prev are opaque
-// cursors: pass next as after= for the following page and prev as before=
-// for the one before; each is "" at its end. A page costs one header-only
-// scan of the runs bucket (it also gives the counts) and reads the
-// records it shows; in created order it reads records newest scheduled
-// first until no older one can have been created later (creation is never
-// after the scheduled time), about a page's worth near the top. A run
-// published without a record yet is read from its waiting message.
+// sort is updated (the default: newest activity first, desc only),
+// created (newest first only), scheduled, state or id; order is desc (the
+// default) or asc. next and prev are opaque cursors: pass next as after=
+// for the following page and prev as before= for the one before; each is
+// "" at its end.
+//
+// With a scheduler running, its run index (docs/runindex.md) serves the
+// updated order and the counts: a page reads about the records it shows
+// and the counts are one read, true a second or so ago (asOf), whatever
+// the number of records kept ("indexed": true, "source": "index"). The
+// other orders, and every order without a scheduler, cost one header-only
+// scan of the runs bucket (it also gives the counts) and read the records
+// they show; in created order it reads records newest scheduled first
+// until no older one can have been created later (creation is never after
+// the scheduled time), about a page's worth near the top. A run published
+// without a record yet is read from its waiting message.
 //
 // Re-run answers 409 for a run that is not failed or canceled; pause and
 // resume answer 501 when Config.Crons cannot pause (CronsOf). POSTs from
@@ -108,7 +116,8 @@
 //     arguments, result and trace context (read /api/runs/<id> for those);
 //   - "removed" with {"id": ...} when a record is deleted or expires;
 //   - "counts" with the counts per state, at most once a second while runs
-//     change (each is a header-only scan of the runs bucket).
+//     change (from the run index, or a header-only scan of the runs bucket
+//     without a scheduler).
 //
 // With ?function=F only that function's runs and counts are sent; with
 // ?run=ID only that run's changes.

@@ -10,7 +10,9 @@
 // 0 to create (ErrExists when the id is taken), the revision read to update
 // (ErrConflict when someone wrote first: the newer state stands). Headers
 // mirror record fields (Jetflow-State, Jetflow-Function, Jetflow-Due) so
-// that scans read headers only. Terminal records carry a Nats-TTL of the
+// that scans read headers only, and say what the write replaced
+// (Jetflow-From, the state; Jetflow-Prev, the revision) for the run index
+// (docs/runindex.md). Terminal records carry a Nats-TTL of the
 // retention period, so JetStream itself removes them; a pending record never
 // expires.
 //

@@ -39,8 +39,10 @@
 //
 // # Status
 //
-// Get reads a run's record; List pages through records by state and
-// function; Watch pushes each change of one run (state, attempts, progress)
+// Get reads a run's record; List pages through runs by state and function,
+// newest activity first, and Counts counts them per state: with a scheduler
+// running both read its run index and cost in proportion to what they
+// return (docs/runindex.md), otherwise they read every record; Watch pushes each change of one run (state, attempts, progress)
 // and closes after a terminal state; Wait blocks until then. Cancel stops a
 // pending run before it starts and cancels a running one (its handler's
 // context ends with cause jetflow.ErrCanceled), recursively through the runs

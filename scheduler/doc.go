@@ -28,6 +28,19 @@
 // past due by Config.RepairGrace and have neither a delayed entry nor a
 // queued message (a producer crashed between writing the record and
 // publishing it) and publishes them. Repair can also be called directly.
+// The leader reads every record for it at the start of its term and
+// hourly; in between it looks only at the runs the run index names (below),
+// so a sweep costs in proportion to the runs not ended.
+//
+// # Run index
+//
+// The leader also runs the run indexer (docs/runindex.md): it follows the
+// runs bucket and keeps an index of runs by state and function and the
+// counts per state, checkpointed every second. producer.List, the
+// producer's Counts, the dashboard and `jetflow runs list|counts` read it:
+// a page or the counts cost in proportion to what they show, not to the
+// records kept. Without a scheduler running they read every record.
+// IndexStats reports what the indexer did.
 //
 // # Crons
 //
