@@ -40,7 +40,6 @@
 // producer's Counts, the dashboard and `jetflow runs list|counts` read it:
 // a page or the counts cost in proportion to what they show, not to the
 // records kept. Without a scheduler running they read every record.
-// IndexStats reports what the indexer did.
 //
 // # Crons
 //

@@ -167,10 +167,6 @@ func (s *Scheduler) Stats() Stats {
 	return s.stats
 }
 
-// IndexStats returns the counters of this scheduler's run indexer (it runs
-// while this scheduler leads): docs/runindex.md.
-func (s *Scheduler) IndexStats() runindex.Stats { return s.index.Stats() }
-
 // Leader reads who holds the lease.
 func (s *Scheduler) Leader(ctx context.Context) (LeaseInfo, error) { return s.lease.Info(ctx) }
 

@@ -225,6 +225,8 @@ type state struct {
 }
 
 func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // also ends a delivery blocked on msgs when the term returns
 	js, err := jetstream.New(ix.js.Conn(), jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
 		e := fmt.Errorf("runindex: index entry %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
 		ix.pubErr.CompareAndSwap(nil, &e)
@@ -303,7 +305,7 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	defer func() {
 		// A term that ends (a graceful stop, the lease given up) leaves
 		// a checkpoint at what it read, so the next resumes from there.
-		if ctx.Err() != nil && !st.cp.Rebuilding {
+		if context.Cause(ctx) == context.Canceled && !st.cp.Rebuilding {
 			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			_ = ix.checkpoint(fctx, js, &st)
