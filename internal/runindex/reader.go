@@ -380,6 +380,7 @@ type pager struct {
 	idx, rs     jetstream.Stream
 	lastIndexed uint64
 	seen        map[string]bool
+	ahead       map[string]fetched
 }
 
 // match reports whether a record's state and function fit the query.
@@ -393,8 +394,7 @@ func (p *pager) record(ctx context.Context, id string, rev uint64) (*jetflow.Run
 	if p.seen[id] {
 		return nil, nil
 	}
-	read.Add(1)
-	run, err := p.r.store.Get(ctx, id)
+	run, err := p.get(ctx, id)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		return nil, nil
 	}
@@ -406,6 +406,54 @@ func (p *pager) record(ctx context.Context, id string, rev uint64) (*jetflow.Run
 	}
 	p.seen[id] = true
 	return run, nil
+}
+
+// fetched is a record read ahead (prefetch).
+type fetched struct {
+	run *jetflow.Run
+	err error
+}
+
+// get reads run id's record, or takes it from what prefetch read.
+func (p *pager) get(ctx context.Context, id string) (*jetflow.Run, error) {
+	if f, ok := p.ahead[id]; ok {
+		delete(p.ahead, id)
+		return f.run, f.err
+	}
+	read.Add(1)
+	return p.r.store.Get(ctx, id)
+}
+
+// prefetch reads the records of a window's candidates side by side, the
+// newest (last) first, up to n of them: the walk then finds them read.
+func (p *pager) prefetch(ctx context.Context, ids []string, n int) {
+	if p.ahead == nil {
+		p.ahead = map[string]fetched{}
+	}
+	var todo []string
+	for i := len(ids) - 1; i >= 0 && len(todo) < n; i-- {
+		if id := ids[i]; id != "" && !p.seen[id] && !slices.Contains(todo, id) {
+			if _, ok := p.ahead[id]; !ok {
+				todo = append(todo, id)
+			}
+		}
+	}
+	out := make([]fetched, len(todo))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, id := range todo {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			run, err := p.r.store.Get(ctx, id)
+			out[i] = fetched{run, err}
+		})
+	}
+	wg.Wait()
+	read.Add(int64(len(todo)))
+	for i, id := range todo {
+		p.ahead[id] = out[i]
+	}
 }
 
 // forward is a page newest first after cursor (nil: the first page).
@@ -432,7 +480,16 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 		tailTop = after.seq
 	}
 	if !full() && (after == nil || after.class >= classTail) && tailTop > p.lastIndexed+1 {
-		err := p.r.back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func() int { return want - len(rows) }, func(seq uint64, m jetstream.Msg) (bool, error) {
+		pre := func(ms []jetstream.Msg) {
+			ids := make([]string, len(ms))
+			for i, m := range ms {
+				if h := m.Headers(); p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
+					ids[i] = m.Subject()[len(p.r.pfx):]
+				}
+			}
+			p.prefetch(ctx, ids, want-len(rows))
+		}
+		err := p.r.back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
 			h := m.Headers()
 			if !p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
 				return true, nil
@@ -460,7 +517,16 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 		if after != nil && after.class == classTail {
 			revBelow = after.seq
 		}
-		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, func(seq uint64, m jetstream.Msg) (bool, error) {
+		pre := func(ms []jetstream.Msg) {
+			ids := make([]string, len(ms))
+			for i, m := range ms {
+				if rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64); revBelow == 0 || rev < revBelow {
+					ids[i] = m.Headers().Get(HeaderRun)
+				}
+			}
+			p.prefetch(ctx, ids, want-len(rows))
+		}
+		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
 			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
 			if revBelow != 0 && rev >= revBelow {
 				return true, nil
@@ -576,7 +642,7 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 // A window is sized from the density of matches seen so far to hold about
 // need() more (a quarter more), so the messages it reads are about the
 // ones it visits.
-func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, below, floor uint64, need func() int, visit func(uint64, jetstream.Msg) (bool, error)) error {
+func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, below, floor uint64, need func() int, pre func([]jetstream.Msg), visit func(uint64, jetstream.Msg) (bool, error)) error {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return err
@@ -633,6 +699,9 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 		}
 		r.drop(st, c)
 		read.Add(int64(len(msgs)))
+		if pre != nil && len(msgs) > 0 {
+			pre(msgs)
+		}
 		for i := len(msgs) - 1; i >= 0; i-- {
 			md, err := msgs[i].Metadata()
 			if err != nil {
