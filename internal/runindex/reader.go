@@ -677,6 +677,21 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 		}
 		pending := c.CachedInfo().NumPending
 		n := int(pending - min(pending, above))
+		// Far more matches than needed (a sparse filter found after the
+		// windows grew): keep the window's upper part, halving it while
+		// it still holds more than twice what is needed. The lower part
+		// is the next window.
+		for want := 2*need() + 16; n > want && hi-lo > 16; {
+			mid := lo + (hi-lo)/2
+			cm, err := r.consumer(ctx, st, filter, mid)
+			if err != nil {
+				r.drop(st, c)
+				return err
+			}
+			pm := cm.CachedInfo().NumPending
+			r.drop(st, c)
+			c, lo, pending, n = cm, mid, pm, int(pm-min(pm, above))
+		}
 		above = pending
 		var msgs []jetstream.Msg
 		for len(msgs) < n {

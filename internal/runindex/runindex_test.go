@@ -325,4 +325,23 @@ func TestPageCostFollowsThePageNotTheBucket(t *testing.T) {
 		t.Fatalf("a page of 10 failed runs read %d messages", n)
 	}
 	t.Logf("a page of 10 failed runs among 22,010 read %d messages", n)
+
+	// Many failed runs far below the top: the window that reaches them
+	// holds thousands; only its upper part is read.
+	more := e.write("bulk", jetflow.Failed, 3000)
+	e.write("bulk", jetflow.Success, 20000)
+	e.caughtUp()
+	before = runindex.MessagesRead()
+	p, err = rd.List(context.Background(), runindex.Query{State: jetflow.Failed, Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n = runindex.MessagesRead() - before
+	if len(p.Runs) != 10 || p.Runs[0].ID != more[len(more)-1] || p.Runs[9].ID != more[len(more)-10] {
+		t.Fatalf("page %v", ids(p.Runs))
+	}
+	if n > 70 {
+		t.Fatalf("a page of 10 among 3,010 failed runs under 20,000 others read %d messages", n)
+	}
+	t.Logf("a page of 10 among 3,010 failed runs under 20,000 others read %d messages", n)
 }
