@@ -34,7 +34,9 @@ const (
 // RunIndex fills the runs bucket of a fresh embedded server (default
 // durability) with records written through the engine (create-only
 // writes, published asynchronously), up to each size in turn, with a
-// scheduler leading (its indexer keeps the run index). At each size it
+// scheduler leading (its indexer keeps the run index). First it times the
+// same number of writes without a scheduler and with one following them
+// (what the indexer costs the writers). At each size it
 // prints how long the indexer took to catch up, then the time and the
 // messages read of one List page (50 runs) filtered by state, by function
 // and by both, of the counts, and of the repair sweep over the index's
@@ -76,23 +78,10 @@ func RunIndex(ctx context.Context, out io.Writer, sizes []int) error {
 		return err
 	}
 	rd := runindex.NewReader(engine.Of(p).Store())
-	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: scfg, LeaseTTL: time.Second, RepairInterval: time.Hour})
-	if err != nil {
-		return err
-	}
-	if err := s.Start(ctx); err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Stop(sctx)
-	}()
 	fn := func(i int) string { return fmt.Sprintf("bench.idx.f%d", i%indexFunctions) }
 	written := 0
-	for _, size := range sizes {
-		from := written
-		start := time.Now()
+	// fill writes records up to size.
+	fill := func(size int) error {
 		for ; written < size; written++ {
 			i := written
 			now := time.Now().UTC()
@@ -125,18 +114,58 @@ func RunIndex(ctx context.Context, out io.Writer, sizes []int) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		filled := time.Since(start)
-		// The indexer catches up (the first size: its first count).
+		return nil
+	}
+	// What the indexer costs the writers: the same number of record
+	// writes without a scheduler, then with one following them.
+	k := min(20_000, sizes[0]/4)
+	start := time.Now()
+	if err := fill(k); err != nil {
+		return err
+	}
+	without := time.Since(start)
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: scfg, LeaseTTL: time.Second, RepairInterval: time.Hour})
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Stop(sctx)
+	}()
+	caughtUp := func() error {
 		info, err := wjs.Stream(ctx, streams.KVStream(scfg.RunsBucket()))
 		if err != nil {
 			return err
 		}
 		last := info.CachedInfo().State.LastSeq
-		start = time.Now()
-		if err := poolBenchWait(ctx, 30*time.Minute, func() bool {
+		return poolBenchWait(ctx, 30*time.Minute, func() bool {
 			cp, err := rd.Checkpoint(ctx)
 			return err == nil && !cp.Rebuilding && cp.Seq >= last
-		}); err != nil {
+		})
+	}
+	if err := caughtUp(); err != nil {
+		return fmt.Errorf("bench index: the indexer did not catch up: %w", err)
+	}
+	start = time.Now()
+	if err := fill(2 * k); err != nil {
+		return err
+	}
+	with := time.Since(start)
+	line("record writes (async, create-only): %.0f/s without an indexer, %.0f/s with one following them (ratio %.2f; %d each)",
+		float64(k)/without.Seconds(), float64(k)/with.Seconds(), without.Seconds()/with.Seconds(), k)
+	for _, size := range sizes {
+		from := written
+		start := time.Now()
+		if err := fill(size); err != nil {
+			return err
+		}
+		filled := time.Since(start)
+		start = time.Now()
+		if err := caughtUp(); err != nil {
 			return fmt.Errorf("bench index: the indexer did not catch up: %w", err)
 		}
 		caught := time.Since(start)
