@@ -32,6 +32,7 @@ func runBench(ctx context.Context, args []string) error {
 	cluster := fs.Bool("cluster", false, "also measure on a 3-node cluster started in this process (R3), beside raw R3 (before the core figures)")
 	clusterURL := fs.String("cluster-url", "", "measure on the running cluster at this URL (R3) instead of starting one (implies --cluster)")
 	clusterN := fs.Int("cluster-n", 0, "runs per cluster throughput figure (default 20000, 2000 with -quick)")
+	syncEvery := fs.Duration("sync-every", 0, "fsync interval of the servers it starts in interval mode (default 10ms, the embedded default)")
 	asJSON := fs.Bool("json", false, "print the core figures as one JSON array on stdout (one object per mode); the text goes to stderr")
 	index := fs.Bool("index", false, "also measure the run index: List pages, counts and the repair sweep over a runs bucket of each --index-sizes (before the core figures)")
 	indexSizes := fs.String("index-sizes", "100000,1000000", "runs bucket sizes of --index, comma-separated (each needs about 400 bytes of disk per record)")
@@ -52,6 +53,11 @@ func runBench(ctx context.Context, args []string) error {
 	default:
 		return usageErrorf("bench: --mode %q: want interval, always or both", *mode)
 	}
+	if *syncEvery < 0 {
+		return usageErrorf("bench: --sync-every %s: must be positive", *syncEvery)
+	}
+	bench.SetSyncEvery(*syncEvery)
+	o.SyncEvery = *syncEvery
 	out := stdout(ctx)
 	if *asJSON {
 		out = stderr(ctx)

@@ -75,7 +75,7 @@ func TestDashboardJSON(t *testing.T) {
 func TestBenchJSON(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	out, errw := mustCLI(ctx, t, "bench", "--quick", "--json", "--mode", "interval", "--skip-claimfirst", "-n", "500", "--lateness-runs", "20")
+	out, errw := mustCLI(ctx, t, "bench", "--quick", "--json", "--mode", "interval", "--skip-claimfirst", "-n", "500", "--lateness-runs", "20", "--sync-every", testSyncEvery.String())
 	var figs []map[string]any
 	if err := json.Unmarshal([]byte(out), &figs); err != nil {
 		t.Fatalf("bench --json printed %q: %v", out, err)

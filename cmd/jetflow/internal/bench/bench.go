@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -225,7 +226,7 @@ func Summary(results []Result) string {
 
 func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int, dir string, out io.Writer) (Result, error) {
 	res := Result{Mode: mode, N: n}
-	s, err := embedded.Start(embedded.Options{Dir: dir, Sync: mode, SyncEvery: o.SyncEvery})
+	s, err := embedded.Start(embedded.Options{Dir: dir, Sync: mode, SyncEvery: cmp.Or(o.SyncEvery, time.Duration(syncEvery.Load()))})
 	if err != nil {
 		return res, err
 	}

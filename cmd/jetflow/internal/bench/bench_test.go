@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -213,4 +214,11 @@ func TestIndexQuick(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMain starts every section's servers with a 1 s fsync interval (see
+// SetSyncEvery): durability is not what these tests test.
+func TestMain(m *testing.M) {
+	SetSyncEvery(time.Second)
+	os.Exit(m.Run())
 }

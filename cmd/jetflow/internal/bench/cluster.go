@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -64,7 +65,7 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 	}
 	url, where := o.URL, "a cluster at "+o.URL
 	if url == "" {
-		u, stop, err := startCluster(ctx, o.SyncEvery)
+		u, stop, err := startCluster(ctx, cmp.Or(o.SyncEvery, time.Duration(syncEvery.Load())))
 		if err != nil {
 			return fmt.Errorf("cluster: %w", err)
 		}

@@ -177,12 +177,22 @@ func poolBenchWait(ctx context.Context, within time.Duration, cond func() bool) 
 // freshServer starts an embedded server with the product's default
 // durability in a new temporary directory, for one bench phase; stop stops
 // it and removes the directory.
+// syncEvery is the fsync interval of the servers the sections start
+// (0: embedded's default, 10 ms); SetSyncEvery sets it.
+var syncEvery atomic.Int64
+
+// SetSyncEvery sets the fsync interval of the servers every section
+// starts (jetflow bench --sync-every). Tests under -race set 1 s:
+// nats-server v2.15.2 arms a new stream's sync timer before it stores it,
+// a data race a short interval can hit.
+func SetSyncEvery(d time.Duration) { syncEvery.Store(int64(d)) }
+
 func freshServer(name string) (srv *embedded.Server, stop func(), err error) {
 	dir, err := os.MkdirTemp("", "jetflow-bench-"+name+"-")
 	if err != nil {
 		return nil, nil, err
 	}
-	srv, err = embedded.Start(embedded.Options{Dir: dir})
+	srv, err = embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Duration(syncEvery.Load())})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, nil, err
