@@ -65,6 +65,7 @@ type Producer struct {
 	nc    *nats.Conn
 	log   *slog.Logger
 	now   func() time.Time
+	win   *window // the connection's pipelined publishes (window.go)
 }
 
 // Provisioning is what New does about jetflow's streams and buckets.
@@ -119,7 +120,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Producer, er
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	p := &Producer{store: st, cfg: scfg, js: js, nc: js.Conn(), log: cfg.Logger, now: cfg.Now}
+	win, err := windowOf(js.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("producer: %w", err)
+	}
+	p := &Producer{store: st, cfg: scfg, js: js, nc: js.Conn(), log: cfg.Logger, now: cfg.Now, win: win}
 	p.d = engine.NewDispatcher(engine.DispatcherConfig{
 		JS: js, Streams: scfg, Store: st, Now: cfg.Now, Ride: p.ride, Enqueue: p.enqueueCallback,
 	})

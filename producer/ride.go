@@ -50,28 +50,45 @@ func transient(err error) bool {
 // rideDefault when ctx has no deadline) ends. retried tells op that an
 // earlier attempt may have landed.
 func (p *Producer) ride(ctx context.Context, op func(ctx context.Context, retried bool) error) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, rideDefault)
-		defer cancel()
+	return p.rideFrom(ctx, false, op)
+}
+
+// rideFrom is ride whose first attempt is told retried: an attempt made
+// elsewhere (a coalesced window) may have landed.
+func (p *Producer) rideFrom(ctx context.Context, retried bool, op func(ctx context.Context, retried bool) error) error {
+	// Without a deadline, the retries stop after rideDefault; one
+	// attempt's ctx is bounded by rideAttempt and by that end.
+	end, bounded := ctx.Deadline()
+	if !bounded {
+		end = time.Now().Add(rideDefault)
 	}
+	over := func() bool { return ctx.Err() != nil || !time.Now().Before(end) }
 	delay := 25 * time.Millisecond
-	for retried := false; ; retried = true {
-		actx, cancel := context.WithTimeout(ctx, rideAttempt)
+	for ; ; retried = true {
+		at := time.Now().Add(rideAttempt)
+		if at.After(end) {
+			at = end
+		}
+		actx, cancel := context.WithDeadline(ctx, at)
 		err := op(actx, retried)
 		cancel()
-		if err == nil || !transient(err) || ctx.Err() != nil {
-			if err != nil && ctx.Err() != nil && retried {
-				return fmt.Errorf("%w (gave up retrying: %w)", err, ctx.Err())
+		if err == nil || !transient(err) || over() {
+			if err != nil && retried && over() {
+				if ctx.Err() != nil {
+					return fmt.Errorf("%w (gave up retrying: %w)", err, ctx.Err())
+				}
+				return fmt.Errorf("%w (gave up retrying: %w)", err, context.DeadlineExceeded)
 			}
 			return err
 		}
 		p.log.DebugContext(ctx, "transient NATS error; retrying", "error", err, "delay", delay)
 		telemetry.Retrying(ctx, err, delay)
+		t := time.NewTimer(min(delay, time.Until(end)))
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return err
-		case <-time.After(delay):
+		case <-t.C:
 		}
 		delay = min(2*delay, 500*time.Millisecond)
 	}
@@ -98,12 +115,20 @@ func (p *Producer) createRecord(ctx context.Context, r *jetflow.Run) (uint64, er
 }
 
 // publishDirect publishes a run that has no record (its message is its
-// pending record), riding out elections. Before a retry it looks whether
-// the earlier publish landed: its message is queued, or a worker already
-// took it (the record exists: a worker writes it before it acknowledges
-// the message).
+// pending record), riding out elections. Its first try goes in the
+// producer's window, coalesced with the concurrent calls' (window.go).
+// Before any later try it looks whether an earlier one landed: its message
+// is queued, or a worker already took it (the record exists: a worker
+// writes it before it acknowledges the message).
 func (p *Producer) publishDirect(ctx context.Context, r *jetflow.Run) error {
-	return p.ride(ctx, func(ctx context.Context, retried bool) error {
+	err := p.win.publish(ctx, p.cfg.Message(directEnvelope(r)))
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	// The window failed, for this run or for a neighbour's: this run goes
+	// on alone, as a publish whose answer was lost.
+	p.log.DebugContext(ctx, "enqueue window failed; publishing alone", "run_id", r.ID, "error", err)
+	return p.rideFrom(ctx, true, func(ctx context.Context, retried bool) error {
 		if retried {
 			queued, err := p.store.Queued(ctx, r.Name, r.ID)
 			if err != nil {

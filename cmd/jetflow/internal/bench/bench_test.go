@@ -222,3 +222,23 @@ func TestMain(m *testing.M) {
 	SetSyncEvery(time.Second)
 	os.Exit(m.Run())
 }
+
+// BenchmarkEnqueueMany: Enqueue from 1000 goroutines for 3 s, then raw
+// synchronous publishes from as many. For profiles:
+//
+//	go test -run '^$' -bench EnqueueMany -benchtime 1x -cpuprofile cpu.out ./cmd/jetflow/internal/bench
+func BenchmarkEnqueueMany(b *testing.B) {
+	url := benchServer(b)
+	b.ResetTimer()
+	for range b.N {
+		m, err := measureMany(context.Background(), url, ManyGoroutines, 3*time.Second, 100)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(m.Jetflow.Rate(), "runs/s")
+		b.ReportMetric(m.Raw.Rate(), "raw-msgs/s")
+		b.ReportMetric(m.Ratio(), "ratio")
+		b.ReportMetric(float64(per(m.Jetflow.CPU, m.Jetflow.Calls).Nanoseconds()), "cpu-ns/run")
+		b.ReportMetric(float64(per(m.Raw.CPU, m.Raw.Calls).Nanoseconds()), "raw-cpu-ns/msg")
+	}
+}
