@@ -83,6 +83,11 @@ type Stats struct {
 	Dispatched int64
 	Repaired   int64
 	Terms      int64
+	// Ticks counts the dispatcher's ticks (every 200 ms while leading:
+	// reading the delayed entries of the seconds that came within
+	// Config.Horizon); TickTime is the time they took in all.
+	Ticks    int64
+	TickTime time.Duration
 }
 
 // New returns a scheduler. It provisions streams and buckets (idempotent).
@@ -330,6 +335,7 @@ func (d *dispatcher) loop(ctx context.Context) error {
 		case <-d.wake:
 		case <-timer.C:
 		case <-tick.C:
+			t0 := time.Now()
 			next := s.now().Add(s.cfg.Horizon).Unix()
 			for sec := d.loaded + 1; sec <= next; sec++ {
 				d.loaded = sec
@@ -339,6 +345,10 @@ func (d *dispatcher) loop(ctx context.Context) error {
 					break
 				}
 			}
+			s.mu.Lock()
+			s.stats.Ticks++
+			s.stats.TickTime += time.Since(t0)
+			s.mu.Unlock()
 		}
 	}
 }
