@@ -307,6 +307,86 @@ func (s *Store) RemoveDelayed(ctx context.Context, key string, rev uint64) error
 	return nil
 }
 
+// ReadDelayed visits, with their values, the delayed entries due in the
+// seconds secs (every entry when secs is nil). The server finds a second's
+// entries in its subject index, so reading a few seconds costs in
+// proportion to the entries they hold, not to every entry waiting. Each
+// second is read through an ordered consumer of its own: one consumer
+// filtering many seconds costs the server in proportion to the whole
+// bucket (measured: 9 ms for 100 seconds of a bucket of 100,000 entries,
+// against 0.1 ms for one second, however large the bucket; reading
+// seconds in parallel was slower still). An entry removed while they read
+// may be visited or not.
+func (s *Store) ReadDelayed(ctx context.Context, secs []int64, visit func(key string, rev uint64, data []byte)) error {
+	pfx := streams.KVSubject(s.cfg.DelayedBucket(), "")
+	if secs == nil {
+		return s.readDelayed(ctx, pfx+">", pfx, visit)
+	}
+	for _, sec := range secs {
+		if err := s.readDelayed(ctx, pfx+strconv.FormatInt(sec, 10)+".*", pfx, visit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// delayedQuiet is how long a read of delayed entries waits for the next
+// one it was told of before it takes it as removed meanwhile.
+const delayedQuiet = 2 * time.Second
+
+func (s *Store) readDelayed(ctx context.Context, filter, pfx string, visit func(key string, rev uint64, data []byte)) error {
+	c, err := s.dstream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    []string{filter},
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		InactiveThreshold: 5 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("kv: read delayed entries: %w", err)
+	}
+	ci := c.CachedInfo()
+	if ci != nil {
+		// Removed at once rather than after its inactive threshold: a
+		// scheduler reads a second or more every tick.
+		defer func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_ = s.js.DeleteConsumer(dctx, s.dstream.CachedInfo().Config.Name, ci.Name)
+			cancel()
+		}()
+	}
+	if ci != nil && ci.NumPending == 0 {
+		return nil
+	}
+	it, err := c.Messages(jetstream.PullMaxMessages(1000))
+	if err != nil {
+		return fmt.Errorf("kv: read delayed entries: %w", err)
+	}
+	defer it.Stop()
+	for {
+		nctx, cancel := context.WithTimeout(ctx, delayedQuiet)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil // the rest was removed meanwhile
+			}
+			return fmt.Errorf("kv: read delayed entries: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("kv: read delayed entries: %w", err)
+		}
+		if !isMarker(m.Headers()) && strings.HasPrefix(m.Subject(), pfx) {
+			visit(m.Subject()[len(pfx):], md.Sequence.Stream, m.Data())
+		}
+		if md.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
 // FindDelayed finds the delayed entry of run id due at due; ok is false when
 // there is none.
 func (s *Store) FindDelayed(ctx context.Context, due time.Time, id string) (rev uint64, ok bool, err error) {

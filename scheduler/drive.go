@@ -22,8 +22,8 @@ import (
 func (s *Scheduler) DispatchDue(ctx context.Context) (int, error) {
 	d := s.oneShot()
 	now := s.now()
-	d.loaded = now.Unix()
-	if err := d.scan(ctx, "*", d.loaded); err != nil {
+	d.setLoaded(now.Unix())
+	if err := d.scan(ctx, "*", now.Unix()); err != nil {
 		return 0, err
 	}
 	taken, failed := 0, 0
@@ -52,8 +52,8 @@ func (s *Scheduler) DispatchDue(ctx context.Context) (int, error) {
 // one due time to the next.
 func (s *Scheduler) NextDue(ctx context.Context) (due time.Time, ok bool, err error) {
 	d := s.oneShot()
-	d.loaded = 1<<62 - 1
-	if err := d.scan(ctx, "*", d.loaded); err != nil {
+	d.setLoaded(1<<62 - 1)
+	if err := d.scan(ctx, "*", 1<<62-1); err != nil {
 		return time.Time{}, false, err
 	}
 	d.mu.Lock()
@@ -66,5 +66,5 @@ func (s *Scheduler) NextDue(ctx context.Context) (due time.Time, ok bool, err er
 
 // oneShot is a dispatcher for one call, outside any leadership term.
 func (s *Scheduler) oneShot() *dispatcher {
-	return &dispatcher{s: s, known: map[string]uint64{}, sem: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	return newDispatcher(s, 1)
 }

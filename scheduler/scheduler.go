@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -64,9 +65,12 @@ type Scheduler struct {
 	p     *producer.Producer
 	d     *engine.Dispatcher // the producer's plumbing: dispatch, release, on-complete
 	lease *kv.Lease
-	log   *slog.Logger
-	now   func() time.Time
-	life  lifecycle.L
+	// leases is the leases bucket: the lease, and the delayed
+	// dispatcher's checkpoint.
+	leases jetstream.KeyValue
+	log    *slog.Logger
+	now    func() time.Time
+	life   lifecycle.L
 
 	mu     sync.Mutex
 	leader bool
@@ -132,7 +136,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 		return nil, err
 	}
 	d := engine.Of(p)
-	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: d.Store(), runs: d.Runs(), p: p, d: d, log: cfg.Logger, now: cfg.Now}
+	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: d.Store(), runs: d.Runs(), p: p, d: d, leases: leases, log: cfg.Logger, now: cfg.Now}
 	s.lease = kv.NewLease(js, leases, "scheduler", cfg.ID, cfg.LeaseTTL, cfg.Now)
 	s.index = runindex.New(js, scfg)
 	s.index.Name, s.index.Log = cfg.ID, cfg.Logger
@@ -193,6 +197,7 @@ func (s *Scheduler) run(ctx context.Context) {
 // item is a delayed entry waiting in memory.
 type item struct {
 	due time.Time
+	sec int64 // the due second of its key
 	key string
 	rev uint64
 	d   kv.Delayed
@@ -213,8 +218,7 @@ func (h *dueHeap) Pop() any {
 
 // lead is one leadership term: delayed dispatch, repair sweep and crons.
 func (s *Scheduler) lead(ctx context.Context) {
-	d := &dispatcher{s: s, known: map[string]uint64{}, sem: make(chan struct{}, s.cfg.DispatchParallel),
-		wake: make(chan struct{}, 1)}
+	d := newDispatcher(s, s.cfg.DispatchParallel)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Add(1)
@@ -247,14 +251,23 @@ func (s *Scheduler) lead(ctx context.Context) {
 }
 
 type dispatcher struct {
-	s      *Scheduler
-	mu     sync.Mutex
-	h      dueHeap
-	known  map[string]uint64 // key -> revision, in heap or in flight
-	loaded int64             // unix second up to which entries are in memory (loop only)
-	sem    chan struct{}
-	wg     sync.WaitGroup
-	wake   chan struct{}
+	s        *Scheduler
+	mu       sync.Mutex
+	h        dueHeap
+	known    map[string]uint64 // key -> revision, in heap or in flight
+	inflight map[string]int64  // key -> due second, being published
+	loaded   int64             // unix second up to which entries are in memory
+	// reading is set while a full read of the bucket runs in the
+	// background: until it ends, the checkpoint stays where it was.
+	reading bool
+	sem     chan struct{}
+	wg      sync.WaitGroup
+	wake    chan struct{}
+}
+
+func newDispatcher(s *Scheduler, parallel int) *dispatcher {
+	return &dispatcher{s: s, known: map[string]uint64{}, inflight: map[string]int64{},
+		sem: make(chan struct{}, parallel), wake: make(chan struct{}, 1)}
 }
 
 func (d *dispatcher) poke() {
@@ -274,12 +287,21 @@ func (d *dispatcher) forget(key string, rev uint64) {
 	}
 }
 
+func (d *dispatcher) setLoaded(sec int64) {
+	d.mu.Lock()
+	d.loaded = sec
+	d.mu.Unlock()
+}
+
 func (d *dispatcher) add(key string, rev uint64, data []byte) {
 	sec, _, ok := kv.ParseDelayedKey(key)
 	if !ok {
 		return
 	}
-	if sec > d.loaded {
+	d.mu.Lock()
+	loaded := d.loaded
+	d.mu.Unlock()
+	if sec > loaded {
 		return // read later, when its second comes within the horizon
 	}
 	e, err := kv.DecodeDelayed(data)
@@ -293,8 +315,39 @@ func (d *dispatcher) add(key string, rev uint64, data []byte) {
 		return
 	}
 	d.known[key] = rev
-	heap.Push(&d.h, &item{due: e.Due, key: key, rev: rev, d: e})
+	heap.Push(&d.h, &item{due: e.Due, sec: sec, key: key, rev: rev, d: e})
+	if len(d.h) > 0 && d.h[0].key == key {
+		d.poke() // due before what the loop waits for
+	}
 }
+
+// How a term finds the delayed entries that are due or due soon without
+// reading every entry waiting (docs/scaling.md):
+//
+//   - the leader keeps the entries due within Config.Horizon in memory,
+//     reads each later second's entries when it comes within the horizon
+//     (the tick), and hears of new entries through a watch;
+//   - every checkpointEvery it stores a checkpoint, a second before which
+//     no entry waits: the earliest second of the entries it holds, or now,
+//     less checkpointMargin (a producer whose clock is behind writes an
+//     entry a little in the past);
+//   - a new term reads the seconds from the checkpoint to the horizon. With
+//     no checkpoint (the first term, an old deployment) or one older than
+//     catchUpMax, it reads the last catchUp seconds and the horizon at
+//     once, and the whole bucket in the background: the first runs due
+//     fire at once, whatever the size of the bucket.
+//
+// An entry a term missed all the same (a clock far behind) is still
+// dispatched: the repair sweep publishes a pending run whose delayed entry
+// is overdue by Config.StaleAfter.
+const (
+	checkpointKey    = "scheduler-delayed-low"
+	checkpointEvery  = 2 * time.Second
+	checkpointMargin = 60 // seconds
+	catchUp          = 60
+	catchUpMax       = 6 * 60 * 60
+	tickEvery        = 200 * time.Millisecond
+)
 
 func (d *dispatcher) loop(ctx context.Context) error {
 	s := d.s
@@ -303,16 +356,18 @@ func (d *dispatcher) loop(ctx context.Context) error {
 		return err
 	}
 	defer w.Stop()
-	// Everything already due or due within the horizon.
-	horizon := s.now().Add(s.cfg.Horizon).Unix()
-	d.loaded = horizon
-	if err := d.scan(ctx, "*", horizon); err != nil {
+	if err := d.start(ctx); err != nil {
 		return err
 	}
+	lctx, stop := context.WithCancel(ctx)
+	var lwg sync.WaitGroup
+	defer func() {
+		stop()
+		lwg.Wait()
+	}()
+	lwg.Go(func() { d.loadLoop(lctx) })
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
 	for {
 		d.fire(ctx)
 		wait := time.Hour
@@ -334,27 +389,148 @@ func (d *dispatcher) loop(ctx context.Context) error {
 			}
 		case <-d.wake:
 		case <-timer.C:
-		case <-tick.C:
-			t0 := time.Now()
-			next := s.now().Add(s.cfg.Horizon).Unix()
-			for sec := d.loaded + 1; sec <= next; sec++ {
-				d.loaded = sec
-				if err := d.scan(ctx, itoa(sec), sec); err != nil {
-					d.loaded = sec - 1
-					s.log.Warn("delayed scan", "second", sec, "error", err)
-					break
-				}
-			}
-			s.mu.Lock()
-			s.stats.Ticks++
-			s.stats.TickTime += time.Since(t0)
-			s.mu.Unlock()
 		}
 	}
 }
 
+// start loads what is due or due within the horizon at the start of a
+// term (see checkpointKey).
+func (d *dispatcher) start(ctx context.Context) error {
+	s := d.s
+	now := s.now().Unix()
+	horizon := s.now().Add(s.cfg.Horizon).Unix()
+	from := now - catchUp
+	low, ok := s.readCheckpoint(ctx)
+	full := !ok || low < now-catchUpMax
+	if !full {
+		from = min(from, low)
+	}
+	d.setLoaded(horizon)
+	secs := make([]int64, 0, horizon-from+1)
+	for sec := from; sec <= horizon; sec++ {
+		secs = append(secs, sec)
+	}
+	if err := s.store.ReadDelayed(ctx, secs, d.add); err != nil {
+		return err
+	}
+	if !full {
+		return nil
+	}
+	d.mu.Lock()
+	d.reading = true
+	d.mu.Unlock()
+	d.wg.Go(func() {
+		t0 := time.Now()
+		err := s.store.ReadDelayed(ctx, nil, d.add)
+		if err != nil {
+			// The next term reads again: the checkpoint did not move.
+			if ctx.Err() == nil {
+				s.log.Warn("reading the delayed bucket", "error", err)
+			}
+			return
+		}
+		s.log.Debug("read the delayed bucket", "took", time.Since(t0))
+		d.mu.Lock()
+		d.reading = false
+		d.mu.Unlock()
+		d.poke()
+	})
+	return nil
+}
+
+// loadLoop reads each second's entries when it comes within the horizon,
+// and stores the checkpoint, until ctx ends.
+func (d *dispatcher) loadLoop(ctx context.Context) {
+	s := d.s
+	tick := time.NewTicker(tickEvery)
+	defer tick.Stop()
+	lastCheckpoint := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			d.storeCheckpoint()
+			return
+		case <-tick.C:
+		}
+		t0 := time.Now()
+		next := s.now().Add(s.cfg.Horizon).Unix()
+		d.mu.Lock()
+		from := d.loaded + 1
+		if from <= next {
+			// Entries written from now on to these seconds are taken
+			// from the watch; those written before, from the read.
+			d.loaded = next
+		}
+		d.mu.Unlock()
+		if from <= next {
+			secs := make([]int64, 0, next-from+1)
+			for sec := from; sec <= next; sec++ {
+				secs = append(secs, sec)
+			}
+			if err := s.store.ReadDelayed(ctx, secs, d.add); err != nil {
+				d.setLoaded(from - 1)
+				if ctx.Err() == nil {
+					s.log.Warn("delayed read", "from", from, "to", next, "error", err)
+				}
+			}
+		}
+		s.mu.Lock()
+		s.stats.Ticks++
+		s.stats.TickTime += time.Since(t0)
+		s.mu.Unlock()
+		if time.Since(lastCheckpoint) >= checkpointEvery {
+			lastCheckpoint = time.Now()
+			d.storeCheckpoint()
+		}
+	}
+}
+
+// checkpoint is the second before which no delayed entry waits, as far as
+// this term knows; ok is false while a full read runs.
+func (d *dispatcher) checkpoint() (int64, bool) {
+	low := d.s.now().Unix()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.reading {
+		return 0, false
+	}
+	for _, it := range d.h {
+		low = min(low, it.sec)
+	}
+	for _, sec := range d.inflight {
+		low = min(low, sec)
+	}
+	return low - checkpointMargin, true
+}
+
+func (d *dispatcher) storeCheckpoint() {
+	low, ok := d.checkpoint()
+	if !ok {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	defer cancel()
+	if _, err := d.s.leases.Put(ctx, checkpointKey, []byte(strconv.FormatInt(low, 10))); err != nil {
+		d.s.log.Debug("delayed checkpoint", "error", err)
+	}
+}
+
+// readCheckpoint reads the checkpoint of the last term; ok is false when
+// there is none.
+func (s *Scheduler) readCheckpoint(ctx context.Context) (int64, bool) {
+	e, err := s.leases.Get(ctx, checkpointKey)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrKeyNotFound) {
+			s.log.Debug("delayed checkpoint", "error", err)
+		}
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(e.Value()), 10, 64)
+	return n, err == nil
+}
+
 // scan reads the delayed entries under prefix (a second, or "*" for all)
-// with a due second <= upTo.
+// with a due second <= upTo, by their keys: DispatchDue and NextDue.
 func (d *dispatcher) scan(ctx context.Context, sec string, upTo int64) error {
 	keys, err := d.s.store.Delayed().ListKeysFiltered(ctx, sec+".*")
 	if err != nil {
@@ -390,6 +566,7 @@ func (d *dispatcher) fire(ctx context.Context) {
 			return
 		}
 		it := heap.Pop(&d.h).(*item)
+		d.inflight[it.key] = it.sec
 		d.mu.Unlock()
 		select {
 		case d.sem <- struct{}{}:
@@ -400,6 +577,9 @@ func (d *dispatcher) fire(ctx context.Context) {
 		go func() {
 			done := d.publish(ctx, it)
 			<-d.sem
+			d.mu.Lock()
+			delete(d.inflight, it.key)
+			d.mu.Unlock()
 			d.wg.Done()
 			if done {
 				d.forget(it.key, it.rev)
