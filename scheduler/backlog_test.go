@@ -112,4 +112,3 @@ func TestANewTermReadsFromTheLastCheckpoint(t *testing.T) {
 	startScheduler(t, ts, "b", 10*time.Minute)
 	waitDispatched(t, p, id, due)
 }
-
