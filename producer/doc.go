@@ -24,9 +24,14 @@
 // the scheduler's sweep, so an id returned is a run that will end. A run due
 // now with a generated id (no WithID, parent, hold, pool or callback) skips
 // the record: its message is its pending record until a worker writes one,
-// and Get, List, Watch and Cancel read it there. EnqueueAsync publishes such
-// runs pipelined, without waiting for each (Pending.Wait tells when one is
-// durable): the way to enqueue at JetStream's publish rate.
+// and Get, List, Watch and Cancel read it there. Concurrent Enqueues of
+// such runs share their connection's pipelined publishes (one window per
+// connection): each caller waits for its own message's acknowledgement
+// and gets its own error, and a try that failed goes on alone, looking
+// for its run before it publishes again. EnqueueAsync publishes such runs
+// pipelined without waiting for each (Pending.Wait tells when one is
+// durable): the way to enqueue at JetStream's publish rate from one
+// goroutine.
 //
 // Options tune one run: WithID gives it an idempotency key (an id that
 // exists returns ErrAlreadyExists with that id, never a second run),

@@ -18,9 +18,17 @@
 //
 // A run due later waits in the delayed bucket under <due unix second>.<run
 // id>. The leader keeps the entries due within Config.Horizon in memory and
-// reads each later second when it comes within the horizon, so a tick costs
-// in proportion to the runs due, not to every run waiting: a million runs
-// due next week do not slow down the one due now.
+// reads each later second when it comes within the horizon (one consumer
+// filtered on that second: the server finds its keys in its subject index),
+// so a tick costs in proportion to the runs due, not to every run waiting:
+// a million runs due next week do not slow down the one due now. A new
+// term starts the same way: every 2 s the leader stores a checkpoint (a
+// second before which nothing waits) in the leases bucket, and the next
+// leader reads the seconds from it to the horizon. A term with no
+// checkpoint (the first, or one after a long outage) reads the last minute
+// and the horizon at once and the whole bucket in the background, so its
+// first run fires at once whatever the bucket holds. DispatchDue and
+// NextDue, the hooks of tests with a fake clock, read every key.
 //
 // # Repair
 //

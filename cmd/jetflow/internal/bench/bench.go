@@ -29,14 +29,15 @@ type Options struct {
 	// Default SyncInterval and SyncAlways.
 	Modes []embedded.Sync
 	// LatenessRuns is the number of delayed runs of the lateness figure.
-	// Default 2,000 (100 with Quick).
+	// Default 5,000 (100 with Quick): with LatenessSpread, a steady 1,000
+	// runs due per second.
 	LatenessRuns int
 	// AlwaysLatenessRuns is LatenessRuns in SyncAlways mode, where every
 	// write waits for a disk flush. Default LatenessRuns/20, at least 100
 	// (or LatenessRuns when it is smaller).
 	AlwaysLatenessRuns int
 	// LatenessSpread is how far apart the first and last delayed run are
-	// due. Default 3 s (1 s with Quick).
+	// due. Default 5 s (1 s with Quick).
 	LatenessSpread time.Duration
 	// ArgsSize is the size of each run's JSON arguments and of each raw
 	// message, in bytes. Default 100.
@@ -57,6 +58,13 @@ type Options struct {
 	SkipClaimFirst bool
 	// Timeout bounds each measured phase. Default 10 minutes.
 	Timeout time.Duration
+	// ManyFor is how long each side of the many-goroutines figure lasts
+	// (Enqueue from ManyGoroutines goroutines, raw synchronous publishes
+	// from as many before and after). Default 3 s (500 ms with Quick).
+	ManyFor time.Duration
+	// SkipProfile skips the profiled repeats of the e2e and
+	// many-goroutines phases that print where the time goes.
+	SkipProfile bool
 }
 
 func (o Options) withDefaults() Options {
@@ -73,7 +81,7 @@ func (o Options) withDefaults() Options {
 		o.Modes = []embedded.Sync{embedded.SyncInterval, embedded.SyncAlways}
 	}
 	if o.LatenessRuns <= 0 {
-		o.LatenessRuns = 2_000
+		o.LatenessRuns = 5_000
 		if o.Quick {
 			o.LatenessRuns = 100
 		}
@@ -82,7 +90,7 @@ func (o Options) withDefaults() Options {
 		o.AlwaysLatenessRuns = max(o.LatenessRuns/20, min(o.LatenessRuns, 100))
 	}
 	if o.LatenessSpread <= 0 {
-		o.LatenessSpread = 3 * time.Second
+		o.LatenessSpread = 5 * time.Second
 		if o.Quick {
 			o.LatenessSpread = time.Second
 		}
@@ -92,6 +100,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 10 * time.Minute
+	}
+	if o.ManyFor <= 0 {
+		o.ManyFor = 3 * time.Second
+		if o.Quick {
+			o.ManyFor = 500 * time.Millisecond
+		}
 	}
 	return o
 }
@@ -111,7 +125,10 @@ type Result struct {
 	EnqueueAsync float64 // runs/s through EnqueueAsync, pipelined
 	EnqueueBatch float64 // runs/s through Batch(1000)
 	EnqueueConc  float64 // runs/s through Enqueue from 64 goroutines
-	EndToEnd     float64 // runs/s, enqueue n then run n: first enqueue to last terminal record
+	// Many is Enqueue from ManyGoroutines goroutines beside raw
+	// synchronous publishes from as many.
+	Many     ManyResult
+	EndToEnd float64 // runs/s, enqueue n then run n: first enqueue to last terminal record
 	// EndToEndOverlap is EndToEnd with the worker running while the runs
 	// are enqueued.
 	EndToEndOverlap    float64
@@ -217,8 +234,8 @@ func Summary(results []Result) string {
 		if r.EndToEndClaimFirst > 0 {
 			claimFirst = fmt.Sprintf(" e2e-claimfirst %.2f", ratio(r.EndToEndClaimFirst, r.RawPublishConsume))
 		}
-		parts = append(parts, fmt.Sprintf("%s: enqueue %.2f enqueue-batch %.2f e2e %.2f e2e-cpu %.2f e2e-overlap %.2f%s lateness-p99 %s raw-latency-p99 %s",
-			r.Mode, r.EnqueueRatio(), r.EnqueueBatchRatio(), r.EndToEndRatio(), r.EndToEndCPURatio(),
+		parts = append(parts, fmt.Sprintf("%s: enqueue %.2f enqueue-batch %.2f enqueue-many %.2f e2e %.2f e2e-cpu %.2f e2e-overlap %.2f%s lateness-p99 %s raw-latency-p99 %s",
+			r.Mode, r.EnqueueRatio(), r.EnqueueBatchRatio(), r.Many.Ratio(), r.EndToEndRatio(), r.EndToEndCPURatio(),
 			ratio(r.EndToEndOverlap, r.RawPublishConsume), claimFirst, fmtDur(r.Lateness.P99), fmtDur(r.RawLatency.P99)))
 	}
 	return "SUMMARY " + strings.Join(parts, " | ")
@@ -304,6 +321,19 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 	line("enqueue x64 goroutines    %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
 		fmtRate(res.EnqueueConc), fmtRate(res.RawPublish), ratio(res.EnqueueConc, res.RawPublish), fmtDur(res.EnqueueConcCPU), fmtDur(res.RawPublishCPU))
 
+	// Enqueue from many goroutines, each calling again as soon as its
+	// call returns, beside raw synchronous publishes from as many.
+	if err := clean(); err != nil {
+		return res, err
+	}
+	pctx, cancel = phase()
+	res.Many, err = measureMany(pctx, s.ClientURL(), ManyGoroutines, o.ManyFor, o.ArgsSize)
+	cancel()
+	if err != nil {
+		return res, fmt.Errorf("enqueue from %d goroutines: %w", ManyGoroutines, err)
+	}
+	manyLine(line, res.Many)
+
 	// jetflow end to end.
 	if err := clean(); err != nil {
 		return res, err
@@ -374,6 +404,12 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 		line("cost ClaimFirst: %s", res.CostClaimFirst)
 	}
 
+	if !o.SkipProfile && mode == o.Modes[0] {
+		if err := whereTimeGoes(ctx, o, s.ClientURL(), n, clean, line); err != nil {
+			return res, err
+		}
+	}
+
 	// Lateness of delayed runs, beside raw publish->consume latency.
 	// Enqueueing must finish before the first run is due: allow twice the
 	// time the Batch figure says it takes, and at least 1 s.
@@ -397,8 +433,8 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 	if err != nil {
 		return res, fmt.Errorf("raw latency: %w", err)
 	}
-	line("lateness (RunAt, %d runs over %s) p50 %s p99 %s max %s   raw publish->consume latency p50 %s p99 %s max %s",
-		late.N, o.LatenessSpread, fmtDur(res.Lateness.P50), fmtDur(res.Lateness.P99), fmtDur(res.Lateness.Max),
+	line("lateness (RunAt, %d runs due over %s, %s/s) p50 %s p99 %s max %s   raw publish->consume latency p50 %s p99 %s max %s",
+		late.N, o.LatenessSpread, fmtRate(float64(late.N)/o.LatenessSpread.Seconds()), fmtDur(res.Lateness.P50), fmtDur(res.Lateness.P99), fmtDur(res.Lateness.Max),
 		fmtDur(res.RawLatency.P50), fmtDur(res.RawLatency.P99), fmtDur(res.RawLatency.Max))
 	line("lateness split: scheduler publish p50 %s p99 %s (message seen on the function subject minus scheduled time); the rest is delivery to the handler",
 		fmtDur(res.Dispatch.P50), fmtDur(res.Dispatch.P99))
@@ -406,6 +442,43 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 		line("lateness: %d of %d runs not recorded success", late.NotSuccess, late.N)
 	}
 	return res, nil
+}
+
+// whereTimeGoes repeats the e2e phase (a quarter of n runs) and the
+// many-goroutines phase under the CPU profiler and prints each one's CPU
+// samples by component: the notes that say where the next gain is.
+func whereTimeGoes(ctx context.Context, o Options, url string, n int, clean func() error, line func(string, ...any)) error {
+	note := func(what string, sh []Share, err error) error {
+		if err != nil {
+			if errors.Is(err, ErrBench) {
+				return err
+			}
+			line("where the time goes (%s): no profile: %v", what, err)
+			return nil
+		}
+		line("where the time goes (%s, CPU samples by the component that asked for them): %s", what, fmtShares(sh))
+		return nil
+	}
+	if err := clean(); err != nil {
+		return err
+	}
+	pn := max(n/4, min(n, 1000))
+	pctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	sh, err := profiled(func() error { _, err := EndToEnd(pctx, url, "benchprofile", pn, o.ArgsSize); return err })
+	cancel()
+	if err := note(fmt.Sprintf("e2e, %d runs", pn), sh, err); err != nil {
+		return err
+	}
+	if err := clean(); err != nil {
+		return err
+	}
+	pctx, cancel = context.WithTimeout(ctx, o.Timeout)
+	sh, err = profiled(func() error {
+		_, err := EnqueueMany(pctx, url, "benchprofilemany", ManyGoroutines, o.ManyFor, o.ArgsSize)
+		return err
+	})
+	cancel()
+	return note(fmt.Sprintf("Enqueue x%d goroutines", ManyGoroutines), sh, err)
 }
 
 // connect opens a connection (one per role, as separate processes would).

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -240,5 +241,50 @@ func BenchmarkEnqueueMany(b *testing.B) {
 		b.ReportMetric(m.Ratio(), "ratio")
 		b.ReportMetric(float64(per(m.Jetflow.CPU, m.Jetflow.Calls).Nanoseconds()), "cpu-ns/run")
 		b.ReportMetric(float64(per(m.Raw.CPU, m.Raw.Calls).Nanoseconds()), "raw-cpu-ns/msg")
+	}
+}
+
+// The delayed store figures run end to end over a small waiting set and
+// print their line; every phase checks its runs (a due run published, the
+// lateness runs all success).
+func TestRunDelayedScaleSmall(t *testing.T) {
+	t.Parallel()
+	var out strings.Builder
+	if err := RunDelayedScale(context.Background(), &out, true, []int{500}); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"500 waiting", "start to first fire", "standby takeover to first fire", "tick", "lateness p50"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("no %q in:\n%s", want, out.String())
+		}
+	}
+}
+
+// A CPU profile is read back and charged to components: the samples of a
+// loop that encodes JSON go mostly to encoding/json, and the shares add
+// up to the whole.
+func TestWhereTheTimeGoes(t *testing.T) {
+	sh, err := profiled(func() error {
+		end := time.Now().Add(500 * time.Millisecond)
+		v := map[string]any{"a": []int{1, 2, 3}, "b": strings.Repeat("x", 100)}
+		for time.Now().Before(end) {
+			if _, err := json.Marshal(v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Skipf("no profile: %v", err) // go test -cpuprofile holds the profiler
+	}
+	sum, js := 0.0, 0.0
+	for _, s := range sh {
+		sum += s.Fraction
+		if s.Component == "encoding/json" {
+			js = s.Fraction
+		}
+	}
+	if len(sh) == 0 || sum < 0.999 || sum > 1.001 || js < 0.3 {
+		t.Fatalf("shares %s (sum %.3f), want encoding/json at least 30%%", fmtShares(sh), sum)
 	}
 }

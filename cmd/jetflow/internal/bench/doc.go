@@ -16,9 +16,20 @@
 //     beside raw publish-then-consume (the headline ratio: the same shape of
 //     work); the same with the worker running while the runs are enqueued
 //     (overlapped); and, unless skipped, with every run claimed first;
-//   - scheduling lateness: runs scheduled with RunAt over the next seconds,
-//     a scheduler running, lateness = handler start - scheduled time; beside
-//     raw JetStream publish-to-consume latency at the same pace.
+//   - Enqueue from 1000 goroutines, each calling again as soon as its call
+//     returns (a web service enqueueing per request), beside raw
+//     synchronous js.Publish from as many goroutines before and after;
+//   - where the time goes (first mode only): the e2e and many-goroutines
+//     phases repeated under the CPU profiler, each sample charged to the
+//     component that asked for it (nats-server, nats.go, jetflow, JSON, GC);
+//   - scheduling lateness: runs scheduled with RunAt due at a steady 1,000/s
+//     for 5 s, a scheduler running, lateness = handler start - scheduled
+//     time; beside raw JetStream publish-to-consume latency at the same pace.
+//
+// Behind flags: RunEnqueueMany (Enqueue from 10, 100 and 1000 goroutines)
+// and RunDelayedScale (the delayed store with 10k, 100k and 1M runs
+// waiting: a scheduler's start and a standby's takeover to the first fire,
+// the tick, the heap, and lateness meanwhile).
 //
 // Beside each rate it prints the process's CPU time per message or run
 // (server included): on a machine shared with other work the CPU ratio is

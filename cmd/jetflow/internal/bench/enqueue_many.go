@@ -161,7 +161,9 @@ func RunEnqueueMany(ctx context.Context, w io.Writer, quick bool) error {
 	defer stop()
 	line := func(format string, a ...any) { fmt.Fprintf(w, "many "+format+"\n", a...) }
 	for _, g := range []int{10, 100, ManyGoroutines} {
-		m, err := measureMany(ctx, s.ClientURL(), g, d, 100)
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+		m, err := measureMany(pctx, s.ClientURL(), g, d, 100)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("enqueue x%d: %w", g, err)
 		}
