@@ -107,7 +107,7 @@ func RunPool(ctx context.Context, out io.Writer, quick bool) error {
 	}
 
 	// The unlimited function path.
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for i := 0; i < n; i += producer.MaxBatch {
 		batch := make([]producer.Item, 0, producer.MaxBatch)
 		for j := i; j < min(n, i+producer.MaxBatch); j++ {
@@ -120,10 +120,10 @@ func RunPool(ctx context.Context, out io.Writer, quick bool) error {
 	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return direct.Load() >= int64(n) }); err != nil {
 		return fmt.Errorf("direct runs: %d of %d ran: %w", direct.Load(), n, err)
 	}
-	dDirect := time.Since(start)
+	dDirect, cDirect := time.Since(start), cpuTime()-cpu
 
 	// The same through the pool.
-	start = time.Now()
+	start, cpu = time.Now(), cpuTime()
 	for i := 0; i < n; i += pool.MaxBatch {
 		batch := make([]pool.Entry, 0, pool.MaxBatch)
 		for j := i; j < min(n, i+pool.MaxBatch); j++ {
@@ -136,11 +136,11 @@ func RunPool(ctx context.Context, out io.Writer, quick bool) error {
 	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return items.Load() >= int64(n) }); err != nil {
 		return fmt.Errorf("pool items: %d of %d ran: %w", items.Load(), n, err)
 	}
-	dPool := time.Since(start)
+	dPool, cPool := time.Since(start), cpuTime()-cpu
 
 	rDirect, rPool := rate(n, dDirect), rate(n, dPool)
-	line("unlimited function path     %d runs  in %s = %10s runs/s (Batch, worker concurrency 64)", n, fmtDur(dDirect), fmtRate(rDirect))
-	line("pool, max parallelism %2d    %d items in %s = %10s items/s (EnqueueBatch, same worker)", poolBenchParallelism, n, fmtDur(dPool), fmtRate(rPool))
+	line("unlimited function path     %d runs  in %s = %10s runs/s (Batch, worker concurrency 64), cpu %s/run", n, fmtDur(dDirect), fmtRate(rDirect), fmtDur(per(cDirect, n)))
+	line("pool, max parallelism %2d    %d items in %s = %10s items/s (EnqueueBatch, same worker), cpu %s/item", poolBenchParallelism, n, fmtDur(dPool), fmtRate(rPool), fmtDur(per(cPool, n)))
 	line("pool / unlimited            %.3f   (a pool item: about 15 round trips, a plain run: 4; at most %d in flight, so the rate is %d / item cycle latency, %s here)",
 		rPool/max(rDirect, 1e-9), poolBenchParallelism, poolBenchParallelism, fmtDur(time.Duration(float64(dPool)*poolBenchParallelism/float64(n))))
 	return nil

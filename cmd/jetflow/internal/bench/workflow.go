@@ -124,7 +124,7 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	if err != nil {
 		return fmt.Errorf("raw: %w", err)
 	}
-	rawRate := rate(3*n, raw.Publish+raw.Consume)
+	rawRate, rawCPU := rate(3*n, raw.Publish+raw.Consume), per(raw.PublishCPU+raw.ConsumeCPU, 3*n)
 
 	scfg := streams.Config{Prefix: "benchwf"}
 	jss, closeAll, err := connectEach(srv.ClientURL(), "bench-wf-worker", "bench-wf-producer", "bench-wf-scheduler")
@@ -179,7 +179,7 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 
 	// 3N plain runs.
 	wfBenchPlain.Store(0)
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	pend := make([]*producer.Pending, 0, 3*n)
 	for i := range 3 * n {
 		pd, err := p.EnqueueAsync(ctx, wfBenchPlainFn.With(wfBenchSteps{K: i}))
@@ -196,7 +196,7 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return wfBenchPlain.Load() >= int64(3*n) }); err != nil {
 		return fmt.Errorf("plain runs: %d of %d ran: %w", wfBenchPlain.Load(), 3*n, err)
 	}
-	plainRate := rate(3*n, time.Since(start))
+	plainRate, plainCPU := rate(3*n, time.Since(start)), per(cpuTime()-cpu, 3*n)
 
 	// N workflows of 3 steps.
 	wfBenchDone.Store(0)
@@ -204,7 +204,7 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	if err != nil {
 		return err
 	}
-	start = time.Now()
+	start, cpu = time.Now(), cpuTime()
 	if err := wfBenchStart(ctx, n, func(ctx context.Context, i int) error {
 		_, err := workflow.Start(ctx, p, wfBenchStepsDef, wfBenchSteps{K: 3})
 		return err
@@ -214,7 +214,7 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return wfBenchDone.Load() >= int64(n) }); err != nil {
 		return fmt.Errorf("3-step workflows: %d of %d ended: %w", wfBenchDone.Load(), n, err)
 	}
-	wfRate := rate(n, time.Since(start))
+	wfRate, wfCPU := rate(n, time.Since(start)), per(cpuTime()-cpu, n)
 	// Writes of the workflows (the purge runs they schedule are due after
 	// the retention period: their later writes are not counted).
 	if err := poolBenchWait(ctx, time.Minute, func() bool {
@@ -227,8 +227,8 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	if err != nil {
 		return err
 	}
-	line("raw publish+consume %s msg/s; plain no-op runs %s runs/s (%s of raw)", fmtRate(rawRate), fmtRate(plainRate), trimFloat(ratio(plainRate, rawRate)))
-	line("3-step workflows %s /s; 3 plain runs %s /s; ratio %s (target >= 0.5)", fmtRate(wfRate), fmtRate(plainRate/3), trimFloat(ratio(wfRate, plainRate/3)))
+	line("raw publish+consume %s msg/s (cpu %s/msg); plain no-op runs %s runs/s (%s of raw), cpu %s/run", fmtRate(rawRate), fmtDur(rawCPU), fmtRate(plainRate), trimFloat(ratio(plainRate, rawRate)), fmtDur(plainCPU))
+	line("3-step workflows %s /s, cpu %s/workflow; 3 plain runs %s /s; ratio %s (target >= 0.5)", fmtRate(wfRate), fmtDur(wfCPU), fmtRate(plainRate/3), trimFloat(ratio(wfRate, plainRate/3)))
 	line("writes per 3-step workflow %.1f: %s (3 plain runs: 6, a message and a record each)", wAfter.total(wBefore, n), wAfter.describe(wBefore, n))
 
 	// The cost of a step at 10, 100 and 1000 steps.
