@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -102,6 +103,9 @@ type DelayedScale struct {
 // worker serves it, so they stay out of the lateness figures.
 var canaryFn = jetflow.Define[noopArgs]("bench.canary")
 
+// canaryDelay is how far ahead a canary run is due.
+const canaryDelay = 50 * time.Millisecond
+
 // canary schedules a run due now+d (a real run, with its record) and
 // returns its id.
 func canary(ctx context.Context, p *producer.Producer, d time.Duration) (string, error) {
@@ -112,18 +116,25 @@ func canary(ctx context.Context, p *producer.Producer, d time.Duration) (string,
 	return id, nil
 }
 
-// seen watches the function subjects of prefix for the message of run id.
+// seen watches the function subjects of the canary runs of prefix and
+// notes when each run's message is seen.
 type seen struct {
 	sub *nats.Subscription
-	at  chan time.Time
+	mu  sync.Mutex
+	at  map[string]time.Time
 }
 
-func watchRun(nc *nats.Conn, prefix, id string) (*seen, error) {
-	s := &seen{at: make(chan time.Time, 1)}
-	sub, err := nc.Subscribe(streams.Config{Prefix: prefix}.FunctionSubject(canaryFn.Name(), id), func(*nats.Msg) {
-		select {
-		case s.at <- time.Now():
-		default:
+func watchCanaries(nc *nats.Conn, prefix string) (*seen, error) {
+	s := &seen{at: map[string]time.Time{}}
+	scfg := streams.Config{Prefix: prefix}
+	sub, err := nc.Subscribe(scfg.FunctionSubject(canaryFn.Name(), "*"), func(m *nats.Msg) {
+		now := time.Now()
+		if _, id, ok := scfg.ParseFunctionSubject(m.Subject); ok {
+			s.mu.Lock()
+			if _, dup := s.at[id]; !dup {
+				s.at[id] = now
+			}
+			s.mu.Unlock()
 		}
 	})
 	if err != nil {
@@ -136,13 +147,20 @@ func watchRun(nc *nats.Conn, prefix, id string) (*seen, error) {
 	return s, nil
 }
 
-func (s *seen) wait(ctx context.Context) (time.Time, error) {
-	defer s.sub.Unsubscribe()
-	select {
-	case t := <-s.at:
-		return t, nil
-	case <-ctx.Done():
-		return time.Time{}, fmt.Errorf("%w: a due run was never published: %w", ErrBench, ctx.Err())
+// wait returns when the message of run id was seen.
+func (s *seen) wait(ctx context.Context, id string) (time.Time, error) {
+	for {
+		s.mu.Lock()
+		t, ok := s.at[id]
+		s.mu.Unlock()
+		if ok {
+			return t, nil
+		}
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("%w: a due run was never published: %w", ErrBench, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
 
@@ -200,16 +218,19 @@ func MeasureDelayedScale(ctx context.Context, url, prefix string, waiting, perSe
 		}, nil
 	}
 
-	// A scheduler starting over the waiting set: a run already due waits.
-	id, err := canary(ctx, r.p, time.Millisecond)
+	// A scheduler starting over the waiting set: a run already due waits
+	// in the delayed store (due 50 ms after it was written, so that the
+	// producer stores it rather than publishing it).
+	w, err := watchCanaries(r.nc, prefix)
 	if err != nil {
 		return res, err
 	}
-	w, err := watchRun(r.nc, prefix, id)
+	defer w.sub.Unsubscribe()
+	id, err := canary(ctx, r.p, canaryDelay)
 	if err != nil {
 		return res, err
 	}
-	time.Sleep(5 * time.Millisecond) // the canary is due before the scheduler starts
+	time.Sleep(canaryDelay + 5*time.Millisecond) // due before the scheduler starts
 	before := heapMB()
 	a, stopA, err := newSched("bench-scheduler-a")
 	if err != nil {
@@ -225,7 +246,7 @@ func MeasureDelayedScale(ctx context.Context, url, prefix string, waiting, perSe
 		return res, err
 	}
 	res.Leading = time.Since(t0)
-	at, err := w.wait(ctx)
+	at, err := w.wait(ctx, id)
 	if err != nil {
 		stopA()
 		return res, err
@@ -273,28 +294,19 @@ func MeasureDelayedScale(ctx context.Context, url, prefix string, waiting, perSe
 		stopA()
 		return res, fmt.Errorf("bench: scheduler: %w", err)
 	}
-	id, err = canary(ctx, r.p, time.Millisecond)
+	id, err = canary(ctx, r.p, canaryDelay)
 	if err != nil {
 		stopA()
 		return res, err
 	}
 	// The leader fires this one: wait for it, then stop the leader with
 	// another run due, which only the standby can fire.
-	w, err = watchRun(r.nc, prefix, id)
-	if err != nil {
-		stopA()
-		return res, err
-	}
-	if _, err := w.wait(ctx); err != nil {
+	if _, err := w.wait(ctx, id); err != nil {
 		stopA()
 		return res, err
 	}
 	stopA()
-	id, err = canary(ctx, r.p, time.Millisecond)
-	if err != nil {
-		return res, err
-	}
-	w, err = watchRun(r.nc, prefix, id)
+	id, err = canary(ctx, r.p, canaryDelay)
 	if err != nil {
 		return res, err
 	}
@@ -303,7 +315,7 @@ func MeasureDelayedScale(ctx context.Context, url, prefix string, waiting, perSe
 		return res, err
 	}
 	res.TakeoverLeading = time.Since(t0)
-	at, err = w.wait(ctx)
+	at, err = w.wait(ctx, id)
 	if err != nil {
 		return res, err
 	}
