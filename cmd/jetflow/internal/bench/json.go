@@ -27,6 +27,13 @@ type JSON struct {
 	LatenessRuns         int     `json:"lateness_runs"`
 	LatenessNotSucceeded int     `json:"lateness_not_succeeded"`
 	RawLatencyP99NS      int64   `json:"raw_latency_p99_ns"`
+	// Enqueue from ManyGoroutines goroutines beside raw synchronous
+	// publishes from as many.
+	EnqueueMany            float64 `json:"enqueue_many_per_s"`
+	RawSyncMany            float64 `json:"raw_sync_many_per_s"`
+	EnqueueManyRatio       float64 `json:"enqueue_many_ratio"`
+	EnqueueManyCPUPerRunNS int64   `json:"enqueue_many_cpu_per_run_ns"`
+	RawSyncManyCPUPerMsgNS int64   `json:"raw_sync_many_cpu_per_message_ns"`
 }
 
 // JSONOf is r for --json.
@@ -42,6 +49,9 @@ func JSONOf(r Result) JSON {
 		LatenessP50NS: r.Lateness.P50.Nanoseconds(), LatenessP99NS: r.Lateness.P99.Nanoseconds(),
 		LatenessMaxNS: r.Lateness.Max.Nanoseconds(), LatenessRuns: r.LatenessN, LatenessNotSucceeded: r.LatenessBad,
 		RawLatencyP99NS: r.RawLatency.P99.Nanoseconds(),
+		EnqueueMany:     r.Many.Jetflow.Rate(), RawSyncMany: r.Many.Raw.Rate(), EnqueueManyRatio: r.Many.Ratio(),
+		EnqueueManyCPUPerRunNS: per(r.Many.Jetflow.CPU, r.Many.Jetflow.Calls).Nanoseconds(),
+		RawSyncManyCPUPerMsgNS: per(r.Many.Raw.CPU, r.Many.Raw.Calls).Nanoseconds(),
 	}
 	if r.EndToEndClaimFirst > 0 {
 		j.ClaimFirstRatio = ratio(r.EndToEndClaimFirst, r.RawPublishConsume)
