@@ -79,7 +79,9 @@ func ReadFunctions(ctx context.Context, js jetstream.JetStream, cfg streams.Conf
 				})
 				return out, nil
 			}
-			if e.Operation() != jetstream.KeyValuePut || strings.HasPrefix(e.Key(), pausedPrefix) {
+			// Keys beginning with '=' are not a worker's: paused marks,
+			// triggers (kv/triggers.go).
+			if e.Operation() != jetstream.KeyValuePut || strings.HasPrefix(e.Key(), "=") {
 				continue
 			}
 			var fi FunctionInfo

@@ -32,6 +32,9 @@ var roles = map[string][]string{
 	// workflow: durable workflows, being built on the producer and the
 	// worker (to be drawn in docs/architecture.md when it lands).
 	"workflow": {"producer", "worker"},
+	// trigger: messages of the user's streams and subjects as runs of a
+	// function or a workflow (docs/triggers.md).
+	"trigger": {"producer", "worker", "workflow"},
 }
 
 // foundation is what every role builds on; it imports no role.

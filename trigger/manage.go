@@ -1,0 +1,206 @@
+package trigger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Def is a trigger's stored definition (kv.TriggerDef): what Add takes and
+// List returns.
+type Def = kv.TriggerDef
+
+// Info is a trigger with the counters of the runners running it and what
+// its consumer holds.
+type Info struct {
+	kv.TriggerInfo
+	// Totals sums the live runners' counters (since each started).
+	Totals kv.TriggerStats `json:"totals"`
+	// Waiting: messages of the source not yet delivered to the trigger;
+	// InFlight: delivered, their runs not yet accepted (-1: consumer not
+	// read).
+	Waiting  int64 `json:"waiting"`
+	InFlight int   `json:"inFlight"`
+	// ConsumerError says why the consumer could not be read, if so.
+	ConsumerError string `json:"consumerError,omitempty"`
+}
+
+// bucket is the functions bucket of p, where definitions live.
+func bucket(ctx context.Context, p *producer.Producer) (jetstream.KeyValue, jetstream.JetStream, streams.Config, error) {
+	d := engine.Of(p)
+	b, err := d.JetStream().KeyValue(ctx, d.Streams().FunctionsBucket())
+	if err != nil {
+		return nil, nil, streams.Config{}, fmt.Errorf("trigger: functions bucket: %w", err)
+	}
+	return b, d.JetStream(), d.Streams(), nil
+}
+
+// Add defines a run-time trigger (the CLI's `jetflow triggers add`): it
+// stores def, creates its consumer (and capture stream), and every running
+// trigger runner that runs run-time triggers starts it, each message's
+// JSON as the args of a run of def.Function (or of a workflow's start
+// function: set Function to workflow.StartFunction(name) and Workflow to
+// the name). It returns the stored definition. Errors: ErrInvalid,
+// ErrExists, and the server's (a stream that does not exist, subjects
+// another stream captures).
+func Add(ctx context.Context, p *producer.Producer, def Def) (*Def, error) {
+	def.Origin = kv.TriggerOriginRuntime
+	if err := Validate(&def); err != nil {
+		return nil, err
+	}
+	b, js, scfg, err := bucket(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := b.Get(ctx, kv.TriggerKey(def.Name)); err == nil {
+		return nil, fmt.Errorf("%w: %s", ErrExists, def.Name)
+	}
+	// The consumer first: a message published once Add returns is the
+	// trigger's, whenever a runner starts it.
+	if _, _, err := ensureSource(ctx, js, scfg, def, 30*time.Second); err != nil {
+		return nil, fmt.Errorf("trigger %s: %w", def.Name, err)
+	}
+	now := time.Now().UTC()
+	def.Created, def.Updated = now, now
+	data, _ := json.Marshal(def)
+	rev, err := b.Create(ctx, kv.TriggerKey(def.Name), data)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		return nil, fmt.Errorf("%w: %s", ErrExists, def.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("trigger %s: %w", def.Name, err)
+	}
+	def.Revision = rev
+	return &def, nil
+}
+
+// Get returns trigger name's definition. Errors: ErrNotFound.
+func Get(ctx context.Context, p *producer.Producer, name string) (*Def, error) {
+	b, _, _, err := bucket(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return get(ctx, b, name)
+}
+
+func get(ctx context.Context, b jetstream.KeyValue, name string) (*Def, error) {
+	e, err := b.Get(ctx, kv.TriggerKey(name))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("trigger %s: %w", name, err)
+	}
+	var d Def
+	if err := json.Unmarshal(e.Value(), &d); err != nil {
+		return nil, fmt.Errorf("trigger %s: definition unreadable: %w", name, err)
+	}
+	d.Revision = e.Revision()
+	return &d, nil
+}
+
+// Pause stops every runner taking messages of trigger name (those being
+// handled finish); the messages wait in the stream, and Resume takes them
+// up where they were. Pausing a paused trigger is a no-op. Errors:
+// ErrNotFound.
+func Pause(ctx context.Context, p *producer.Producer, name string) (*Def, error) {
+	return setPaused(ctx, p, name, true)
+}
+
+// Resume undoes Pause. Errors: ErrNotFound.
+func Resume(ctx context.Context, p *producer.Producer, name string) (*Def, error) {
+	return setPaused(ctx, p, name, false)
+}
+
+func setPaused(ctx context.Context, p *producer.Producer, name string, paused bool) (*Def, error) {
+	b, _, _, err := bucket(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		d, err := get(ctx, b, name)
+		if err != nil {
+			return nil, err
+		}
+		if d.Paused == paused {
+			return d, nil
+		}
+		d.Paused, d.Updated = paused, time.Now().UTC()
+		data, _ := json.Marshal(d)
+		rev, err := b.Update(ctx, kv.TriggerKey(name), data, d.Revision)
+		if err != nil && isWrongRev(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("trigger %s: %w", name, err)
+		}
+		d.Revision = rev
+		return d, nil
+	}
+}
+
+// Delete removes trigger name: its definition (runners stop it), its
+// durable consumer and, for a trigger on plain subjects, its capture
+// stream with the messages not yet turned into runs. Runs it made are
+// untouched. A trigger declared in code is defined again when its program
+// starts. Errors: ErrNotFound.
+func Delete(ctx context.Context, p *producer.Producer, name string) error {
+	b, js, scfg, err := bucket(ctx, p)
+	if err != nil {
+		return err
+	}
+	d, err := get(ctx, b, name)
+	if err != nil {
+		return err
+	}
+	if err := b.Purge(ctx, kv.TriggerKey(name)); err != nil {
+		return fmt.Errorf("trigger %s: %w", name, err)
+	}
+	stream := d.SourceStream(scfg)
+	if d.Stream == "" {
+		if err := js.DeleteStream(ctx, stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("trigger %s: capture stream: %w", name, err)
+		}
+		return nil
+	}
+	err = js.DeleteConsumer(ctx, stream, kv.TriggerConsumer(scfg, name))
+	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("trigger %s: consumer: %w", name, err)
+	}
+	return nil
+}
+
+// List returns every trigger, sorted by name, with its live runners'
+// counters and what its consumer holds.
+func List(ctx context.Context, p *producer.Producer) ([]Info, error) {
+	d := engine.Of(p)
+	return ListOn(ctx, d.JetStream(), d.Streams())
+}
+
+// ListOn is List for a caller without a producer (the dashboard's reads).
+func ListOn(ctx context.Context, js jetstream.JetStream, scfg streams.Config) ([]Info, error) {
+	tis, err := kv.ReadTriggers(ctx, js, scfg)
+	if err != nil {
+		return nil, fmt.Errorf("trigger: %w", err)
+	}
+	out := make([]Info, len(tis))
+	for i, ti := range tis {
+		out[i] = Info{TriggerInfo: ti, Totals: ti.Totals(), Waiting: -1, InFlight: -1}
+		c, err := js.Consumer(ctx, ti.SourceStream(scfg), kv.TriggerConsumer(scfg, ti.Name))
+		if err != nil {
+			out[i].ConsumerError = err.Error()
+			continue
+		}
+		ci := c.CachedInfo()
+		out[i].Waiting, out[i].InFlight = int64(ci.NumPending), ci.NumAckPending
+	}
+	return out, nil
+}

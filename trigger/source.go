@@ -1,0 +1,198 @@
+package trigger
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// StreamRunID is the run id of the message at sequence seq of stream (a
+// stream created at the Unix second epoch) for trigger name:
+// "trg-<name>-<stream>-<epoch>-<seq>" (or its hash when that is not a
+// valid run id). The stream's creation time keeps a stream deleted and
+// created again, whose sequences start over, from meeting the runs of the
+// old one.
+func StreamRunID(name, stream string, epoch int64, seq uint64) string {
+	return jetflow.DerivedID("trg-" + name + "-" + stream + "-" + strconv.FormatInt(epoch, 10) + "-" + strconv.FormatUint(seq, 10))
+}
+
+// HeaderRunID is the run id of a message whose id header has value for
+// trigger name: "trg-<name>-<value>" (or its hash when that is not a valid
+// run id), so the same event published twice makes one run.
+func HeaderRunID(name, value string) string {
+	return jetflow.DerivedID("trg-" + name + "-" + value)
+}
+
+// runID derives the run id of message m of trigger def, on a stream
+// created at epoch. ErrNoID when def takes ids from a header m lacks.
+func runID(def kv.TriggerDef, epoch int64, m jetstream.Msg, md *jetstream.MsgMetadata) (string, error) {
+	if def.IDHeader == "" {
+		return StreamRunID(def.Name, md.Stream, epoch, md.Sequence.Stream), nil
+	}
+	v := m.Headers().Get(def.IDHeader)
+	if v == "" {
+		return "", fmt.Errorf("%w: %s", ErrNoID, def.IDHeader)
+	}
+	return HeaderRunID(def.Name, v), nil
+}
+
+// ensureSource creates (or updates) the capture stream of a trigger on
+// plain subjects and the trigger's durable consumer, and returns the
+// consumer and the creation time of its stream (Unix seconds).
+func ensureSource(ctx context.Context, js jetstream.JetStream, scfg streams.Config, def kv.TriggerDef, ackWait time.Duration) (jetstream.Consumer, int64, error) {
+	scfg = scfg.WithDefaults()
+	stream := def.SourceStream(scfg)
+	var filters []string
+	if def.Stream == "" {
+		_, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        stream,
+			Subjects:    def.Subjects,
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     scfg.Storage,
+			Replicas:    scfg.Replicas,
+			Duplicates:  scfg.DuplicateWindow,
+			Description: "jetflow: messages captured for trigger " + def.Name,
+		})
+		if err != nil {
+			return nil, 0, fmt.Errorf("capture stream %s: %w", stream, err)
+		}
+	} else {
+		filters = def.Subjects
+	}
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		return nil, 0, fmt.Errorf("stream %s: %w", stream, err)
+	}
+	deliver := jetstream.DeliverAllPolicy
+	if def.DeliverNew {
+		deliver = jetstream.DeliverNewPolicy
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:       kv.TriggerConsumer(scfg, def.Name),
+		Description:   "jetflow trigger " + def.Name + " -> " + def.Function,
+		DeliverPolicy: deliver,
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxDeliver:    -1,
+		MaxAckPending: def.Window,
+	}
+	if len(filters) == 1 {
+		cc.FilterSubject = filters[0]
+	} else {
+		cc.FilterSubjects = filters
+	}
+	c, err := st.CreateOrUpdateConsumer(ctx, cc)
+	if err != nil {
+		return nil, 0, fmt.Errorf("consumer %s on %s: %w", cc.Durable, stream, err)
+	}
+	return c, st.CachedInfo().Created.Unix(), nil
+}
+
+// queued is the number of runs of function fn waiting or running: the
+// messages its worker consumer has not delivered or not had acked, or,
+// before any worker served it, the messages its subjects hold.
+func queued(ctx context.Context, js jetstream.JetStream, scfg streams.Config, fn string) (int, error) {
+	scfg = scfg.WithDefaults()
+	c, err := js.Consumer(ctx, scfg.FunctionStream(), worker.ConsumerName(scfg.Prefix, fn))
+	if err == nil {
+		ci := c.CachedInfo()
+		return int(ci.NumPending) + ci.NumAckPending, nil
+	}
+	if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, err
+	}
+	st, err := js.Stream(ctx, scfg.FunctionStream())
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(scfg.FunctionFilter(fn)))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range info.State.Subjects {
+		n += int(c)
+	}
+	return n, nil
+}
+
+// maxReason bounds the reason a failed record gives.
+const maxReason = 2048
+
+// failRun records the message of it as a failed run with the reason (step
+// DeadLetter of the engine: from no record to failed), so that nothing is
+// silently dropped. A record that exists already (a redelivery) is not an
+// error: existed says so.
+func (l *loop) failRun(ctx context.Context, it *item) (existed bool, err error) {
+	def := l.def()
+	md, err := it.m.Metadata()
+	if err != nil {
+		return false, err
+	}
+	subject := it.m.Subject()
+	if len(subject) > 512 {
+		subject = subject[:512] + "…"
+	}
+	why := it.reason.Error()
+	if len(why) > maxReason {
+		why = strings.ToValidUTF8(why[:maxReason], "") + "…"
+	}
+	now := time.Now().UTC()
+	r := &jetflow.Run{
+		ID: it.id, Name: def.Function, Kind: jetflow.Kind(def.Kind), Args: recordArgs(it.m.Data(), l.argsLimit()),
+		State: jetflow.Failed, ScheduledTime: md.Timestamp.UTC(), CreationTime: now, CompletedTime: now, Permanent: true,
+		Error: fmt.Sprintf("trigger %s: message %s #%d (subject %s): %s", def.Name, md.Stream, md.Sequence.Stream, subject, why),
+	}
+	_, err = l.r.d.Runs().Write(ctx, engine.DeadLetter, engine.None, r, 0)
+	if errors.Is(err, kv.ErrExists) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("failed record %s: %w", it.id, err)
+	}
+	l.r.log.Warn("trigger message recorded as failed run", "trigger", def.Name, "run_id", it.id, "reason", why)
+	return false, nil
+}
+
+// argsLimit is the most bytes of args a record holds.
+func (l *loop) argsLimit() int {
+	if max := l.r.js.Conn().MaxPayload(); max > 8192 {
+		return int(max) - 4096
+	}
+	return 1 << 20
+}
+
+// recordArgs is what a failed record stores of a message body b: b when it
+// is JSON that fits, else a summary (size, SHA-256, what fits of it in
+// base64).
+func recordArgs(b []byte, limit int) json.RawMessage {
+	if len(b) == 0 {
+		return nil
+	}
+	if len(b) <= limit && json.Valid(b) {
+		return b
+	}
+	keep := min(len(b), 3*(limit/4)/4)
+	sum := sha256.Sum256(b)
+	v, _ := json.Marshal(struct {
+		NotJSON   bool   `json:"notJSON"`
+		Size      int    `json:"size"`
+		SHA256    string `json:"sha256"`
+		Base64    []byte `json:"base64"`
+		Truncated bool   `json:"truncated,omitempty"`
+	}{!json.Valid(b), len(b), hex.EncodeToString(sum[:]), b[:keep], keep < len(b)})
+	return v
+}
