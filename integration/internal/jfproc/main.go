@@ -14,6 +14,11 @@
 //	STATS heap=<bytes> goroutines=<n> the worker's heap after a GC (on
 //	                                  SIGUSR1, and every -stats-every)
 //
+// With -trigger, the worker also runs a trigger (package trigger) that
+// turns the messages of -trigger-stream on -trigger-subject into runs of
+// its first function: a message with a Bad header is refused by the
+// mapping (a failed run), one with a Skip header skipped by the filter.
+//
 // With -ledger, every handler execution appends "<run id> <attempt> <pid>"
 // to that file (O_APPEND, fsynced) when it starts, before it returns: the
 // record of side effects the fault tests count.
@@ -24,6 +29,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -41,6 +47,7 @@ import (
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/trigger"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
 	"github.com/nats-io/nats.go"
@@ -96,6 +103,12 @@ type config struct {
 	ledger     string
 	statsEvery time.Duration
 
+	// worker: a trigger run beside it
+	trigger        string
+	triggerStream  string
+	triggerSubject string
+	quiet          bool
+
 	// load role
 	parallel    int
 	retry       bool
@@ -132,6 +145,10 @@ func main() {
 	flag.StringVar(&c.ledger, "ledger", "", "worker: append \"<run id> <attempt> <pid>\" to this file at each handler start (fsynced)")
 	flag.BoolVar(&c.workflow, "workflow", false, "worker: also serve the workflows it.flow (steps a, b at-most-once, c; each appends \"<workflow id>/<step> 0 <pid>\" to the ledger and works -work long) and it.sleep (sleeps an hour, then a step)")
 	flag.DurationVar(&c.statsEvery, "stats-every", 0, "worker: print a STATS line this often (0: only on SIGUSR1)")
+	flag.StringVar(&c.trigger, "trigger", "", "worker: also run a trigger of this name starting runs of the first function (bad messages: header Bad; skipped: header Skip)")
+	flag.StringVar(&c.triggerStream, "trigger-stream", "", "worker: the trigger's stream (\"\": plain subjects, captured)")
+	flag.StringVar(&c.triggerSubject, "trigger-subject", "", "worker: the trigger's subject filter (or captured subject)")
+	flag.BoolVar(&c.quiet, "quiet", false, "worker: no STARTED and SUCCESS markers")
 	flag.IntVar(&c.parallel, "parallel", 4, "load: concurrent calls")
 	flag.BoolVar(&c.retry, "retry", true, "load: retry a failed call until it returns an id (else report it FAILED)")
 	flag.DurationVar(&c.callTimeout, "call-timeout", 5*time.Second, "load: context timeout of one call")
@@ -337,7 +354,9 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 			log.Error("ledger", "error", err)
 			os.Exit(3) // a missing ledger line would make the test's count wrong
 		}
-		marker("STARTED %s %d", j.ID(), j.Attempt())
+		if !c.quiet {
+			marker("STARTED %s %d", j.ID(), j.Attempt())
+		}
 		if c.blockFirst && j.Attempt() == 1 {
 			select {} // until the test kills this process
 		}
@@ -381,12 +400,15 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 		if err := j.SetResult(Result{Worker: id, Attempt: j.Attempt()}); err != nil {
 			return err
 		}
-		marker("SUCCESS %s %d", j.ID(), j.Attempt())
+		if !c.quiet {
+			marker("SUCCESS %s %d", j.ID(), j.Attempt())
+		}
 		return nil
 	}
 	for _, fn := range fns {
 		worker.Handle(w, fn, h, worker.Options{ClaimAfter: c.claimAfter})
 	}
+	fn0 := fns[0]
 	if c.workflow {
 		if err := workflow.Register(w, sleepDef); err != nil {
 			return err
@@ -399,6 +421,31 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 	// process's, not setup's per-try timeout.
 	if err := setup(func(context.Context) error { return w.Start(ctx) }); err != nil {
 		return err
+	}
+	var tr *trigger.Runner
+	if c.trigger != "" {
+		tr = trigger.New(w.Producer(), trigger.Config{ID: id, Logger: log})
+		spec := trigger.Spec[Args]{
+			Name: c.trigger, Stream: c.triggerStream,
+			Filter: func(m jetstream.Msg) bool { return m.Headers().Get("Skip") == "" },
+			Map: func(m jetstream.Msg) (Args, error) {
+				if m.Headers().Get("Bad") != "" {
+					return Args{}, errors.New("bad order")
+				}
+				var a Args
+				err := json.Unmarshal(m.Data(), &a)
+				return a, err
+			},
+		}
+		if c.triggerSubject != "" {
+			spec.Subjects = []string{c.triggerSubject}
+		}
+		if err := trigger.Bind(tr, trigger.Func(fn0), spec); err != nil {
+			return err
+		}
+		if err := setup(func(context.Context) error { return tr.Start(ctx) }); err != nil {
+			return err
+		}
 	}
 	marker("READY worker %s", id)
 	var tick <-chan time.Time
@@ -421,6 +468,9 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	if tr != nil {
+		_ = tr.Stop(sctx)
+	}
 	return w.Stop(sctx)
 }
 
