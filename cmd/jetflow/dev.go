@@ -25,6 +25,7 @@ import (
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/trigger"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
 )
@@ -188,9 +189,19 @@ func runDev(ctx context.Context, args []string) error {
 		stopQuietly(w.Stop)
 		return fmt.Errorf("dev: start scheduler: %w", err)
 	}
+	// Triggers added at run time (jetflow triggers add) run here.
+	trig := trigger.New(p, trigger.Config{ID: devID})
+	if err := trig.Start(context.Background()); err != nil {
+		stopQuietly(w.Stop)
+		stopQuietly(s.Stop)
+		return fmt.Errorf("dev: start triggers: %w", err)
+	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		if err := trig.Stop(sctx); err != nil {
+			fmt.Fprintf(out, "triggers stop: %v\n", err)
+		}
 		if err := w.Stop(sctx); err != nil {
 			fmt.Fprintf(out, "worker stop: %v\n", err)
 		}
