@@ -336,4 +336,3 @@ func (l *loop) settle(ctx context.Context, it *item, ran bool) {
 		log.Debug("trigger ack failed", "error", err)
 	}
 }
-
