@@ -21,7 +21,7 @@ import (
 // pages are the parsed page templates of one handler (links carry its
 // base path).
 type pages struct {
-	index, run, functions, crons, errorPage *template.Template
+	index, run, functions, crons, triggers, errorPage *template.Template
 }
 
 func (h *handler) parsePages() (*pages, error) {
@@ -45,6 +45,7 @@ func (h *handler) parsePages() (*pages, error) {
 			return r.State == jetflow.Failed || r.State == jetflow.Canceled
 		},
 		"ctl": func() bool { _, ok := h.cfg.Crons.(CronController); return ok },
+		"triggerState": triggerState,
 	}
 	parse := func(name string) (*template.Template, error) {
 		return template.New(name).Funcs(funcs).ParseFS(assetsFS, "assets/templates/layout.html", "assets/templates/"+name)
@@ -53,7 +54,7 @@ func (h *handler) parsePages() (*pages, error) {
 	var err error
 	for name, dst := range map[string]**template.Template{
 		"index.html": &ps.index, "run.html": &ps.run, "functions.html": &ps.functions,
-		"crons.html": &ps.crons, "error.html": &ps.errorPage,
+		"crons.html": &ps.crons, "triggers.html": &ps.triggers, "error.html": &ps.errorPage,
 	} {
 		if *dst, err = parse(name); err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", name, err)
@@ -65,7 +66,7 @@ func (h *handler) parsePages() (*pages, error) {
 // common is what the layout needs on every page.
 type common struct {
 	Base     string
-	Page     string // runs, run, functions, crons or error: the nav entry
+	Page     string // runs, run, functions, crons, triggers or error: the nav entry
 	Title    string
 	HasCrons bool
 }

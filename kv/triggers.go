@@ -130,15 +130,24 @@ func TriggerStatsMsg(cfg streams.Config, st TriggerStats) *nats.Msg {
 	return PutMsg(cfg.WithDefaults().FunctionsBucket(), TriggerStatsKey(st.Trigger, st.Runner), data, PutTTL(FunctionTTL))
 }
 
-// TriggerInfo is a trigger as ReadTriggers returns it: its definition and
-// the counters of the runners running it now (those gone have expired).
+// TriggerInfo is a trigger as ReadTriggers returns it: its definition, the
+// counters of the runners running it now (those gone have expired) and
+// what its consumer holds.
 type TriggerInfo struct {
 	TriggerDef
 	Runners []TriggerStats `json:"runners"`
+	// Totals sums the live runners' counters (each since it started).
+	Totals TriggerStats `json:"totals"`
+	// Waiting: messages of the source not yet delivered to the trigger;
+	// InFlight: delivered, their runs not yet accepted. -1 when the
+	// consumer could not be read (ConsumerError says why).
+	Waiting       int64  `json:"waiting"`
+	InFlight      int    `json:"inFlight"`
+	ConsumerError string `json:"consumerError,omitempty"`
 }
 
-// Totals sums the counters of the runners.
-func (ti *TriggerInfo) Totals() TriggerStats {
+// sum adds up the counters of the runners.
+func (ti *TriggerInfo) sum() TriggerStats {
 	var t TriggerStats
 	t.Trigger = ti.Name
 	for _, r := range ti.Runners {
@@ -156,7 +165,7 @@ func (ti *TriggerInfo) Totals() TriggerStats {
 }
 
 // ReadTriggers reads every trigger of the functions bucket of cfg, with the
-// counters of its live runners, sorted by name. A bucket that does not
+// counters of its live runners and its consumer's counts, sorted by name. A bucket that does not
 // exist is an error matching jetstream.ErrBucketNotFound.
 func ReadTriggers(ctx context.Context, js jetstream.JetStream, cfg streams.Config) ([]TriggerInfo, error) {
 	b, err := js.KeyValue(ctx, cfg.WithDefaults().FunctionsBucket())
@@ -201,6 +210,15 @@ func ReadTriggers(ctx context.Context, js jetstream.JetStream, cfg streams.Confi
 			out := make([]TriggerInfo, 0, len(defs))
 			for _, ti := range defs {
 				sort.Slice(ti.Runners, func(i, j int) bool { return ti.Runners[i].Runner < ti.Runners[j].Runner })
+				ti.Totals = ti.sum()
+				ti.Waiting, ti.InFlight = -1, -1
+				c, err := js.Consumer(ctx, ti.SourceStream(cfg), TriggerConsumer(cfg, ti.Name))
+				if err != nil {
+					ti.ConsumerError = err.Error()
+				} else {
+					ci := c.CachedInfo()
+					ti.Waiting, ti.InFlight = int64(ci.NumPending), ci.NumAckPending
+				}
 				out = append(out, *ti)
 			}
 			sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -19,19 +19,8 @@ import (
 type Def = kv.TriggerDef
 
 // Info is a trigger with the counters of the runners running it and what
-// its consumer holds.
-type Info struct {
-	kv.TriggerInfo
-	// Totals sums the live runners' counters (since each started).
-	Totals kv.TriggerStats `json:"totals"`
-	// Waiting: messages of the source not yet delivered to the trigger;
-	// InFlight: delivered, their runs not yet accepted (-1: consumer not
-	// read).
-	Waiting  int64 `json:"waiting"`
-	InFlight int   `json:"inFlight"`
-	// ConsumerError says why the consumer could not be read, if so.
-	ConsumerError string `json:"consumerError,omitempty"`
-}
+// its consumer holds (kv.TriggerInfo).
+type Info = kv.TriggerInfo
 
 // bucket is the functions bucket of p, where definitions live.
 func bucket(ctx context.Context, p *producer.Producer) (jetstream.KeyValue, jetstream.JetStream, streams.Config, error) {
@@ -185,22 +174,11 @@ func List(ctx context.Context, p *producer.Producer) ([]Info, error) {
 	return ListOn(ctx, d.JetStream(), d.Streams())
 }
 
-// ListOn is List for a caller without a producer (the dashboard's reads).
+// ListOn is List for a caller without a producer.
 func ListOn(ctx context.Context, js jetstream.JetStream, scfg streams.Config) ([]Info, error) {
 	tis, err := kv.ReadTriggers(ctx, js, scfg)
 	if err != nil {
 		return nil, fmt.Errorf("trigger: %w", err)
 	}
-	out := make([]Info, len(tis))
-	for i, ti := range tis {
-		out[i] = Info{TriggerInfo: ti, Totals: ti.Totals(), Waiting: -1, InFlight: -1}
-		c, err := js.Consumer(ctx, ti.SourceStream(scfg), kv.TriggerConsumer(scfg, ti.Name))
-		if err != nil {
-			out[i].ConsumerError = err.Error()
-			continue
-		}
-		ci := c.CachedInfo()
-		out[i].Waiting, out[i].InFlight = int64(ci.NumPending), ci.NumAckPending
-	}
-	return out, nil
+	return tis, nil
 }

@@ -1,0 +1,63 @@
+package dashboard
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// triggers reads every trigger (kv.ReadTriggers): its definition, the
+// counters of the runners running it now and what its consumer holds. No
+// bucket yet is no trigger.
+func (h *handler) triggers(ctx context.Context) ([]kv.TriggerInfo, error) {
+	st := engine.Of(h.p).Store()
+	list, err := kv.ReadTriggers(ctx, st.JetStream(), st.Config())
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return []kv.TriggerInfo{}, nil
+	}
+	return list, err
+}
+
+type triggersData struct {
+	common
+	Triggers []kv.TriggerInfo
+}
+
+// triggerState is what the page says a trigger does now.
+func triggerState(ti kv.TriggerInfo) string {
+	switch {
+	case ti.Paused:
+		return "paused"
+	case ti.Totals.Held:
+		return "held"
+	case len(ti.Runners) == 0:
+		return "no runner"
+	}
+	return "running"
+}
+
+func (h *handler) triggersPage(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	list, err := h.triggers(ctx)
+	if err != nil {
+		h.pageError(w, r, err)
+		return
+	}
+	h.render(w, r, h.pages.triggers, http.StatusOK, triggersData{common: h.common("triggers", "Triggers"), Triggers: list})
+}
+
+func (h *handler) apiTriggers(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := h.ctx(r)
+	defer cancel()
+	list, err := h.triggers(ctx)
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"triggers": list})
+}
