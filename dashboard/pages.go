@@ -45,7 +45,6 @@ func (h *handler) parsePages() (*pages, error) {
 			return r.State == jetflow.Failed || r.State == jetflow.Canceled
 		},
 		"ctl": func() bool { _, ok := h.cfg.Crons.(CronController); return ok },
-		"triggerState": triggerState,
 	}
 	parse := func(name string) (*template.Template, error) {
 		return template.New(name).Funcs(funcs).ParseFS(assetsFS, "assets/templates/layout.html", "assets/templates/"+name)

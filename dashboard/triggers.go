@@ -24,7 +24,13 @@ func (h *handler) triggers(ctx context.Context) ([]kv.TriggerInfo, error) {
 
 type triggersData struct {
 	common
-	Triggers []kv.TriggerInfo
+	Triggers []triggerRow
+}
+
+// triggerRow is a trigger on the page, with its state.
+type triggerRow struct {
+	kv.TriggerInfo
+	State string
 }
 
 // triggerState is what the page says a trigger does now.
@@ -48,7 +54,11 @@ func (h *handler) triggersPage(w http.ResponseWriter, r *http.Request) {
 		h.pageError(w, r, err)
 		return
 	}
-	h.render(w, r, h.pages.triggers, http.StatusOK, triggersData{common: h.common("triggers", "Triggers"), Triggers: list})
+	rows := make([]triggerRow, len(list))
+	for i, ti := range list {
+		rows[i] = triggerRow{TriggerInfo: ti, State: triggerState(ti)}
+	}
+	h.render(w, r, h.pages.triggers, http.StatusOK, triggersData{common: h.common("triggers", "Triggers"), Triggers: rows})
 }
 
 func (h *handler) apiTriggers(w http.ResponseWriter, r *http.Request) {
