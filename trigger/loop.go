@@ -11,6 +11,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -127,34 +128,25 @@ func (l *loop) run(ctx context.Context) {
 			continue
 		}
 		if room <= 0 {
+			// The function's queue is at the window: look again soon
+			// (one consumer info request).
 			l.held.Store(true)
-			l.pause(ctx, backoff)
-			backoff = min(2*backoff, time.Second)
+			l.pause(ctx, heldPoll)
 			continue
 		}
 		l.held.Store(false)
-		backoff = 20 * time.Millisecond
-		batch, err := cons.Fetch(min(room, l.r.cfg.Batch), jetstream.FetchMaxWait(time.Second))
+		backoff = 100 * time.Millisecond
+		msgs, err := l.fetch(cons, min(room, l.r.cfg.Batch))
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("trigger fetch failed; trying again", "error", err)
-				if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) {
+				if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrStreamNotFound) ||
+					errors.Is(err, jetstream.ErrConsumerDeleted) {
 					cons = nil
 				}
 				l.pause(ctx, time.Second)
 			}
 			continue
-		}
-		var msgs []jetstream.Msg
-		for m := range batch.Messages() {
-			msgs = append(msgs, m)
-		}
-		if err := batch.Error(); err != nil && len(msgs) == 0 && ctx.Err() == nil {
-			log.Debug("trigger fetch ended", "error", err)
-			if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
-				cons = nil
-				l.pause(ctx, time.Second)
-			}
 		}
 		if len(msgs) > 0 {
 			// Messages fetched are handled to the end, even when the
@@ -162,6 +154,41 @@ func (l *loop) run(ctx context.Context) {
 			l.handle(context.WithoutCancel(ctx), def, msgs)
 		}
 	}
+}
+
+// heldPoll is how often a trigger held at its window reads the function's
+// queue again.
+const heldPoll = 10 * time.Millisecond
+
+// fetch takes up to n messages: those delivered at once, or, when there
+// are none, the next one within a second (a fetch of n waits until it has
+// n, which would hold the last messages of a burst back).
+func (l *loop) fetch(cons jetstream.Consumer, n int) ([]jetstream.Msg, error) {
+	batch, err := cons.FetchNoWait(n)
+	if err != nil {
+		return nil, err
+	}
+	var msgs []jetstream.Msg
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	if len(msgs) > 0 {
+		return msgs, nil
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+		return nil, err
+	}
+	batch, err = cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+	if err != nil {
+		return nil, err
+	}
+	for m := range batch.Messages() {
+		msgs = append(msgs, m)
+	}
+	if err := batch.Error(); err != nil && len(msgs) == 0 && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+		return nil, err
+	}
+	return msgs, nil
 }
 
 // room is how many more runs the function's queue takes before the window

@@ -16,7 +16,7 @@ func init() {
 }
 
 func runBench(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--fairness] [--cron] [--workflow] [--cluster | --cluster-url URL] [--index [--index-sizes N,N]] [--enqueue-many] [--delayed-scale [--delayed-sizes N,N]] [--json]")
+	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--fairness] [--cron] [--workflow] [--trigger] [--cluster | --cluster-url URL] [--index [--index-sizes N,N]] [--enqueue-many] [--delayed-scale [--delayed-sizes N,N]] [--json]")
 	n := fs.Int("n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
 	alwaysN := fs.Int("always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
 	mode := fs.String("mode", "both", "durability mode: interval, always or both")
@@ -40,6 +40,7 @@ func runBench(ctx context.Context, args []string) error {
 	asJSON := fs.Bool("json", false, "print the core figures as one JSON array on stdout (one object per mode); the text goes to stderr")
 	index := fs.Bool("index", false, "also measure the run index: List pages, counts and the repair sweep over a runs bucket of each --index-sizes (before the core figures)")
 	indexSizes := fs.String("index-sizes", "100000,1000000", "runs bucket sizes of --index, comma-separated (each needs about 400 bytes of disk per record)")
+	trig := fs.Bool("trigger", false, "also measure triggers beside EnqueueAsync (before the core figures)")
 	pos, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -107,6 +108,11 @@ func runBench(ctx context.Context, args []string) error {
 	if *wf {
 		if err := bench.RunWorkflow(ctx, out, *quick); err != nil {
 			return fmt.Errorf("bench workflow: %w", err)
+		}
+	}
+	if *trig {
+		if err := bench.RunTrigger(ctx, out, *quick); err != nil {
+			return fmt.Errorf("bench trigger: %w", err)
 		}
 	}
 	if *cluster || *clusterURL != "" {

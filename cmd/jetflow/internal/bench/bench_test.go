@@ -288,3 +288,16 @@ func TestWhereTheTimeGoes(t *testing.T) {
 		t.Fatalf("shares %s (sum %.3f), want encoding/json at least 30%%", fmtShares(sh), sum)
 	}
 }
+
+func TestRunTriggerQuick(t *testing.T) {
+	var out strings.Builder
+	if err := RunTrigger(context.Background(), &out, true); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	for _, want := range []string{"trigger EnqueueAsync", "trigger trigger, stream -> runs    2000 runs", "2000 runs made, 0 found existing", "trigger / EnqueueAsync"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("no %q line in:\n%s", want, out.String())
+		}
+	}
+	t.Log(out.String())
+}
