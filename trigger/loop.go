@@ -115,6 +115,7 @@ func (l *loop) run(ctx context.Context) {
 		}
 		l.paused.Store(def.Paused)
 		if def.Paused {
+			l.held.Store(false)
 			l.pause(ctx, time.Minute)
 			continue
 		}

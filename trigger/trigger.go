@@ -362,6 +362,7 @@ func (r *Runner) Start(ctx context.Context) error {
 		defer func() { _ = watch.Stop() }()
 		stats := time.NewTicker(r.cfg.StatsEvery)
 		defer stats.Stop()
+		updates := watch.Updates()
 		for {
 			select {
 			case <-ctx.Done():
@@ -369,10 +370,10 @@ func (r *Runner) Start(ctx context.Context) error {
 				return
 			case <-stats.C:
 				r.writeStats(ctx)
-			case e, ok := <-watch.Updates():
+			case e, ok := <-updates:
 				if !ok {
 					r.log.Warn("trigger definitions watch ended; running triggers go on without updates")
-					watch = nil
+					updates = nil
 					continue
 				}
 				if e != nil {
