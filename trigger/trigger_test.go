@@ -503,3 +503,42 @@ func TestInvalidDefinitionsAreRefused(t *testing.T) {
 		t.Fatalf("start on a missing stream: %v", err)
 	}
 }
+
+// Args too large for a run (the message fits the user's stream, not a run
+// record) make a failed run whose args summarize the body.
+func TestArgsTooLargeIsAFailedRun(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.ordersStream()
+	e.worker()
+	r := e.runner(trigger.Config{}, func(r *trigger.Runner) {
+		if err := trigger.Bind(r, trigger.Func(Ship), trigger.Spec[Order]{Name: "big", Stream: "ORDERS",
+			Map: func(m jetstream.Msg) (Order, error) { return Order{ID: string(m.Data())}, nil }}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	big := make([]byte, e.nc.MaxPayload()-3000)
+	for i := range big {
+		big[i] = 'x'
+	}
+	e.publishRaw("orders.created", big, nil)
+	e.publishRaw("orders.created", []byte("small"), nil)
+	recs := e.waitRecords(Ship.Name(), 1, jetflow.Failed)
+	recs = e.waitRecords(Ship.Name(), 1, jetflow.Success)
+	bad := recs[trigger.StreamRunID("big", "ORDERS", e.streamEpoch("ORDERS"), 1)]
+	if bad == nil || bad.State != jetflow.Failed {
+		t.Fatalf("big message: %+v", bad)
+	}
+	mustContain(t, bad.Error, "arguments too large")
+	var summary struct {
+		NotJSON bool `json:"notJSON"`
+		Size    int  `json:"size"`
+	}
+	if err := json.Unmarshal(bad.Args, &summary); err != nil || !summary.NotJSON || summary.Size != len(big) {
+		t.Fatalf("args summary %s: %v", bad.Args[:min(len(bad.Args), 200)], err)
+	}
+	testserver.Eventually(t, 10*time.Second, "counters", func() bool {
+		st := r.Stats("big")
+		return st.Failed == 1 && st.Runs == 1
+	})
+}
