@@ -26,7 +26,11 @@
 //
 // <prefix>_functions holds, under <worker id>.<function>, a FunctionInfo
 // that each worker writes with a Nats-TTL of FunctionTTL and renews while
-// it runs. ReadFunctions reads it (the CLI, the dashboard).
+// it runs. ReadFunctions reads it (the CLI, the dashboard). Keys that
+// begin with '=' are not a worker's: =paused.<function> marks a paused
+// function (SetPaused), =trigger.<name> holds a trigger's definition
+// (TriggerDef) and =tstat.<name>.<runner> a trigger runner's counters
+// (TriggerStats, with a TTL); ReadTriggers reads those.
 //
 // # Crons bucket
 //
