@@ -58,9 +58,10 @@
 // each fetch it reads the function's queue (its worker consumer's pending
 // and unacknowledged messages, or the function's messages in the stream
 // before any worker served it) and fetches at most window - queue
-// messages; at the window it holds off (Stats.Held) and looks again every
-// 10 ms. The trigger's consumer also has MaxAckPending = window. The
-// queue counts every run of the function, whoever scheduled it. With k
+// messages; at the window it holds off (Stats.Held) and looks again after
+// 10 ms, backing off to 160 ms while the queue stays full. The trigger's
+// consumer also has MaxAckPending = window. The queue counts every run of
+// the function, whoever scheduled it. With k
 // runners of one trigger, each reads the queue before its fetch, so the
 // queue can pass the window by at most (k-1) x Config.Batch.
 //

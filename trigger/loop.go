@@ -101,6 +101,7 @@ func (l *loop) run(ctx context.Context) {
 	log := l.r.log.With("trigger", l.name)
 	var cons jetstream.Consumer
 	backoff := 100 * time.Millisecond
+	hold := heldPoll
 	for ctx.Err() == nil {
 		def := l.def()
 		if cons == nil {
@@ -130,11 +131,14 @@ func (l *loop) run(ctx context.Context) {
 		}
 		if room <= 0 {
 			// The function's queue is at the window: look again soon
-			// (one consumer info request).
+			// (one consumer info request), less often the longer it
+			// stays full.
 			l.held.Store(true)
-			l.pause(ctx, heldPoll)
+			l.pause(ctx, hold)
+			hold = min(2*hold, maxHeldPoll)
 			continue
 		}
+		hold = heldPoll
 		l.held.Store(false)
 		backoff = 100 * time.Millisecond
 		msgs, err := l.fetch(cons, min(room, l.r.cfg.Batch))
@@ -157,9 +161,12 @@ func (l *loop) run(ctx context.Context) {
 	}
 }
 
-// heldPoll is how often a trigger held at its window reads the function's
-// queue again.
-const heldPoll = 10 * time.Millisecond
+// A trigger held at its window reads the function's queue again after
+// heldPoll, doubling up to maxHeldPoll while it stays full.
+const (
+	heldPoll    = 10 * time.Millisecond
+	maxHeldPoll = 160 * time.Millisecond
+)
 
 // fetch takes up to n messages: those delivered at once, or, when there
 // are none, the next one within a second (a fetch of n waits until it has
