@@ -88,7 +88,7 @@ func TestFaultTriggerWorkerKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	epoch := st.CachedInfo().Created.Unix()
+	epoch := trigger.StreamEpoch(st.CachedInfo().Created)
 	want := map[string]string{} // run id -> "ok" or "bad"
 	var okIDs []string
 	for i := 0; i < total; i++ {

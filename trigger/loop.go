@@ -120,6 +120,14 @@ func (l *loop) run(ctx context.Context) {
 			l.pause(ctx, time.Minute)
 			continue
 		}
+		if !l.same(ctx, cons) {
+			// The consumer was made again (its stream deleted and
+			// created again, or the trigger deleted and added): the
+			// stream's epoch may have changed with it.
+			log.Info("trigger consumer made again; reading its stream again")
+			cons = nil
+			continue
+		}
 		room, err := l.room(ctx, def)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -197,6 +205,21 @@ func (l *loop) fetch(cons jetstream.Consumer, n int) ([]jetstream.Msg, error) {
 		return nil, err
 	}
 	return msgs, nil
+}
+
+// same reports whether cons is still the consumer the loop made (or found)
+// when it read the stream's epoch: one consumer info request. An error
+// other than the consumer's absence counts as the same (the fetch reports
+// it).
+func (l *loop) same(ctx context.Context, cons jetstream.Consumer) bool {
+	created := cons.CachedInfo().Created
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ci, err := cons.Info(ictx)
+	if err != nil {
+		return !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound)
+	}
+	return ci.Created.Equal(created)
 }
 
 // room is how many more runs the function's queue takes before the window

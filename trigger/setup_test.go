@@ -207,7 +207,7 @@ func (e *env) streamEpoch(name string) int64 {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return st.CachedInfo().Created.Unix()
+	return trigger.StreamEpoch(st.CachedInfo().Created)
 }
 
 func (e *env) argsOf(id string) Order {

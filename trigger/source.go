@@ -20,14 +20,18 @@ import (
 )
 
 // StreamRunID is the run id of the message at sequence seq of stream (a
-// stream created at the Unix second epoch) for trigger name:
-// "trg-<name>-<stream>-<epoch>-<seq>" (or its hash when that is not a
-// valid run id). The stream's creation time keeps a stream deleted and
+// stream created at epoch, in Unix nanoseconds: StreamEpoch) for trigger
+// name: "trg-<name>-<stream>-<epoch>-<seq>" (or its hash when that is not
+// a valid run id). The stream's creation time keeps a stream deleted and
 // created again, whose sequences start over, from meeting the runs of the
 // old one.
 func StreamRunID(name, stream string, epoch int64, seq uint64) string {
 	return jetflow.DerivedID("trg-" + name + "-" + stream + "-" + strconv.FormatInt(epoch, 10) + "-" + strconv.FormatUint(seq, 10))
 }
+
+// StreamEpoch is the epoch of a stream for StreamRunID: its creation time
+// in Unix nanoseconds (jetstream.StreamInfo.Created).
+func StreamEpoch(created time.Time) int64 { return created.UnixNano() }
 
 // HeaderRunID is the run id of a message whose id header has value for
 // trigger name: "trg-<name>-<value>" (or its hash when that is not a valid
@@ -51,7 +55,7 @@ func runID(def kv.TriggerDef, epoch int64, m jetstream.Msg, md *jetstream.MsgMet
 
 // ensureSource creates (or updates) the capture stream of a trigger on
 // plain subjects and the trigger's durable consumer, and returns the
-// consumer and the creation time of its stream (Unix seconds).
+// consumer and the epoch of its stream (StreamEpoch).
 func ensureSource(ctx context.Context, js jetstream.JetStream, scfg streams.Config, def kv.TriggerDef, ackWait time.Duration) (jetstream.Consumer, int64, error) {
 	scfg = scfg.WithDefaults()
 	stream := def.SourceStream(scfg)
@@ -98,7 +102,7 @@ func ensureSource(ctx context.Context, js jetstream.JetStream, scfg streams.Conf
 	if err != nil {
 		return nil, 0, fmt.Errorf("consumer %s on %s: %w", cc.Durable, stream, err)
 	}
-	return c, st.CachedInfo().Created.Unix(), nil
+	return c, StreamEpoch(st.CachedInfo().Created), nil
 }
 
 // queued is the number of runs of function fn waiting or running: the

@@ -422,9 +422,11 @@ func TestCodeTriggerKeepsItsPauseAcrossRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2 := e.runner(trigger.Config{CodeOnly: true}, bind)
-	testserver.Eventually(t, 10*time.Second, "restarted runner runs its trigger", func() bool { return len(r2.Running()) == 1 })
-	if got := r2.Running(); got[0] != "code" || !r2.Stats("code").Paused {
-		t.Fatalf("running %v, paused %v", got, r2.Stats("code").Paused)
+	testserver.Eventually(t, 10*time.Second, "restarted runner runs its trigger, paused", func() bool {
+		return len(r2.Running()) == 1 && r2.Stats("code").Paused
+	})
+	if got := r2.Running(); got[0] != "code" {
+		t.Fatalf("running %v, want only the code trigger", got)
 	}
 	def, err := trigger.Get(ctx, e.p, "code")
 	if err != nil || !def.Paused || def.Origin != kv.TriggerOriginCode {
@@ -541,4 +543,37 @@ func TestArgsTooLargeIsAFailedRun(t *testing.T) {
 		st := r.Stats("big")
 		return st.Failed == 1 && st.Runs == 1
 	})
+}
+
+// A stream deleted and created again starts its sequences over: its
+// messages still make runs of their own, not the old stream's runs.
+func TestStreamMadeAgainMakesNewRuns(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.ordersStream()
+	e.worker()
+	r := e.runner(trigger.Config{}, func(r *trigger.Runner) {
+		if err := trigger.Bind(r, trigger.Func(Ship), trigger.Spec[Order]{Name: "again", Stream: "ORDERS"}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.publish("orders.created", 0, 3, nil)
+	e.waitRecords(Ship.Name(), 3, jetflow.Success)
+	ctx := testCtx(t)
+	if err := e.js.DeleteStream(ctx, "ORDERS"); err != nil {
+		t.Fatal(err)
+	}
+	e.ordersStream()
+	e.publish("orders.created", 10, 3, nil)
+	recs := e.waitRecords(Ship.Name(), 6, jetflow.Success)
+	if len(recs) != 6 {
+		t.Fatalf("%d records, want 6", len(recs))
+	}
+	testserver.Eventually(t, 10*time.Second, "counters", func() bool {
+		st := r.Stats("again")
+		return st.Runs == 6 && st.Existing == 0
+	})
+	if a := e.argsOf(trigger.StreamRunID("again", "ORDERS", e.streamEpoch("ORDERS"), 1)); a.ID != "o10" {
+		t.Fatalf("first message of the new stream ran with %+v", a)
+	}
 }
