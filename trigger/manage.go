@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -45,29 +46,35 @@ func Add(ctx context.Context, p *producer.Producer, def Def) (*Def, error) {
 	if err := Validate(&def); err != nil {
 		return nil, err
 	}
-	b, js, scfg, err := bucket(ctx, p)
+	err := natsperm.Do(ctx, engine.Of(p).JetStream().Conn(), func(ctx context.Context) error {
+		b, js, scfg, err := bucket(ctx, p)
+		if err != nil {
+			return err
+		}
+		if _, err := b.Get(ctx, kv.TriggerKey(def.Name)); err == nil {
+			return fmt.Errorf("%w: %s", ErrExists, def.Name)
+		}
+		// The consumer first: a message published once Add returns is
+		// the trigger's, whenever a runner starts it.
+		if _, _, err := ensureSource(ctx, js, scfg, def, 30*time.Second); err != nil {
+			return fmt.Errorf("trigger %s: %w", def.Name, err)
+		}
+		now := time.Now().UTC()
+		def.Created, def.Updated = now, now
+		data, _ := json.Marshal(def)
+		rev, err := b.Create(ctx, kv.TriggerKey(def.Name), data)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: %s", ErrExists, def.Name)
+		}
+		if err != nil {
+			return fmt.Errorf("trigger %s: %w", def.Name, err)
+		}
+		def.Revision = rev
+		return nil
+	}, "$JS.", "$KV.")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := b.Get(ctx, kv.TriggerKey(def.Name)); err == nil {
-		return nil, fmt.Errorf("%w: %s", ErrExists, def.Name)
-	}
-	// The consumer first: a message published once Add returns is the
-	// trigger's, whenever a runner starts it.
-	if _, _, err := ensureSource(ctx, js, scfg, def, 30*time.Second); err != nil {
-		return nil, fmt.Errorf("trigger %s: %w", def.Name, err)
-	}
-	now := time.Now().UTC()
-	def.Created, def.Updated = now, now
-	data, _ := json.Marshal(def)
-	rev, err := b.Create(ctx, kv.TriggerKey(def.Name), data)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		return nil, fmt.Errorf("%w: %s", ErrExists, def.Name)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("trigger %s: %w", def.Name, err)
-	}
-	def.Revision = rev
 	return &def, nil
 }
 

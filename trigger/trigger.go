@@ -14,6 +14,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -341,22 +342,31 @@ func (r *Runner) Start(ctx context.Context) error {
 		bound = append(bound, b)
 	}
 	r.mu.Unlock()
-	bucket, err := r.js.KeyValue(ctx, r.scfg.FunctionsBucket())
-	if err != nil {
-		return fmt.Errorf("trigger: functions bucket: %w", err)
-	}
-	for _, b := range bound {
-		def, err := putCode(ctx, bucket, b.def)
+	var watch jetstream.KeyWatcher
+	// A permission the runner's user lacks fails at once, naming it, not
+	// after a timeout.
+	err := natsperm.Do(ctx, r.js.Conn(), func(ctx context.Context) error {
+		bucket, err := r.js.KeyValue(ctx, r.scfg.FunctionsBucket())
 		if err != nil {
-			return fmt.Errorf("trigger %s: %w", b.def.Name, err)
+			return fmt.Errorf("trigger: functions bucket: %w", err)
 		}
-		if _, _, err := ensureSource(ctx, r.js, r.scfg, def, r.cfg.AckWait); err != nil {
-			return fmt.Errorf("trigger %s: %w", b.def.Name, err)
+		for _, b := range bound {
+			def, err := putCode(ctx, bucket, b.def)
+			if err != nil {
+				return fmt.Errorf("trigger %s: %w", b.def.Name, err)
+			}
+			if _, _, err := ensureSource(ctx, r.js, r.scfg, def, r.cfg.AckWait); err != nil {
+				return fmt.Errorf("trigger %s: %w", b.def.Name, err)
+			}
 		}
-	}
-	watch, err := bucket.Watch(context.WithoutCancel(ctx), kv.TriggerKey(">"))
+		watch, err = bucket.Watch(context.WithoutCancel(ctx), kv.TriggerKey(">"))
+		if err != nil {
+			return fmt.Errorf("trigger: watch definitions: %w", err)
+		}
+		return nil
+	}, "$JS.", "$KV.")
 	if err != nil {
-		return fmt.Errorf("trigger: watch definitions: %w", err)
+		return err
 	}
 	return r.life.Start(ctx, func(ctx context.Context) {
 		defer func() { _ = watch.Stop() }()
