@@ -39,6 +39,9 @@
 //     Config.Crons is set, with Trigger now (the cron's call, now, id
 //     trigger-<name>-<unix second>) and, when Config.Crons is a
 //     CronController (*scheduler.Crons), Pause and Resume.
+//   - /triggers lists the event triggers (package trigger): source,
+//     target, state (running, held at its window, paused, no runner), the
+//     live runners' counters and the consumer's backlog (kv.ReadTriggers).
 //   - /favicon.ico is the dashboard's icon (SVG).
 //
 // The page is plain HTML from html/template with a small script and a style
@@ -75,6 +78,7 @@
 //	GET  /api/counts?function=                      {"pending": n, ..., "total": n, "source": "index"|"scan", "asOf": t}
 //	GET  /api/functions                             {"functions": [kv.FunctionInfo...]}
 //	GET  /api/crons                                 {"crons": [kv.CronInfo...]} (Config.Crons)
+//	GET  /api/triggers                              {"triggers": [kv.TriggerInfo...]}
 //	POST /api/crons/<name>/pause|resume|trigger     {"cron": {...}, "run": {...} (trigger)}
 //	GET  /api/events?function=|run=                 Server-Sent Events
 //
