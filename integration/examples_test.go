@@ -79,6 +79,26 @@ var exampleSpecs = map[string]exampleSpec{
 			}
 		},
 	},
+	"triggers": {
+		url: true,
+		want: []string{
+			"trigger ship: 5 messages, 2 runs, 1 found existing, 1 skipped, 1 failed",
+			"order X-9: failed, not JSON: true",
+			"order C-3 published while no runner ran: shipped after the restart",
+			"orders.ship: 1 x book", "orders.ship: 2 x lamp", "orders.ship: 3 x pen",
+			"users.welcome: ann@example.com", "users.welcome: bob@example.com",
+			"trigger ship -> orders.ship, origin code, stream ORDERS",
+			"trigger welcome -> users.welcome, origin code, stream JETFLOW_TRIGGER_welcome",
+		},
+		check: func(t *testing.T, out string) {
+			if n := strings.Count(out, "orders.ship: 1 x book"); n != 1 {
+				t.Errorf("order A-1, published twice, shipped %d times:\n%s", n, out)
+			}
+			if strings.Contains(out, "test") {
+				t.Errorf("the skipped test order ran:\n%s", out)
+			}
+		},
+	},
 	"orderpayment": {
 		// Order 1 is paid a few milliseconds after it is created; 2 s
 		// leaves its check a wide margin before it is due.
