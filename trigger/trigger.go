@@ -116,7 +116,8 @@ type Config struct {
 	// added at run time (Add, `jetflow triggers add`). Default: both.
 	CodeOnly bool
 	// Batch is the most messages of one trigger fetched and scheduled at
-	// once (one atomic batch of run records). Default DefaultBatch.
+	// once (one atomic batch of run records). Default DefaultBatch; at
+	// most producer.MaxBatch.
 	Batch int
 	// AckWait of the triggers' consumers: a message not acked that long
 	// after its delivery is delivered again (its run id finds the run it
@@ -136,6 +137,7 @@ func (c Config) withDefaults() Config {
 	if c.Batch <= 0 {
 		c.Batch = DefaultBatch
 	}
+	c.Batch = min(c.Batch, producer.MaxBatch)
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
 	}
