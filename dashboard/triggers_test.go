@@ -77,15 +77,30 @@ func TestTriggersAPI(t *testing.T) {
 	if idle.Name != "idle" || !idle.Paused || idle.Stream != "" || idle.Subjects[0] != "idle.events" {
 		t.Fatalf("idle: %+v", idle)
 	}
-	resp, err := http.Get(e.URL + "/triggers")
-	if err != nil {
-		t.Fatal(err)
+	// The page: a request under load may time out; the rows must come.
+	var body string
+	wants := []string{`data-trigger="orders" data-state="running"`, `data-trigger="idle" data-state="paused"`, `<code>idle.events</code>`}
+	has := func() bool {
+		for _, w := range wants {
+			if !strings.Contains(body, w) {
+				return false
+			}
+		}
+		return true
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, w := range []string{`data-trigger="orders" data-state="running"`, `data-trigger="idle" data-state="paused"`, `<code>idle.events</code>`} {
-		if !strings.Contains(string(body), w) {
-			t.Errorf("triggers page lacks %q", w)
+	for deadline := time.Now().Add(20 * time.Second); !has(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("triggers page lacks one of %q:\n%s", wants, body)
+		}
+		resp, err := http.Get(e.URL + "/triggers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		if !has() {
+			time.Sleep(50 * time.Millisecond)
 		}
 	}
 }
