@@ -53,6 +53,10 @@ func runID(def kv.TriggerDef, epoch int64, m jetstream.Msg, md *jetstream.MsgMet
 	return HeaderRunID(def.Name, v), nil
 }
 
+// jsErrCodeStreamSubjectOverlap is the server's error code for a stream
+// whose subjects overlap another's (nats-server JSStreamSubjectOverlapErr).
+const jsErrCodeStreamSubjectOverlap jetstream.ErrorCode = 10065
+
 // ensureSource creates (or updates) the capture stream of a trigger on
 // plain subjects and the trigger's durable consumer, and returns the
 // consumer and the epoch of its stream (StreamEpoch).
@@ -70,6 +74,10 @@ func ensureSource(ctx context.Context, js jetstream.JetStream, scfg streams.Conf
 			Duplicates:  scfg.DuplicateWindow,
 			Description: "jetflow: messages captured for trigger " + def.Name,
 		})
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jsErrCodeStreamSubjectOverlap {
+			return nil, 0, fmt.Errorf("%w: capture stream %s: %w", ErrSubjectsTaken, stream, err)
+		}
 		if err != nil {
 			return nil, 0, fmt.Errorf("capture stream %s: %w", stream, err)
 		}

@@ -52,6 +52,10 @@ var (
 	ErrMapping = errors.New("trigger: message not mapped")
 	// ErrNoID: the message lacks the header the trigger takes run ids from.
 	ErrNoID = errors.New("trigger: message has no run id header")
+	// ErrSubjectsTaken: a trigger on plain subjects whose subjects another
+	// stream captures already (NATS refuses overlapping streams); it wraps
+	// the server's error.
+	ErrSubjectsTaken = errors.New("trigger: subjects captured by another stream")
 )
 
 // Target is what a trigger starts for each message: a run of a function,

@@ -385,6 +385,16 @@ func TestRuntimeTriggerAddPauseResumeDelete(t *testing.T) {
 	if err := trigger.Delete(ctx, e.p, "rt"); !errors.Is(err, jetflow.ErrNotFound) {
 		t.Fatalf("delete twice: %v", err)
 	}
+	// Two triggers cannot capture one plain subject.
+	if _, err := trigger.Add(ctx, e.p, trigger.Def{Name: "cap1", Function: Ship.Name(), Subjects: []string{"signals.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trigger.Add(ctx, e.p, trigger.Def{Name: "cap2", Function: Ship.Name(), Subjects: []string{"signals.red"}}); !errors.Is(err, trigger.ErrSubjectsTaken) {
+		t.Fatalf("a second capture of signals.red: %v, want ErrSubjectsTaken", err)
+	}
+	if _, err := trigger.Get(ctx, e.p, "cap2"); !errors.Is(err, trigger.ErrNotFound) {
+		t.Fatalf("the refused trigger was stored: %v", err)
+	}
 	// A run-time trigger with invalid JSON on its subject: a failed run.
 	if _, err := trigger.Add(ctx, e.p, trigger.Def{Name: "rt2", Function: Ship.Name(), Stream: "ORDERS", DeliverNew: true}); err != nil {
 		t.Fatal(err)
