@@ -21,14 +21,10 @@ import (
 // states in the order the dashboard shows them.
 var states = []jetflow.State{jetflow.Pending, jetflow.InProgress, jetflow.Success, jetflow.Failed, jetflow.Canceled}
 
-// counts are the runs in each state (of one function, or of all).
+// counts are the runs in each state (of one function, or of all): the run
+// index's counts, and where they come from.
 type counts struct {
-	Pending    int `json:"pending"`
-	InProgress int `json:"inProgress"`
-	Success    int `json:"success"`
-	Failed     int `json:"failed"`
-	Canceled   int `json:"canceled"`
-	Total      int `json:"total"`
+	runindex.Counts
 	// Source is "index" (the scheduler's run index, one read) or "scan"
 	// (every record read: no scheduler indexing), AsOf when they were
 	// true; Rebuilding says the index is recounting (the counts are its
@@ -36,46 +32,6 @@ type counts struct {
 	Source     string    `json:"source,omitempty"`
 	AsOf       time.Time `json:"asOf,omitzero"`
 	Rebuilding bool      `json:"rebuilding,omitempty"`
-}
-
-// numbers is c without where they come from (for comparisons).
-func (c counts) numbers() counts {
-	c.Source, c.AsOf, c.Rebuilding = "", time.Time{}, false
-	return c
-}
-
-func (c *counts) add(s jetflow.State) {
-	switch s {
-	case jetflow.Pending:
-		c.Pending++
-	case jetflow.InProgress:
-		c.InProgress++
-	case jetflow.Success:
-		c.Success++
-	case jetflow.Failed:
-		c.Failed++
-	case jetflow.Canceled:
-		c.Canceled++
-	default:
-		return
-	}
-	c.Total++
-}
-
-func (c counts) of(s jetflow.State) int {
-	switch s {
-	case jetflow.Pending:
-		return c.Pending
-	case jetflow.InProgress:
-		return c.InProgress
-	case jetflow.Success:
-		return c.Success
-	case jetflow.Failed:
-		return c.Failed
-	case jetflow.Canceled:
-		return c.Canceled
-	}
-	return c.Total
 }
 
 // cancelResult is the body of POST /api/runs/<id>/cancel.
@@ -182,9 +138,7 @@ func (h *handler) counts(ctx context.Context, function string) (counts, error) {
 	if err != nil {
 		return counts{}, err
 	}
-	return counts{Pending: int(res.Pending), InProgress: int(res.InProgress), Success: int(res.Success),
-		Failed: int(res.Failed), Canceled: int(res.Canceled), Total: int(res.Total),
-		Source: res.Source, AsOf: res.AsOf, Rebuilding: res.Rebuilding}, nil
+	return counts{Counts: res.Counts, Source: res.Source, AsOf: res.AsOf, Rebuilding: res.Rebuilding}, nil
 }
 
 // functions reads the functions registry (kv.ReadFunctions): entries of

@@ -202,7 +202,7 @@ func (h *handler) scan(ctx context.Context, function string) (scanned, error) {
 		if function != "" && hd.Function != function {
 			return
 		}
-		s.counts.add(hd.State)
+		s.counts.Add(hd.State, 1)
 		s.entries = append(s.entries, &entry{ID: hd.ID, State: hd.State, Function: hd.Function, Due: hd.Due.UnixMilli()})
 	})
 	if err != nil {
@@ -217,7 +217,7 @@ func (h *handler) scan(ctx context.Context, function string) (scanned, error) {
 	for i, id := range qids {
 		fn := queued[id]
 		if i >= h.queuedReads {
-			s.counts.add(jetflow.Pending)
+			s.counts.Add(jetflow.Pending, 1)
 			s.entries = append(s.entries, &entry{ID: id, State: jetflow.Pending, Function: fn, Due: unplacedDue, queuedFn: fn, unplaced: true})
 			continue
 		}
@@ -230,7 +230,7 @@ func (h *handler) scan(ctx context.Context, function string) (scanned, error) {
 				continue // taken and ended meanwhile, or expired
 			}
 		}
-		s.counts.add(r.State)
+		s.counts.Add(r.State, 1)
 		s.entries = append(s.entries, &entry{ID: id, State: r.State, Function: r.Name, Due: r.ScheduledTime.UnixMilli(), run: r})
 	}
 	return s, nil

@@ -114,7 +114,7 @@ type stateTab struct {
 	Key    string // the counts field: a state, or "total"
 	Label  string
 	State  jetflow.State
-	Count  int
+	Count  int64
 	Active bool
 	Href   string
 }
@@ -193,7 +193,7 @@ func (h *handler) index(w http.ResponseWriter, r *http.Request) {
 	tab := func(key, label string, st jetflow.State) stateTab {
 		tq := lq
 		tq.State = st
-		return stateTab{Key: key, Label: label, State: st, Count: c.of(st), Active: lq.State == st, Href: href(tq.values(pageLimit))}
+		return stateTab{Key: key, Label: label, State: st, Count: c.Of(st), Active: lq.State == st, Href: href(tq.values(pageLimit))}
 	}
 	d.Tabs = append(d.Tabs, tab("total", "All", ""))
 	for _, st := range states {
