@@ -47,9 +47,16 @@
 // Get reads a run's record; List pages through runs by state and function,
 // newest activity first, and Counts counts them per state: with a scheduler
 // running both read its run index and cost in proportion to what they
-// return (docs/runindex.md), otherwise they read every record; Watch pushes each change of one run (state, attempts, progress)
-// and closes after a terminal state; Wait blocks until then. Cancel stops a
+// return (docs/runindex.md), otherwise they read every record; Watch
+// pushes each change of one run (state, attempts, progress) and closes after a terminal state; Wait blocks until then. Cancel stops a
 // pending run before it starts and cancels a running one (its handler's
 // context ends with cause jetflow.ErrCanceled), recursively through the runs
 // it scheduled; canceling a run that has ended is a no-op.
+//
+// # Workflow events
+//
+// SendEvent sends an event to a durable workflow (package workflow) from a
+// producer that does not import that package: the event is stored in the
+// workflow's journal, kept until an await consumes it, and a run of the
+// workflow's wake function resumes the workflow if it waits.
 package producer
