@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
@@ -35,10 +36,16 @@ func TestSleepResumesThroughDelayedStore(t *testing.T) {
 	if s := st.Steps[1]; s.Kind != workflow.KindSleep || s.State != workflow.StepWaiting || s.Waits.Until.IsZero() {
 		t.Fatalf("sleep step: %+v", s)
 	}
-	seg, err := e.P.Get(ctx, workflow.SegmentID(id, 1))
-	must(t, err)
-	if seg.State != jetflow.Success {
-		t.Fatalf("segment 1 is %s while the workflow sleeps, want success (ended)", seg.State)
+	// The cursor says "waiting" a moment before the worker settles the
+	// segment: wait for the settle, then check it came before the wake-up.
+	var seg *jetflow.Run
+	testserver.Eventually(t, 20*time.Second, "segment 1 ended", func() bool {
+		r, err := e.P.Get(ctx, workflow.SegmentID(id, 1))
+		seg = r
+		return err == nil && r.State.Terminal()
+	})
+	if seg.State != jetflow.Success || !seg.CompletedTime.Before(st.Steps[1].Waits.Until) {
+		t.Fatalf("segment 1 is %s (completed %s), want success before the sleep ends at %s", seg.State, seg.CompletedTime, st.Steps[1].Waits.Until)
 	}
 	slept, err := workflow.Result(ctx, e.P, def, id)
 	must(t, err)
