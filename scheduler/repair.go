@@ -9,6 +9,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
 )
 
@@ -155,6 +156,15 @@ func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Head
 			}
 			continue
 		}
+		if wfwire.IsWorkflow(r) {
+			// A workflow's record is started by its first segment, a run of
+			// its own (workflow.Start writes the record, then publishes the
+			// segment): publish that segment if Start died between the two.
+			if s.repairWorkflow(ctx, r) {
+				n++
+			}
+			continue
+		}
 		if r.HeldBy != "" {
 			parent, err := s.store.Get(ctx, r.HeldBy)
 			switch {
@@ -183,6 +193,35 @@ func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Head
 	}
 	n += s.repairRunning(ctx, running)
 	return n, nil
+}
+
+// repairWorkflow publishes the first segment of pending workflow record r
+// when nothing else will run it: it has no message waiting, no delayed
+// entry the dispatcher will fire, and no record (a segment that ran has
+// one, written before its message goes, and is repaired as a run). The
+// message names no revision and is not new, so that the worker reads the
+// segment's record and the segment its journal before they run.
+func (s *Scheduler) repairWorkflow(ctx context.Context, r *jetflow.Run) bool {
+	seg := wfwire.FirstSegment(r)
+	if _, ok, err := s.store.FindDelayed(ctx, seg.ScheduledTime, seg.ID); err != nil ||
+		ok && seg.ScheduledTime.After(s.now().Add(-s.cfg.StaleAfter)) {
+		return false
+	}
+	if q, err := s.store.Queued(ctx, seg.Name, seg.ID); err != nil || q {
+		return false
+	}
+	if _, err := s.store.Get(ctx, seg.ID); !errors.Is(err, jetflow.ErrNotFound) {
+		return false
+	}
+	if err := s.d.Dispatch(ctx, seg); err != nil {
+		s.log.Warn("repair dispatch", "run_id", seg.ID, "error", err)
+		return false
+	}
+	s.log.Info("repaired workflow: record without its first segment", "workflow", r.ID, "function", r.Name)
+	s.mu.Lock()
+	s.stats.Repaired++
+	s.mu.Unlock()
+	return true
 }
 
 // heldByEndedAttempt reports whether child id was written by an attempt of

@@ -602,6 +602,9 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	defer cancel()
 	r, err := s.store.Get(ctx, it.d.ID)
 	switch {
+	case errors.Is(err, jetflow.ErrNotFound) && it.d.New:
+		// A run stored without a record (engine.DelayNew): its message is
+		// its pending record.
 	case errors.Is(err, jetflow.ErrNotFound):
 		// The record expired or never existed: the run cannot be started.
 		_ = s.store.RemoveDelayed(ctx, it.key, it.rev)

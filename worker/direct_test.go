@@ -1064,3 +1064,35 @@ func (h *onMessage) Handle(_ context.Context, r slog.Record) error {
 }
 func (h *onMessage) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *onMessage) WithGroup(string) slog.Handler      { return h }
+
+var freshFn = jetflow.Define[echoArgs]("direct.fresh")
+
+// Fresh is true for the first delivery of a run's first attempt only: the
+// retry of a failed attempt, and a redelivery, are not fresh.
+func TestFreshOnlyOnTheFirstDeliveryOfTheFirstAttempt(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{})
+	type seen struct {
+		attempt int
+		fresh   bool
+	}
+	got := make(chan seen, 8)
+	worker.Handle(e.W, freshFn, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		got <- seen{j.Attempt(), j.Fresh()}
+		if j.Attempt() == 1 {
+			return jetflow.RetryAfter(10*time.Millisecond, errors.New("once more"))
+		}
+		return nil
+	}, worker.Options{MaxAttempts: 3})
+	e.start(t)
+	ctx := context.Background()
+	if _, err := e.P.Enqueue(ctx, freshFn.With(echoArgs{N: 1})); err != nil {
+		t.Fatal(err)
+	}
+	if s := recv(t, got, "first attempt"); s.attempt != 1 || !s.fresh {
+		t.Fatalf("first attempt: %+v, want attempt 1 fresh", s)
+	}
+	if s := recv(t, got, "second attempt"); s.attempt != 2 || s.fresh {
+		t.Fatalf("second attempt: %+v, want attempt 2 not fresh", s)
+	}
+}

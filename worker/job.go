@@ -39,6 +39,7 @@ type jobCore struct {
 	result       json.RawMessage
 	started      time.Time
 	closed       bool // the outcome is being written: no more record writes
+	fresh        bool // Fresh's
 }
 
 // ID is the run id.
@@ -49,6 +50,14 @@ func (j *jobCore) Name() string { return j.env.Function }
 
 // Attempt is this attempt's number, from 1.
 func (j *jobCore) Attempt() int { return j.env.Attempt }
+
+// Fresh reports whether, as far as the worker can tell, no handler ran this
+// run before: a first delivery of its first attempt, not possibly replayed
+// by a restarted server (see Config.ReplayGrace), started without reading
+// its record. A handler may then skip looking for what an earlier try left
+// behind (workflows skip reading their journal). False says nothing: the
+// run may or may not have run before.
+func (j *jobCore) Fresh() bool { return j.fresh }
 
 // MaxAttempts is the number of attempts this run may have.
 func (j *jobCore) MaxAttempts() int { return j.maxAttempts() }

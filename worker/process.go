@@ -159,6 +159,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 			Revision: env.Rev,
 		}
 		j.rev = env.Rev
+		j.fresh = env.Attempt == 1
 	}
 	if w.isCanceled(env.ID) {
 		w.settle(m, ackIt)

@@ -91,7 +91,8 @@ func DefinitionStateOf(ctx context.Context, p *producer.Producer, name string) (
 }
 
 // startable reports whether a new workflow of definition name may start:
-// nil, or ErrDefinitionInactive naming the state.
+// nil, or ErrDefinitionInactive naming the state. It reads the state each
+// time (one read): a definition deprecated anywhere stops the next Start.
 func startable(ctx context.Context, p *producer.Producer, name string) (DefinitionState, error) {
 	st, err := DefinitionStateOf(ctx, p, name)
 	if err != nil {

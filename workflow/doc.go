@@ -28,8 +28,11 @@
 // or canceled, like any run's, and lists as children everything the
 // workflow started. Its code runs in segments: runs of the internal
 // function "<name>.segment" (ids SegmentID(id, n)) that replay the
-// workflow function from the top. Start schedules segment 1 (create-only:
-// the workflow id is an idempotency key) and writes the record.
+// workflow function from the top. Start writes the record (create-only:
+// the workflow id is an idempotency key), then publishes segment 1 without
+// a record of its own (its message is its pending record, as for a run
+// enqueued without an id); the scheduler's repair sweep publishes segment
+// 1 if Start died between the two.
 //
 // # Replay
 //
@@ -84,12 +87,19 @@
 //   - Patched: a marker.
 //
 // Each step costs one journal write (two for an at-most-once step), plus
-// the run it starts. A segment costs two reads (the record, and the
-// cursor unless it is the first segment, which creates it without
-// reading), a cursor write, the record's claim and the segment run's own
-// record; the end of a workflow writes its record once (over the claim's
-// revision, with no read, when nothing else wrote it meanwhile) and
-// schedules the removal of its journal (a delayed run).
+// the run it starts. A segment reads the record, writes its own run's
+// record (its outcome) and, when it parks, the cursor. The first segment,
+// on its first delivery (worker.Job.Fresh), knows the journal is empty and
+// reads nothing else; it claims the record (inProgress) only if it runs
+// for 100 ms, parks or starts a child, so a short workflow goes from
+// pending to its end as a short run does. Any later segment reads the
+// cursor, moves it on and claims the record at once (listing itself among
+// the record's children). The end of a workflow writes its record once
+// (over the revision last written, with no read, when nothing else wrote
+// it meanwhile) and stores the removal of its journal in the delayed store
+// (one write, no record). A workflow of three short inline steps that
+// ends in its first segment costs 8 writes: the record twice, segment 1's
+// message and outcome, three journal entries and the delayed purge.
 //
 // Cancel (producer.Cancel on the workflow id) cancels the record and,
 // through its children, the running segment (its context ends with cause

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jetflow-dev/jetflow/internal/engine"
@@ -118,13 +119,30 @@ func claimKey(wf string, seq uint64) string {
 // journal is the journal bucket.
 type journal struct{ kv jetstream.KeyValue }
 
+// journalSlot is a producer's journal handle, opened once (opening one
+// asks the server for the bucket's stream).
+type journalSlot struct {
+	mu sync.Mutex
+	jr *journal
+}
+
+type journalSlotKey struct{}
+
+// openJournal returns p's journal bucket, opened on first use.
 func openJournal(ctx context.Context, p *producer.Producer) (*journal, error) {
 	d := engine.Of(p)
+	slot := d.Value(journalSlotKey{}, func() any { return &journalSlot{} }).(*journalSlot)
+	slot.mu.Lock()
+	defer slot.mu.Unlock()
+	if slot.jr != nil {
+		return slot.jr, nil
+	}
 	b, err := d.JetStream().KeyValue(ctx, d.Streams().JournalBucket())
 	if err != nil {
 		return nil, fmt.Errorf("workflow: journal bucket %s: %w", d.Streams().JournalBucket(), err)
 	}
-	return &journal{kv: b}, nil
+	slot.jr = &journal{kv: b}
+	return slot.jr, nil
 }
 
 // snapshot is what a journal holds of one workflow when it is read.

@@ -2,12 +2,14 @@ package workflow
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -41,8 +43,8 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 	if err != nil {
 		return "", err
 	}
-	if snap.cur == nil {
-		return "", fmt.Errorf("%w: %s has no journal", ErrBadRecord, id)
+	if snap.cur == nil && len(snap.steps) == 0 && !wfwire.IsWorkflow(r) {
+		return "", fmt.Errorf("%w: %s is not a workflow", ErrBadRecord, id)
 	}
 	var o startOptions
 	for _, f := range opts {
@@ -89,15 +91,25 @@ func purgeID(id string) string { return jetflow.DerivedID(id + "-purge") }
 
 // schedulePurge schedules the removal of an ended workflow's journal for
 // when its record expires (the retention period after it ended).
+//
+// The purge is a run of the wake function stored in the delayed store
+// without a record (engine.DelayNew: one write), under a key derived from
+// the workflow, so that scheduling it again writes the same entry.
 func schedulePurge(ctx context.Context, p *producer.Producer, name string, r *jetflow.Run) error {
-	at := r.CompletedTime.Add(engine.Of(p).Streams().Retention)
-	c := wakeCall(name, r.ID)
-	c.Args = jetflow.Completion{Context: mustJSON(wakeContext{WF: r.ID, Purge: true})}
-	_, err := p.RunAt(ctx, at, c, producer.WithID(purgeID(r.ID)))
-	if errors.Is(err, producer.ErrAlreadyExists) {
-		return nil
+	eng := engine.Of(p)
+	at := r.CompletedTime.Add(eng.Streams().Retention)
+	now := time.Now().UTC()
+	if !at.After(now) {
+		return purge(ctx, p, r.ID) // its time has come
 	}
-	return err
+	args, err := json.Marshal(jetflow.Completion{Context: mustJSON(wakeContext{WF: r.ID, Purge: true})})
+	if err != nil {
+		return err
+	}
+	return eng.DelayNew(ctx, &jetflow.Run{
+		ID: purgeID(r.ID), Name: WakeFunction(name), Kind: jetflow.Retryable, Args: args,
+		State: jetflow.Pending, ScheduledTime: at, CreationTime: now,
+	})
 }
 
 // purge removes everything the journal keeps of workflow id.

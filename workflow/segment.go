@@ -78,7 +78,6 @@ type driver struct {
 	def definition
 
 	mu sync.Mutex
-	jr *journal
 	// sticky keeps the journal of workflows that parked here, keyed by
 	// workflow id: the next segment, if it runs here and the cursor is
 	// still at the revision this one wrote (no other segment ran
@@ -123,19 +122,7 @@ func (d *driver) take(wf string, rev uint64) *stickyJournal {
 	return j
 }
 
-func (d *driver) journal(ctx context.Context) (*journal, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.jr != nil {
-		return d.jr, nil
-	}
-	jr, err := openJournal(ctx, d.p)
-	if err != nil {
-		return nil, err
-	}
-	d.jr = jr
-	return jr, nil
-}
+func (d *driver) journal(ctx context.Context) (*journal, error) { return openJournal(ctx, d.p) }
 
 // internalOptions: the internal functions are short and retried quickly
 // and for long, so that a NATS hiccup never strands a workflow (a segment
@@ -271,29 +258,44 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	if err != nil {
 		return err
 	}
-	// The cursor: created by the first segment (no read first: it is the
-	// usual case), moved on by compare-and-swap by each later one, so that
-	// two segments never run at once.
+	// The cursor: written by the first segment when it parks (a workflow
+	// that ends in its first segment never writes one), moved on by
+	// compare-and-swap by each later segment, so that two segments never
+	// run at once. A first segment that runs first (Fresh: a first
+	// delivery of its first attempt) knows the journal is empty and reads
+	// nothing; any other reads the journal, cursor included.
 	var cur *cursor
-	var kept *stickyJournal
-	created := false
-	if a.N == 1 {
-		c := &cursor{Seg: 1}
-		ok, err := jr.putCursor(ctx, a.WF, c)
+	var steps map[string]*Entry
+	var claims map[uint64]string
+	switch {
+	case a.N == 1 && j.Fresh() && !a.Forked:
+		cur, steps, claims = &cursor{Seg: 1}, map[string]*Entry{}, map[uint64]string{}
+	case a.N == 1:
+		snap, err := jr.load(ctx, a.WF)
 		if err != nil {
 			return err
 		}
-		cur, created = c, ok
-	}
-	empty := created && !a.Forked // nothing journaled yet: no need to read the journal
-	if !created {
+		steps, claims, cur = snap.steps, snap.claims, snap.cur
+		if cur == nil {
+			cur = &cursor{Seg: 1}
+			break
+		}
+		if cur.Done || cur.Seg > 1 {
+			return nil // a later segment ran, or the workflow ended
+		}
+		// Segment 1 again (a redelivery): it takes the cursor back.
+		cur.Waiting, cur.Waits = false, nil
+		if ok, err := jr.putCursor(ctx, a.WF, cur); err != nil {
+			return err
+		} else if !ok {
+			return jetflow.RetryAfter(100*time.Millisecond, errBusy)
+		}
+	default:
 		cur, err = jr.cursorOf(ctx, a.WF)
 		if err != nil {
 			return err
 		}
 		switch {
-		case cur == nil && a.N == 1:
-			return jetflow.RetryAfter(100*time.Millisecond, errBusy) // removed between the two
 		case cur == nil:
 			return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d without a cursor", a.WF, a.N))
 		case cur.Done || cur.Seg > a.N:
@@ -307,59 +309,38 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 		default:
 			return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
 		}
-		kept = d.take(a.WF, cur.rev)
+		kept := d.take(a.WF, cur.rev)
 		if ok, err := jr.putCursor(ctx, a.WF, cur); err != nil {
 			return err
 		} else if !ok {
 			return jetflow.RetryAfter(100*time.Millisecond, errBusy)
 		}
-	}
-	segID := j.ID()
-	now := time.Now().UTC()
-	claim := func(r *jetflow.Run) bool {
-		r.State = jetflow.InProgress
-		if r.StartedTime.IsZero() {
-			r.StartedTime = now
+		if kept != nil {
+			steps, claims = kept.steps, kept.claims
+		} else {
+			snap, err := jr.load(ctx, a.WF)
+			if err != nil {
+				return err
+			}
+			steps, claims = snap.steps, snap.claims
 		}
-		r.Heartbeat = now
-		r.Attempts = max(r.Attempts, 1)
-		if !slices.Contains(r.Children, segID) {
-			r.Children = append(r.Children, segID)
-		}
-		return true
 	}
-	// The claim over the record just read (one read less); a conflict
-	// (a Cancel, a child's adoption) reads it again.
-	c := *rec
-	c.Children = slices.Clone(rec.Children)
-	claim(&c)
-	if rev, werr := eng.Runs().Write(ctx, engine.Claim, rec.State, &c, rec.Revision); werr == nil {
-		c.Revision = rev
-		rec = &c
-	} else {
-		rec, err = eng.Runs().Change(ctx, engine.Claim, a.WF, claim)
-	}
-	if errors.Is(err, kv.ErrTerminal) {
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: steps, claims: claims, cur: cur, rec: rec, id: j.ID(), started: time.Now().UTC()}
+	// The record's claim (inProgress): a first segment that finds it
+	// pending writes it only if it runs for recordClaimAfter, or when it
+	// parks or starts a child (a short workflow goes from pending to its
+	// end, one write less, as a short run does); any later segment at
+	// once, as it lists itself among the record's children so that a
+	// Cancel reaches it.
+	if a.N == 1 && rec.State == jetflow.Pending && slices.Contains(rec.Children, s.id) {
+		// An error here is the next write's to meet (park, adopt, finish).
+		t := time.AfterFunc(recordClaimAfter, func() { _ = s.claim(ctx) })
+		defer t.Stop()
+	} else if err := s.claim(ctx); errors.Is(err, kv.ErrTerminal) {
 		return nil
-	}
-	if err != nil {
+	} else if err != nil {
 		return err
 	}
-	var steps map[string]*Entry
-	var claims map[uint64]string
-	switch {
-	case kept != nil:
-		steps, claims = kept.steps, kept.claims
-	case empty:
-		steps, claims = map[string]*Entry{}, map[uint64]string{}
-	default:
-		snap, err := jr.load(ctx, a.WF)
-		if err != nil {
-			return err
-		}
-		steps, claims = snap.steps, snap.claims
-	}
-	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: steps, claims: claims, cur: cur, rec: rec}
 	var out json.RawMessage
 	var ferr error
 	main := s.spawn(func() { out, ferr = d.def.run(&Context{seg: s}, rec.Args) })
@@ -389,6 +370,15 @@ type segment struct {
 	n   int
 	ctx context.Context
 	cur *cursor
+
+	id      string    // the segment's run id
+	started time.Time // when the segment started
+
+	// wmu orders the segment's writes of the workflow's record: the
+	// claim (from a timer), adoptions, the end.
+	wmu     sync.Mutex
+	claimed bool // the record is inProgress with this segment among its children
+	ended   bool // the segment wrote the record's end: no more claims
 
 	mu sync.Mutex
 	// rec is the workflow's record as this segment last wrote it (nil
@@ -505,6 +495,62 @@ func (s *segment) failWorkflow0(err error) {
 	s.mu.Unlock()
 }
 
+// recordClaimAfter is how long a first segment runs before it claims the
+// workflow's record (worker.DefaultClaimAfter, as for a run).
+const recordClaimAfter = 100 * time.Millisecond
+
+// claim writes the workflow's record inProgress with this segment among its
+// children, once. kv.ErrTerminal: the workflow has ended (canceled).
+func (s *segment) claim(ctx context.Context) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.claimed || s.ended {
+		return nil
+	}
+	eng := engine.Of(s.d.p)
+	now := time.Now().UTC()
+	claim := func(r *jetflow.Run) bool {
+		r.State = jetflow.InProgress
+		if r.StartedTime.IsZero() {
+			r.StartedTime = now
+		}
+		r.Heartbeat = now
+		r.Attempts = max(r.Attempts, 1)
+		if !slices.Contains(r.Children, s.id) {
+			r.Children = append(r.Children, s.id)
+		}
+		return true
+	}
+	// Over the record as last read or written (one read less); a conflict
+	// (a Cancel, a child's adoption) reads it again.
+	s.mu.Lock()
+	last := s.rec
+	s.mu.Unlock()
+	var rec *jetflow.Run
+	err := kv.ErrConflict
+	if last != nil {
+		c := *last
+		c.Children = slices.Clone(last.Children)
+		claim(&c)
+		var rev uint64
+		if rev, err = eng.Runs().Write(ctx, engine.Claim, last.State, &c, last.Revision); err == nil {
+			c.Revision = rev
+			rec = &c
+		}
+	}
+	if err != nil {
+		rec, err = eng.Runs().Change(ctx, engine.Claim, s.wf, claim)
+	}
+	if err != nil {
+		return err
+	}
+	s.claimed = true
+	s.mu.Lock()
+	s.rec = rec
+	s.mu.Unlock()
+	return nil
+}
+
 // finishStep is the engine step that ends a workflow's record in each state.
 var finishStep = map[jetflow.State]engine.Step{jetflow.Success: engine.Succeed, jetflow.Failed: engine.Fail}
 
@@ -515,6 +561,10 @@ func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMess
 	end := func(r *jetflow.Run) bool {
 		r.State, r.Result, r.CompletedTime, r.Heartbeat = st, out, now, now
 		r.Error, r.Permanent = "", false
+		if r.StartedTime.IsZero() { // never claimed: it ran in one short segment
+			r.StartedTime = s.started
+		}
+		r.Attempts = max(r.Attempts, 1)
 		if ferr != nil {
 			r.Error, r.Permanent = ferr.Error(), true
 		}
@@ -524,6 +574,9 @@ func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMess
 	// (one read less); otherwise read it again.
 	var r *jetflow.Run
 	err := kv.ErrConflict
+	s.wmu.Lock()
+	s.ended = true
+	s.wmu.Unlock()
 	s.mu.Lock()
 	last := s.rec
 	s.mu.Unlock()
@@ -547,22 +600,18 @@ func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMess
 	if err := eng.Complete(ctx, r); err != nil {
 		return err
 	}
-	if err := schedulePurge(ctx, s.d.p, s.def.Name(), r); err != nil {
-		return err
-	}
-	// The repair sweep may have published a message for the record (a
-	// workflow that waited long looks like a run whose message is gone);
-	// no worker serves it: remove it.
-	if q, err := eng.Store().Queued(ctx, r.Name, r.ID); err == nil && q {
-		_ = eng.Store().Unqueue(ctx, r.Name, r.ID)
-	}
-	return nil
+	return schedulePurge(ctx, s.d.p, s.def.Name(), r)
 }
 
 // park records that the workflow waits, then checks once more whether
 // what it waits for came meanwhile (a wake that came before the cursor
 // said "waiting" did nothing), and resumes it if so.
 func (s *segment) park(ctx context.Context) error {
+	if err := s.claim(ctx); errors.Is(err, kv.ErrTerminal) {
+		return nil // canceled: nothing to wait for
+	} else if err != nil {
+		return err
+	}
 	s.cur.Waiting = true
 	s.cur.Waits = nil
 	for _, w := range s.waits {
@@ -622,20 +671,12 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 // between the start of the run and this write (it ends the context only
 // after the workflow's record is canceled) must still reach the run.
 func (s *segment) adopt(id string) {
-	eng := engine.Of(s.d.p)
 	ctx, cancel := s.detached()
 	defer cancel()
-	s.mu.Lock()
-	s.rec = nil // written below: finish reads it again
-	s.mu.Unlock()
-	_, err := eng.Runs().Change(ctx, engine.Beat, s.wf, func(r *jetflow.Run) bool {
-		if slices.Contains(r.Children, id) || r.State != jetflow.InProgress {
-			return false
-		}
-		r.Children = append(r.Children, id)
-		r.Heartbeat = time.Now().UTC()
-		return true
-	})
+	err := s.claim(ctx) // a first segment's record may still be pending
+	if err == nil {
+		err = s.addChild(ctx, id)
+	}
 	if errors.Is(err, kv.ErrTerminal) {
 		_ = s.d.p.Cancel(ctx, id)
 		s.abort(jetflow.ErrCanceled)
@@ -643,6 +684,24 @@ func (s *segment) adopt(id string) {
 	if err != nil {
 		s.abort(err)
 	}
+}
+
+// addChild lists run id among the children of the workflow's record.
+func (s *segment) addChild(ctx context.Context, id string) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.mu.Lock()
+	s.rec = nil // written below: finish reads it again
+	s.mu.Unlock()
+	_, err := engine.Of(s.d.p).Runs().Change(ctx, engine.Beat, s.wf, func(r *jetflow.Run) bool {
+		if slices.Contains(r.Children, id) || r.State != jetflow.InProgress {
+			return false
+		}
+		r.Children = append(r.Children, id)
+		r.Heartbeat = time.Now().UTC()
+		return true
+	})
+	return err
 }
 
 // detached is the segment's context without its cancellation (30 s at

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -132,21 +134,7 @@ func WithOnComplete(c jetflow.Call) StartOption { return func(o *startOptions) {
 func withParent(id string) StartOption { return func(o *startOptions) { o.parent = id } }
 
 // segArgs are the arguments of a segment run.
-type segArgs struct {
-	WF string `json:"wf"`
-	N  int    `json:"n"`
-	// The first segment carries what the workflow's record holds, so that
-	// it can write the record if Start died before it did.
-	Input      json.RawMessage   `json:"input,omitempty"`
-	Scheduled  time.Time         `json:"scheduled,omitzero"`
-	Created    time.Time         `json:"created,omitzero"`
-	Parent     string            `json:"parent,omitempty"`
-	OnComplete *jetflow.Callback `json:"onComplete,omitempty"`
-	// Forked: the journal was written before the workflow started
-	// (Restart); otherwise a first segment that finds no cursor knows the
-	// journal is empty and does not read it.
-	Forked bool `json:"forked,omitempty"`
-}
+type segArgs = wfwire.SegArgs
 
 // wakeContext is the context of a wake run (child completion or timer).
 type wakeContext = wfwire.WakeContext
@@ -173,10 +161,12 @@ func wakeCallback(name, id string) jetflow.Call {
 }
 
 // Start starts workflow def with input in and returns its id once the
-// workflow is durable: its first segment is scheduled (the idempotency
-// point) and its record written, pending. At and After delay the start; a
-// scheduler must run for a delayed start, as for any delayed run. Errors:
-// jetflow.ErrBadArgs, jetflow.ErrInvalidRunID, producer.ErrAlreadyExists
+// workflow is durable: its record is written, pending (the idempotency
+// point), and its first segment published (or stored in the delayed store
+// for At and After: a scheduler must run for a delayed start, as for any
+// delayed run). Should Start die between the two, the scheduler's repair
+// sweep publishes the first segment. Errors: jetflow.ErrBadArgs,
+// jetflow.ErrInvalidRunID, ErrDefinitionInactive, producer.ErrAlreadyExists
 // (with the id) when the id was started before.
 func Start[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow[In, Out], in In, opts ...StartOption) (string, error) {
 	raw, err := json.Marshal(in)
@@ -213,17 +203,41 @@ func start(ctx context.Context, p *producer.Producer, name string, raw json.RawM
 	if _, err := startable(ctx, p, name); err != nil {
 		return "", err
 	}
-	seg := SegmentID(id, 1)
-	if _, err := p.RunAt(ctx, sched, segmentCall(name, a), producer.WithID(seg), producer.WithParent(id)); err != nil {
-		if errors.Is(err, producer.ErrAlreadyExists) {
-			return id, fmt.Errorf("workflow %s: %w", id, err)
+	eng := engine.Of(p)
+	rec := recordOf(name, a)
+	rec.Trace = telemetry.Inject(ctx)
+	// The record first, create-only: the idempotency point. Get, Watch and
+	// Cancel find the workflow at once.
+	if _, err := eng.Create(ctx, rec); err != nil {
+		if errors.Is(err, kv.ErrExists) {
+			return id, fmt.Errorf("workflow %s: %w", id, producer.ErrAlreadyExists)
 		}
 		return "", err
 	}
-	// The record, pending, so that Get, Watch and Cancel find the workflow
-	// at once. The first segment writes it if this process dies first.
-	if _, err := engine.Of(p).Runs().Write(ctx, engine.Schedule, engine.None, recordOf(name, a), 0); err != nil && !errors.Is(err, kv.ErrExists) {
-		return id, fmt.Errorf("workflow %s: record: %w (its first segment writes it)", id, err)
+	// Then its first segment, without a record of its own (its message is
+	// its pending record): published once, after the create that only
+	// one Start wins. The repair sweep publishes it if this process dies
+	// first (a pending workflow record whose first segment has neither a
+	// message, nor a delayed entry, nor a record).
+	seg := wfwire.FirstSegment(rec)
+	seg.Args = mustJSON(a)
+	var err error
+	switch {
+	case sched.After(time.Now()):
+		err = eng.DelayNew(ctx, seg)
+	case strings.Count(seg.Name, ".") < kv.QueuedMaxTokens:
+		err = eng.PublishNew(ctx, seg)
+	default:
+		// A name too deep for a record-less run to be found by its id
+		// (kv.QueuedMaxTokens): a record first, as any run with an id.
+		var rev uint64
+		if rev, err = eng.Create(ctx, seg); err == nil {
+			seg.Revision = rev
+			err = eng.Dispatch(ctx, seg)
+		}
+	}
+	if err != nil {
+		return id, fmt.Errorf("workflow %s is recorded but its first segment was not published (the repair sweep will): %w", id, err)
 	}
 	return id, nil
 }

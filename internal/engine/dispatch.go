@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -26,6 +28,9 @@ type Dispatcher struct {
 	now     func() time.Time
 	ride    RideFunc
 	enqueue EnqueueFunc
+	create  func(ctx context.Context, r *jetflow.Run) (uint64, error)
+	direct  func(ctx context.Context, r *jetflow.Run) error
+	values  sync.Map // Value's
 }
 
 // RideFunc runs op until it succeeds, fails for good or ctx ends, trying it
@@ -46,11 +51,17 @@ type DispatcherConfig struct {
 	Now     func() time.Time
 	Ride    RideFunc
 	Enqueue EnqueueFunc
+	// Create writes a new pending record, create-only (kv.ErrExists when
+	// the id is taken), riding out elections.
+	Create func(ctx context.Context, r *jetflow.Run) (uint64, error)
+	// Direct publishes a new run due now without a record (its message is
+	// its pending record), riding out elections.
+	Direct func(ctx context.Context, r *jetflow.Run) error
 }
 
 // NewDispatcher returns the Dispatcher of a producer.
 func NewDispatcher(c DispatcherConfig) *Dispatcher {
-	return &Dispatcher{js: c.JS, cfg: c.Streams, store: c.Store, runs: New(c.Store), now: c.Now, ride: c.Ride, enqueue: c.Enqueue}
+	return &Dispatcher{js: c.JS, cfg: c.Streams, store: c.Store, runs: New(c.Store), now: c.Now, ride: c.Ride, enqueue: c.Enqueue, create: c.Create, direct: c.Direct}
 }
 
 var (
@@ -73,6 +84,17 @@ func Of(p any) *Dispatcher { return producerOf(p) }
 // Orphan). The worker schedules the children of a retryable attempt with
 // it.
 func HoldOption() any { return holdOption }
+
+// Value returns the value kept under key for this producer, made by mk on
+// first use: what a package built on the producer keeps per producer (its
+// handles and caches) without a registry of its own.
+func (d *Dispatcher) Value(key any, mk func() any) any {
+	if v, ok := d.values.Load(key); ok {
+		return v
+	}
+	v, _ := d.values.LoadOrStore(key, mk())
+	return v
+}
 
 // Store is the runs store the dispatcher reads.
 func (d *Dispatcher) Store() *kv.Store { return d.store }
@@ -116,6 +138,39 @@ func (d *Dispatcher) Dispatch(ctx context.Context, r *jetflow.Run) error {
 		return fmt.Errorf("producer: publish run %s: %w", r.ID, err)
 	}
 	return nil
+}
+
+// Create writes run r's record, pending, create-only: kv.ErrExists when
+// its id is taken. A try whose answer was lost in an election is checked
+// (the stored record is r's) before it is made again.
+func (d *Dispatcher) Create(ctx context.Context, r *jetflow.Run) (uint64, error) {
+	return d.create(ctx, r)
+}
+
+// PublishNew publishes run r, due now, without a record: its message is
+// its pending record (Jetflow-New) and the worker's claim or outcome
+// creates the stored one. Its first try is coalesced with the producer's
+// concurrent enqueues; a later try first looks whether an earlier one
+// landed. The caller makes sure the run is published once (a record it
+// created first is the idempotency key).
+func (d *Dispatcher) PublishNew(ctx context.Context, r *jetflow.Run) error { return d.direct(ctx, r) }
+
+// DelayNew stores run r's delayed entry without a record: the scheduler
+// publishes it when due as a new run (Jetflow-New), and the worker's
+// outcome creates its record. For internal runs that nobody reads or
+// cancels before they start (a workflow's journal purge): one write less.
+// A record written under r's id before it is due (a Cancel) wins: the
+// scheduler then drops the entry.
+func (d *Dispatcher) DelayNew(ctx context.Context, r *jetflow.Run) error {
+	if !r.ScheduledTime.After(d.now()) {
+		return errors.New("engine: DelayNew of a run due now")
+	}
+	e := Envelope(r)
+	e.New, e.Rev = true, 0
+	return d.ride(ctx, func(ctx context.Context, _ bool) error {
+		_, err := d.store.PutDelayed(ctx, kv.Delayed{Envelope: e, Due: r.ScheduledTime})
+		return err
+	})
 }
 
 // DispatchAsync is Dispatch without waiting for the server's ack (and

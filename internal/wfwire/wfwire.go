@@ -25,6 +25,42 @@ func WakeFunction(name string) string { return name + ".wake" }
 // SegmentID is the run id of segment n of workflow id.
 func SegmentID(id string, n int) string { return jetflow.DerivedID(fmt.Sprintf("%s-seg%d", id, n)) }
 
+// SegArgs are the arguments of a segment run.
+type SegArgs struct {
+	WF string `json:"wf"`
+	N  int    `json:"n"`
+	// The first segment carries what the workflow's record holds, so that
+	// it can write the record if Start died before it did.
+	Input      json.RawMessage   `json:"input,omitempty"`
+	Scheduled  time.Time         `json:"scheduled,omitzero"`
+	Created    time.Time         `json:"created,omitzero"`
+	Parent     string            `json:"parent,omitempty"`
+	OnComplete *jetflow.Callback `json:"onComplete,omitempty"`
+	// Forked: the journal was written before the workflow started
+	// (Restart); otherwise a first segment that runs first (a first
+	// delivery on the worker's fast path) knows the journal is empty and
+	// does not read it.
+	Forked bool `json:"forked,omitempty"`
+}
+
+// IsWorkflow reports whether r is a workflow's record: its first child is
+// its first segment.
+func IsWorkflow(r *jetflow.Run) bool {
+	return len(r.Children) > 0 && r.Children[0] == SegmentID(r.ID, 1)
+}
+
+// FirstSegment is the run of workflow record r's first segment, pending,
+// without a revision: what Start publishes, and what the repair sweep
+// publishes when Start died between the record and the message.
+func FirstSegment(r *jetflow.Run) *jetflow.Run {
+	a := SegArgs{WF: r.ID, N: 1, Input: r.Args, Scheduled: r.ScheduledTime, Created: r.CreationTime, Parent: r.Parent, OnComplete: r.OnComplete}
+	raw, _ := json.Marshal(a)
+	return &jetflow.Run{
+		ID: SegmentID(r.ID, 1), Name: SegmentFunction(r.Name), Kind: jetflow.Retryable, Args: raw,
+		State: jetflow.Pending, ScheduledTime: r.ScheduledTime, CreationTime: r.CreationTime, Parent: r.ID, Trace: r.Trace,
+	}
+}
+
 // WakeContext is the Context of a wake run's Completion.
 type WakeContext struct {
 	WF string `json:"wf"`
