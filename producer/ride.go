@@ -11,6 +11,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -120,8 +121,15 @@ func (p *Producer) createRecord(ctx context.Context, r *jetflow.Run) (uint64, er
 // Before any later try it looks whether an earlier one landed: its message
 // is queued, or a worker already took it (the record exists: a worker
 // writes it before it acknowledges the message).
+//
+// Every try expects no message on the run's subject (the subject names the
+// run id, generated for this run alone): a first try that the client sent
+// again after a reconnect, landing after a later try, is refused by the
+// stream rather than stored twice, and a later try that finds the first
+// one stored is told so. Unlike a Nats-Msg-Id, the expectation costs the
+// server no deduplication entry per run.
 func (p *Producer) publishDirect(ctx context.Context, r *jetflow.Run) error {
-	err := p.win.publish(ctx, p.cfg.Message(directEnvelope(r)))
+	err := p.win.publish(ctx, directMessage(p.cfg, r))
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
@@ -143,12 +151,30 @@ func (p *Producer) publishDirect(ctx context.Context, r *jetflow.Run) error {
 				return err
 			}
 		}
-		m := p.cfg.Message(directEnvelope(r))
+		m := directMessage(p.cfg, r)
 		if retried {
 			// Deduplicated from here on, should this try land late too.
 			m.Header.Set(nats.MsgIdHdr, r.ID)
 		}
 		_, err := p.js.PublishMsg(ctx, m)
+		if wrongLastSeq(err) {
+			return nil // an earlier try is stored
+		}
 		return err
 	})
+}
+
+// directMessage is the message of a run published without a record: it
+// expects no message on its subject (see publishDirect).
+func directMessage(cfg streams.Config, r *jetflow.Run) *nats.Msg {
+	m := cfg.Message(directEnvelope(r))
+	m.Header[streams.HeaderExpectedLastSubjSeq] = []string{"0"}
+	return m
+}
+
+// wrongLastSeq reports the stream's refusal of a message whose expected
+// last subject sequence did not hold.
+func wrongLastSeq(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

@@ -14,6 +14,10 @@ import (
 const (
 	// HeaderMsgID is JetStream's dedup header; jetflow sets it to the run id.
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderExpectedLastSubjSeq is JetStream's optimistic-concurrency
+	// header: jetflow publishes a run without a record expecting 0 (no
+	// message on its subject yet).
+	HeaderExpectedLastSubjSeq = "Nats-Expected-Last-Subject-Sequence"
 	// HeaderRev is the revision of the run record the message was published
 	// for; the worker's state changes are compare-and-swaps on it. Absent on
 	// messages from other producers: the worker then creates the record.
