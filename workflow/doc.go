@@ -97,7 +97,9 @@
 // the record's children). The end of a workflow writes its record once
 // (over the revision last written, with no read, when nothing else wrote
 // it meanwhile) and stores the removal of its journal in the delayed store
-// (one write, no record). A workflow of three short inline steps that
+// (one write, no record); the first time a workflow parks it stores a
+// janitor too, which removes the journal of a workflow canceled while it
+// waited. A workflow of three short inline steps that
 // ends in its first segment costs 8 writes: the record twice, segment 1's
 // message and outcome, three journal entries and the delayed purge.
 //

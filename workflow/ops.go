@@ -112,6 +112,43 @@ func schedulePurge(ctx context.Context, p *producer.Producer, name string, r *je
 	})
 }
 
+// armJanitor stores a conditional purge of workflow id's journal for
+// at (a delayed entry without a record, under an id of its own per due
+// second): see wfwire.WakeContext.Janitor. A workflow arms it when it first
+// parks: a Cancel while it waits ends it with no segment left to schedule
+// the purge at its end.
+func armJanitor(ctx context.Context, p *producer.Producer, name, id string, at time.Time) error {
+	args, err := json.Marshal(jetflow.Completion{Context: mustJSON(wakeContext{WF: id, Purge: true, Janitor: true})})
+	if err != nil {
+		return err
+	}
+	return engine.Of(p).DelayNew(ctx, &jetflow.Run{
+		ID:   jetflow.DerivedID(fmt.Sprintf("%s-janitor-%d", id, at.Unix())),
+		Name: WakeFunction(name), Kind: jetflow.Retryable, Args: args,
+		State: jetflow.Pending, ScheduledTime: at, CreationTime: time.Now().UTC(),
+	})
+}
+
+// janitor runs a conditional purge of workflow id's journal: now if its
+// record has expired, or ended a retention period ago; otherwise it arms
+// itself again for when that may be.
+func janitor(ctx context.Context, p *producer.Producer, name, id string) error {
+	retention := engine.Of(p).Streams().Retention
+	now := time.Now().UTC()
+	r, err := engine.Of(p).Store().Get(ctx, id)
+	switch {
+	case errors.Is(err, jetflow.ErrNotFound):
+		return purge(ctx, p, id)
+	case err != nil:
+		return err
+	case !r.State.Terminal():
+		return armJanitor(ctx, p, name, id, now.Add(retention))
+	case !r.CompletedTime.Add(retention).After(now):
+		return purge(ctx, p, id)
+	}
+	return armJanitor(ctx, p, name, id, r.CompletedTime.Add(retention).Add(time.Second))
+}
+
 // purge removes everything the journal keeps of workflow id.
 func purge(ctx context.Context, p *producer.Producer, id string) error {
 	cfg := engine.Of(p).Streams()

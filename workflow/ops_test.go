@@ -16,6 +16,7 @@ import (
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A failed workflow restarts from its failed step: the steps before it
@@ -203,17 +204,16 @@ func TestEventsRaceWithSegments(t *testing.T) {
 	}
 }
 
-// A finished workflow's journal is removed when its record expires.
-func TestJournalExpiresWithRecord(t *testing.T) {
-	t.Parallel()
+// retentionSetup starts a server, a worker serving def and a scheduler,
+// all with a retention of one second, and returns a producer and the
+// journal bucket.
+func retentionSetup[In, Out any](t *testing.T, def *workflow.Workflow[In, Out]) (*producer.Producer, jetstream.KeyValue) {
+	t.Helper()
 	ts := testserver.Start(t)
 	sc := streams.Config{Retention: time.Second}
 	ctx := testCtx(t)
 	p, err := producer.New(ctx, ts.JS, producer.Config{Streams: sc})
 	must(t, err)
-	def := workflow.Define("test.expire", func(wf *workflow.Context, _ struct{}) (int, error) {
-		return workflow.Step(wf, "one", func(ctx context.Context) (int, error) { return 1, nil })
-	})
 	_, js := ts.Connect()
 	w, err := worker.New(ctx, js, worker.Config{Streams: sc})
 	must(t, err)
@@ -224,13 +224,24 @@ func TestJournalExpiresWithRecord(t *testing.T) {
 	must(t, err)
 	must(t, s.Start(ctx))
 	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	kvb, err := ts.JS.KeyValue(ctx, sc.WithDefaults().JournalBucket())
+	must(t, err)
+	return p, kvb
+}
+
+// A finished workflow's journal is removed when its record expires.
+func TestJournalExpiresWithRecord(t *testing.T) {
+	t.Parallel()
+	def := workflow.Define("test.expire", func(wf *workflow.Context, _ struct{}) (int, error) {
+		return workflow.Step(wf, "one", func(ctx context.Context) (int, error) { return 1, nil })
+	})
+	p, kvb := retentionSetup(t, def)
+	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, p, def, struct{}{})
 	must(t, err)
 	if _, err := workflow.Result(ctx, p, def, id); err != nil {
 		t.Fatal(err)
 	}
-	kvb, err := ts.JS.KeyValue(ctx, sc.WithDefaults().JournalBucket())
-	must(t, err)
 	testserver.Eventually(t, 20*time.Second, "journal of "+id+" removed", func() bool {
 		_, err := kvb.Get(ctx, id+".s.1")
 		return err != nil && strings.Contains(err.Error(), "not found")
@@ -307,4 +318,32 @@ func TestWorkflowOnSchedule(t *testing.T) {
 	if !strings.HasPrefix(r.Parent, "cron-wf-every-second-") || r.ID != workflow.TriggeredID(r.Parent) || string(r.Result) != "42" {
 		t.Fatalf("scheduled workflow %s: parent %q, result %s", r.ID, r.Parent, r.Result)
 	}
+}
+
+// A workflow canceled while it sleeps ends with no segment to schedule the
+// removal of its journal: the janitor it armed when it first parked removes
+// it once the record has expired.
+func TestJournalOfWorkflowCanceledAsleepExpires(t *testing.T) {
+	t.Parallel()
+	def := workflow.Define("test.expire.canceled", func(wf *workflow.Context, _ struct{}) (int, error) {
+		if _, err := workflow.Step(wf, "one", func(ctx context.Context) (int, error) { return 1, nil }); err != nil {
+			return 0, err
+		}
+		wf.Sleep(time.Hour)
+		return 2, nil
+	})
+	p, kvb := retentionSetup(t, def)
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, p, def, struct{}{})
+	must(t, err)
+	testserver.Eventually(t, 20*time.Second, "workflow "+id+" asleep", func() bool {
+		st, err := workflow.Get(ctx, p, id)
+		return err == nil && st.Waiting
+	})
+	must(t, p.Cancel(ctx, id))
+	testserver.Eventually(t, 20*time.Second, "journal of canceled "+id+" removed", func() bool {
+		_, err1 := kvb.Get(ctx, id+".s.1")
+		_, err2 := kvb.Get(ctx, id+".wf")
+		return errors.Is(err1, jetstream.ErrKeyNotFound) && errors.Is(err2, jetstream.ErrKeyNotFound)
+	})
 }

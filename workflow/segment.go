@@ -173,6 +173,9 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	if err := json.Unmarshal(j.Args.Context, &wc); err != nil || wc.WF == "" {
 		return jetflow.Permanent(fmt.Errorf("%w: wake %s: context %s", jetflow.ErrBadArgs, j.ID(), j.Args.Context))
 	}
+	if wc.Purge && wc.Janitor {
+		return janitor(ctx, d.p, d.def.Name(), wc.WF)
+	}
 	if wc.Purge {
 		return purge(ctx, d.p, wc.WF)
 	}
@@ -616,6 +619,15 @@ func (s *segment) park(ctx context.Context) error {
 	s.cur.Waits = nil
 	for _, w := range s.waits {
 		s.cur.Waits = append(s.cur.Waits, w.String())
+	}
+	first := s.cur.rev == 0 // the workflow parks for the first time
+	if first {
+		// Before the cursor: a segment that dies between the two arms it
+		// again when it is replayed.
+		retention := engine.Of(s.d.p).Streams().Retention
+		if err := armJanitor(ctx, s.d.p, s.def.Name(), s.wf, time.Now().Add(retention)); err != nil {
+			return err
+		}
 	}
 	ok, err := s.jr.putCursor(ctx, s.wf, s.cur)
 	if err != nil {

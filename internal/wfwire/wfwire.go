@@ -67,6 +67,11 @@ type WakeContext struct {
 	// Purge: remove the journal of the ended workflow (its retention
 	// passed).
 	Purge bool `json:"purge,omitempty"`
+	// Janitor: with Purge, remove the journal only if the workflow's
+	// record has expired or ended a retention period ago; otherwise come
+	// back then (a workflow canceled while it waited ends with no segment
+	// to schedule its purge).
+	Janitor bool `json:"janitor,omitempty"`
 }
 
 // WakeCall is a run of name's wake function that resumes workflow id if
