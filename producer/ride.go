@@ -157,7 +157,7 @@ func (p *Producer) publishDirect(ctx context.Context, r *jetflow.Run) error {
 			m.Header.Set(nats.MsgIdHdr, r.ID)
 		}
 		_, err := p.js.PublishMsg(ctx, m)
-		if wrongLastSeq(err) {
+		if kv.IsWrongSequence(err) {
 			return nil // an earlier try is stored
 		}
 		return err
@@ -170,11 +170,4 @@ func directMessage(cfg streams.Config, r *jetflow.Run) *nats.Msg {
 	m := cfg.Message(directEnvelope(r))
 	m.Header[streams.HeaderExpectedLastSubjSeq] = []string{"0"}
 	return m
-}
-
-// wrongLastSeq reports the stream's refusal of a message whose expected
-// last subject sequence did not hold.
-func wrongLastSeq(err error) bool {
-	var api *jetstream.APIError
-	return errors.As(err, &api) && api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }

@@ -307,3 +307,67 @@ func TestRepairSkipsInProgressRecordsWithoutOwner(t *testing.T) {
 		t.Fatalf("owner-less record: queued %v %v, want left alone", q, err)
 	}
 }
+
+// A delayed entry without a record (engine.DelayNew) is published when due
+// as a new run and runs once; when its message is already waiting (a
+// publish whose ack was lost, a second leader), the scheduler's second
+// publish is refused by the stream, and the entry goes.
+func TestDelayedEntryWithoutRecordRunsOnce(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	p, err := producer.New(context.Background(), ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	eng := engine.Of(p)
+	due := time.Now().Add(300 * time.Millisecond).UTC()
+	run := func(id string) *jetflow.Run {
+		return &jetflow.Run{ID: id, Name: ticked.Name(), Kind: jetflow.Retryable, Args: []byte(`{"N":1}`),
+			State: jetflow.Pending, ScheduledTime: due, CreationTime: time.Now().UTC()}
+	}
+	if err := eng.DelayNew(ctx, run("new-once")); err != nil {
+		t.Fatal(err)
+	}
+	// The second one's message is in the stream already.
+	twice := run("new-twice")
+	if err := eng.DelayNew(ctx, twice); err != nil {
+		t.Fatal(err)
+	}
+	e := engine.Envelope(twice)
+	e.New = true
+	if _, err := ts.JS.PublishMsg(ctx, eng.Streams().Message(e)); err != nil {
+		t.Fatal(err)
+	}
+	newScheduler(t, ts, "a")
+	delayedGone := func(id string) bool {
+		_, ok, err := eng.Store().FindDelayed(ctx, due, id)
+		return err == nil && !ok
+	}
+	testserver.Eventually(t, 20*time.Second, "both delayed entries published or dropped", func() bool {
+		return delayedGone("new-once") && delayedGone("new-twice")
+	})
+	st, err := ts.JS.Stream(ctx, eng.Streams().FunctionStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 2 {
+		t.Fatalf("%d messages in the function stream, want 2 (one per run)", info.State.Msgs)
+	}
+	var c counter
+	startWorker(t, ts, &c)
+	testserver.Eventually(t, 20*time.Second, "both runs", func() bool { return c.n.Load() >= 2 })
+	for _, id := range []string{"new-once", "new-twice"} {
+		r, err := p.Get(ctx, id)
+		if err != nil || r.State != jetflow.Success {
+			t.Fatalf("run %s: %+v %v", id, r, err)
+		}
+	}
+	if d := c.dupes(); len(d) > 0 {
+		t.Fatalf("runs handled twice: %v", d)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
 )
 
 func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
@@ -203,8 +204,8 @@ func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Head
 // segment's record and the segment its journal before they run.
 func (s *Scheduler) repairWorkflow(ctx context.Context, r *jetflow.Run) bool {
 	seg := wfwire.FirstSegment(r)
-	if _, ok, err := s.store.FindDelayed(ctx, seg.ScheduledTime, seg.ID); err != nil ||
-		ok && seg.ScheduledTime.After(s.now().Add(-s.cfg.StaleAfter)) {
+	drev, delayed, err := s.store.FindDelayed(ctx, seg.ScheduledTime, seg.ID)
+	if err != nil || delayed && seg.ScheduledTime.After(s.now().Add(-s.cfg.StaleAfter)) {
 		return false
 	}
 	if q, err := s.store.Queued(ctx, seg.Name, seg.ID); err != nil || q {
@@ -213,8 +214,22 @@ func (s *Scheduler) repairWorkflow(ctx context.Context, r *jetflow.Run) bool {
 	if _, err := s.store.Get(ctx, seg.ID); !errors.Is(err, jetflow.ErrNotFound) {
 		return false
 	}
-	if err := s.d.Dispatch(ctx, seg); err != nil {
-		s.log.Warn("repair dispatch", "run_id", seg.ID, "error", err)
+	if delayed {
+		// Overdue: the dispatcher missed it. Remove it first, so that it
+		// does not publish a second copy later.
+		if err := s.store.RemoveDelayed(ctx, kv.DelayedKey(seg.ScheduledTime, seg.ID), drev); err != nil {
+			return false
+		}
+	}
+	// It expects no message on its subject, as Start's does: a Start that
+	// was only slow (its message lands after this one) or this sweep's
+	// second try is refused rather than run twice.
+	m := s.scfg.Message(engine.Envelope(seg))
+	m.Header[streams.HeaderExpectedLastSubjSeq] = []string{"0"}
+	if _, err := s.js.PublishMsg(ctx, m); err != nil {
+		if !kv.IsWrongSequence(err) {
+			s.log.Warn("repair dispatch", "run_id", seg.ID, "error", err)
+		}
 		return false
 	}
 	s.log.Info("repaired workflow: record without its first segment", "workflow", r.ID, "function", r.Name)

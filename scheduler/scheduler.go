@@ -589,7 +589,8 @@ func (d *dispatcher) fire(ctx context.Context) {
 }
 
 // publish starts one delayed run: it checks the record still waits for this
-// entry, publishes the run's message (Nats-Msg-Id dedups a second leader),
+// entry, publishes the run's message (Nats-Msg-Id dedups a second leader;
+// a new run's message expects no message on its subject),
 // then removes the entry.
 // It reports whether the entry is done with (published or obsolete).
 func (d *dispatcher) publish(ctx context.Context, it *item) bool {
@@ -616,7 +617,15 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 		_ = s.store.RemoveDelayed(ctx, it.key, it.rev)
 		return true
 	}
-	if _, err := s.js.PublishMsg(ctx, s.scfg.Message(it.d.Envelope)); err != nil {
+	m := s.scfg.Message(it.d.Envelope)
+	if it.d.New {
+		// No Nats-Msg-Id on a new run's message: it expects no message
+		// on its subject instead, so that a second publish (a lost ack
+		// tried again, a second leader) is refused while the first
+		// waits or runs; once it ran, its record stops the check above.
+		m.Header[streams.HeaderExpectedLastSubjSeq] = []string{"0"}
+	}
+	if _, err := s.js.PublishMsg(ctx, m); err != nil && !(it.d.New && kv.IsWrongSequence(err)) {
 		d.retry(ctx, it)
 		return false
 	}

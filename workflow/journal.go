@@ -14,6 +14,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -117,7 +118,29 @@ func claimKey(wf string, seq uint64) string {
 }
 
 // journal is the journal bucket.
-type journal struct{ kv jetstream.KeyValue }
+type journal struct {
+	kv     jetstream.KeyValue
+	js     jetstream.JetStream
+	bucket string
+
+	mu sync.Mutex
+	st jetstream.Stream // the bucket's stream, looked up once (stream)
+}
+
+// stream is the journal bucket's stream (purges, wildcard reads).
+func (j *journal) stream(ctx context.Context) (jetstream.Stream, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.st != nil {
+		return j.st, nil
+	}
+	st, err := j.js.Stream(ctx, streams.KVStream(j.bucket))
+	if err != nil {
+		return nil, fmt.Errorf("workflow: journal stream: %w", err)
+	}
+	j.st = st
+	return st, nil
+}
 
 // journalSlot is a producer's journal handle, opened once (opening one
 // asks the server for the bucket's stream).
@@ -141,7 +164,7 @@ func openJournal(ctx context.Context, p *producer.Producer) (*journal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workflow: journal bucket %s: %w", d.Streams().JournalBucket(), err)
 	}
-	slot.jr = &journal{kv: b}
+	slot.jr = &journal{kv: b, js: d.JetStream(), bucket: d.Streams().JournalBucket()}
 	return slot.jr, nil
 }
 

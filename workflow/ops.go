@@ -86,30 +86,17 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 	return start(ctx, p, r.Name, r.Args, append(opts, func(o *startOptions) { o.forked = true })...)
 }
 
-// purgeID is the id of the run that removes workflow id's journal.
-func purgeID(id string) string { return jetflow.DerivedID(id + "-purge") }
-
 // schedulePurge schedules the removal of an ended workflow's journal for
-// when its record expires (the retention period after it ended).
-//
-// The purge is a run of the wake function stored in the delayed store
-// without a record (engine.DelayNew: one write), under a key derived from
-// the workflow, so that scheduling it again writes the same entry.
+// when its record expires (the retention period after it ended): a janitor
+// (armJanitor) due then, which checks the record before it purges (the id
+// may have been started again meanwhile). Scheduling it again writes the
+// same entry.
 func schedulePurge(ctx context.Context, p *producer.Producer, name string, r *jetflow.Run) error {
-	eng := engine.Of(p)
-	at := r.CompletedTime.Add(eng.Streams().Retention)
-	now := time.Now().UTC()
-	if !at.After(now) {
-		return purge(ctx, p, r.ID) // its time has come
+	at := r.CompletedTime.Add(engine.Of(p).Streams().Retention)
+	if !at.After(time.Now()) {
+		return janitor(ctx, p, name, r.ID) // its time has come
 	}
-	args, err := json.Marshal(jetflow.Completion{Context: mustJSON(wakeContext{WF: r.ID, Purge: true})})
-	if err != nil {
-		return err
-	}
-	return eng.DelayNew(ctx, &jetflow.Run{
-		ID: purgeID(r.ID), Name: WakeFunction(name), Kind: jetflow.Retryable, Args: args,
-		State: jetflow.Pending, ScheduledTime: at, CreationTime: now,
-	})
+	return armJanitor(ctx, p, name, r.ID, at)
 }
 
 // armJanitor stores a conditional purge of workflow id's journal for
@@ -151,12 +138,40 @@ func janitor(ctx context.Context, p *producer.Producer, name, id string) error {
 
 // purge removes everything the journal keeps of workflow id.
 func purge(ctx context.Context, p *producer.Producer, id string) error {
-	cfg := engine.Of(p).Streams()
-	st, err := engine.Of(p).JetStream().Stream(ctx, streams.KVStream(cfg.JournalBucket()))
+	jr, err := openJournal(ctx, p)
 	if err != nil {
 		return err
 	}
-	return st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(cfg.JournalBucket(), id+".>")))
+	st, err := jr.stream(ctx)
+	if err != nil {
+		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(jr.bucket, id+".>")))
+}
+
+// purgeLeftovers removes what the journal still holds under workflow id
+// from an earlier workflow of the same id (its record expired before its
+// journal's purge ran). Start calls it for an id given by the caller,
+// after the new record is written (so no live workflow of that id can
+// lose its journal) and before the first segment, which on its first
+// delivery takes the journal to be empty. One read when there is nothing.
+func purgeLeftovers(ctx context.Context, p *producer.Producer, id string) error {
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return err
+	}
+	st, err := jr.stream(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = st.GetLastMsgForSubject(ctx, streams.KVSubject(jr.bucket, id+".>"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("workflow %s: journal: %w", id, err)
+	}
+	return purge(ctx, p, id)
 }
 
 // Watch pushes workflow id's status (record and steps) each time it

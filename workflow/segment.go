@@ -173,11 +173,8 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	if err := json.Unmarshal(j.Args.Context, &wc); err != nil || wc.WF == "" {
 		return jetflow.Permanent(fmt.Errorf("%w: wake %s: context %s", jetflow.ErrBadArgs, j.ID(), j.Args.Context))
 	}
-	if wc.Purge && wc.Janitor {
-		return janitor(ctx, d.p, d.def.Name(), wc.WF)
-	}
 	if wc.Purge {
-		return purge(ctx, d.p, wc.WF)
+		return janitor(ctx, d.p, d.def.Name(), wc.WF)
 	}
 	r, err := d.p.Get(ctx, wc.WF)
 	if errors.Is(err, jetflow.ErrNotFound) {
@@ -240,13 +237,11 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	eng := engine.Of(d.p)
 	name := d.def.Name()
 	rec, err := eng.Store().Get(ctx, a.WF)
-	if errors.Is(err, jetflow.ErrNotFound) && a.N == 1 {
-		// Start died before it wrote the record: write it now.
-		_, err = eng.Runs().Write(ctx, engine.Schedule, engine.None, recordOf(name, a), 0)
-		if err != nil && !errors.Is(err, kv.ErrExists) {
-			return err
-		}
-		rec, err = eng.Store().Get(ctx, a.WF)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		// Start writes the record before the first segment, and a record
+		// goes only when it expires: the workflow ended (a delayed start
+		// canceled long ago fires here) or never started. Nothing to run.
+		return nil
 	}
 	if err != nil {
 		return err
@@ -349,10 +344,12 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	main := s.spawn(func() { out, ferr = d.def.run(&Context{seg: s}, rec.Args) })
 	s.wg.Wait()
 	if cause := context.Cause(ctx); ctx.Err() != nil {
+		s.leaving()
 		return cause
 	}
 	switch {
 	case s.aborted != nil:
+		s.leaving()
 		return s.aborted
 	case s.fatal != nil:
 		return s.finish(ctx, jetflow.Failed, nil, s.fatal)
@@ -496,6 +493,22 @@ func (s *segment) failWorkflow0(err error) {
 		s.fatal = err
 	}
 	s.mu.Unlock()
+}
+
+// leaving runs when a segment stops without parking or ending the
+// workflow (canceled, or to be retried): if it journaled steps and the
+// workflow never parked (no janitor armed yet), it arms the janitor, so
+// that a Cancel that stopped it does not leave its journal for good.
+func (s *segment) leaving() {
+	s.mu.Lock()
+	wrote := len(s.steps) > 0
+	s.mu.Unlock()
+	if s.cur.rev != 0 || !wrote {
+		return
+	}
+	ctx, cancel := s.detached()
+	defer cancel()
+	_ = armJanitor(ctx, s.d.p, s.def.Name(), s.wf, time.Now().Add(engine.Of(s.d.p).Streams().Retention))
 }
 
 // recordClaimAfter is how long a first segment runs before it claims the

@@ -11,6 +11,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
 )
@@ -97,5 +98,34 @@ func TestFirstSegmentClaimsTheRecordWhenItRunsLong(t *testing.T) {
 	r := e.wait(t, fast)
 	if r.State != jetflow.Success || r.Attempts != 1 || r.StartedTime.IsZero() || r.CompletedTime.Before(r.StartedTime) {
 		t.Fatalf("fast workflow: %+v", r)
+	}
+}
+
+// A workflow id given again after its record expired, while the journal of
+// the earlier workflow is still there (its purge had not run): Start
+// removes what is left, and the new workflow runs its steps afresh.
+func TestStartOfAnIdWithALeftoverJournalRunsAfresh(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	def := workflow.Define("test.start.leftover", func(wf *workflow.Context, in string) (string, error) {
+		return workflow.Step(wf, "greet", func(ctx context.Context) (string, error) {
+			e.inc("greet")
+			return "hello " + in, nil
+		})
+	})
+	ctx := testCtx(t)
+	id := "reused-id"
+	kvb, err := e.JS.KeyValue(ctx, streams.Config{}.WithDefaults().JournalBucket())
+	must(t, err)
+	// The earlier workflow's first step, journaled done with its result.
+	_, err = kvb.Put(ctx, id+".s.1", []byte(`{"step":"1","name":"greet","kind":"step","state":"done","result":"\"hello old\"","segment":1}`))
+	must(t, err)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	_, err = workflow.Start(ctx, e.P, def, "new", workflow.WithID(id))
+	must(t, err)
+	out, err := workflow.Result(ctx, e.P, def, id)
+	must(t, err)
+	if out != "hello new" || e.n("greet") != 1 {
+		t.Fatalf("workflow on a reused id: %q, step ran %d times; want the new input's result", out, e.n("greet"))
 	}
 }

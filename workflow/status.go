@@ -88,6 +88,8 @@ func Get(ctx context.Context, p *producer.Producer, id string) (*Status, error) 
 	sort.Slice(st.Steps, func(a, b int) bool { return stepLess(st.Steps[a].Step, st.Steps[b].Step) })
 	if c := snap.cur; c != nil {
 		st.Segment, st.Waiting, st.Waits = c.Seg, c.Waiting, c.Waits
+	} else if wfwire.IsWorkflow(r) && (len(st.Steps) > 0 || r.State == jetflow.InProgress || r.State == jetflow.Success || r.State == jetflow.Failed) {
+		st.Segment = 1 // the first segment writes the cursor only when it parks
 	}
 	return st, nil
 }

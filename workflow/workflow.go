@@ -214,6 +214,11 @@ func start(ctx context.Context, p *producer.Producer, name string, raw json.RawM
 		}
 		return "", err
 	}
+	if o.id != "" && !o.forked {
+		if err := purgeLeftovers(ctx, p, id); err != nil {
+			return id, fmt.Errorf("workflow %s is recorded but its first segment was not published (the repair sweep will): %w", id, err)
+		}
+	}
 	// Then its first segment, without a record of its own (its message is
 	// its pending record): published once, after the create that only
 	// one Start wins. The repair sweep publishes it if this process dies
@@ -223,7 +228,7 @@ func start(ctx context.Context, p *producer.Producer, name string, raw json.RawM
 	seg.Args = mustJSON(a)
 	var err error
 	switch {
-	case sched.After(time.Now()):
+	case strings.Count(seg.Name, ".") < kv.QueuedMaxTokens && sched.After(time.Now()):
 		err = eng.DelayNew(ctx, seg)
 	case strings.Count(seg.Name, ".") < kv.QueuedMaxTokens:
 		err = eng.PublishNew(ctx, seg)

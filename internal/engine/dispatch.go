@@ -156,11 +156,14 @@ func (d *Dispatcher) Create(ctx context.Context, r *jetflow.Run) (uint64, error)
 func (d *Dispatcher) PublishNew(ctx context.Context, r *jetflow.Run) error { return d.direct(ctx, r) }
 
 // DelayNew stores run r's delayed entry without a record: the scheduler
-// publishes it when due as a new run (Jetflow-New), and the worker's
-// outcome creates its record. For internal runs that nobody reads or
-// cancels before they start (a workflow's journal purge): one write less.
-// A record written under r's id before it is due (a Cancel) wins: the
-// scheduler then drops the entry.
+// publishes it when due as a new run (Jetflow-New, expecting no message on
+// its subject, so that it is never queued twice), and the worker's outcome
+// creates its record. One write less than a delayed run, for internal runs
+// whose handler checks what it acts on before it acts: a Cancel does not
+// find such a run (it has neither a record nor a message yet), though a
+// record written under its id before it is due wins (the scheduler then
+// drops the entry). A workflow's delayed first segment (which reads the
+// workflow's record) and its journal's janitor use it.
 func (d *Dispatcher) DelayNew(ctx context.Context, r *jetflow.Run) error {
 	if !r.ScheduledTime.After(d.now()) {
 		return errors.New("engine: DelayNew of a run due now")

@@ -29,8 +29,9 @@ func SegmentID(id string, n int) string { return jetflow.DerivedID(fmt.Sprintf("
 type SegArgs struct {
 	WF string `json:"wf"`
 	N  int    `json:"n"`
-	// The first segment carries what the workflow's record holds, so that
-	// it can write the record if Start died before it did.
+	// The first segment carries what the workflow's record holds (Start
+	// writes the record before it publishes the segment; the repair sweep
+	// rebuilds the segment from the record with FirstSegment).
 	Input      json.RawMessage   `json:"input,omitempty"`
 	Scheduled  time.Time         `json:"scheduled,omitzero"`
 	Created    time.Time         `json:"created,omitzero"`
