@@ -138,15 +138,25 @@ func janitor(ctx context.Context, p *producer.Producer, name, id string) error {
 
 // purge removes everything the journal keeps of workflow id.
 func purge(ctx context.Context, p *producer.Producer, id string) error {
-	jr, err := openJournal(ctx, p)
+	st, subj, err := journalOf(ctx, p, id)
 	if err != nil {
 		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(subj))
+}
+
+// journalOf returns the journal's stream and the subjects of workflow id
+// in it.
+func journalOf(ctx context.Context, p *producer.Producer, id string) (jetstream.Stream, string, error) {
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return nil, "", err
 	}
 	st, err := jr.stream(ctx)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	return st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(jr.bucket, id+".>")))
+	return st, streams.KVSubject(jr.bucket, id+".>"), nil
 }
 
 // purgeLeftovers removes what the journal still holds under workflow id
@@ -156,22 +166,18 @@ func purge(ctx context.Context, p *producer.Producer, id string) error {
 // lose its journal) and before the first segment, which on its first
 // delivery takes the journal to be empty. One read when there is nothing.
 func purgeLeftovers(ctx context.Context, p *producer.Producer, id string) error {
-	jr, err := openJournal(ctx, p)
+	st, subj, err := journalOf(ctx, p, id)
 	if err != nil {
 		return err
 	}
-	st, err := jr.stream(ctx)
-	if err != nil {
-		return err
-	}
-	_, err = st.GetLastMsgForSubject(ctx, streams.KVSubject(jr.bucket, id+".>"))
+	_, err = st.GetLastMsgForSubject(ctx, subj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("workflow %s: journal: %w", id, err)
 	}
-	return purge(ctx, p, id)
+	return st.Purge(ctx, jetstream.WithPurgeSubject(subj))
 }
 
 // Watch pushes workflow id's status (record and steps) each time it
