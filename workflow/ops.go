@@ -138,25 +138,15 @@ func janitor(ctx context.Context, p *producer.Producer, name, id string) error {
 
 // purge removes everything the journal keeps of workflow id.
 func purge(ctx context.Context, p *producer.Producer, id string) error {
-	st, subj, err := journalOf(ctx, p, id)
+	jr, err := openJournal(ctx, p)
 	if err != nil {
 		return err
 	}
-	return st.Purge(ctx, jetstream.WithPurgeSubject(subj))
-}
-
-// journalOf returns the journal's stream and the subjects of workflow id
-// in it.
-func journalOf(ctx context.Context, p *producer.Producer, id string) (jetstream.Stream, string, error) {
-	jr, err := openJournal(ctx, p)
-	if err != nil {
-		return nil, "", err
-	}
 	st, err := jr.stream(ctx)
 	if err != nil {
-		return nil, "", err
+		return err
 	}
-	return st, streams.KVSubject(jr.bucket, id+".>"), nil
+	return st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(jr.bucket, id+".>")))
 }
 
 // purgeLeftovers removes what the journal still holds under workflow id
@@ -164,20 +154,23 @@ func journalOf(ctx context.Context, p *producer.Producer, id string) (jetstream.
 // journal's purge ran). Start calls it for an id given by the caller,
 // after the new record is written (so no live workflow of that id can
 // lose its journal) and before the first segment, which on its first
-// delivery takes the journal to be empty. One read when there is nothing.
+// delivery takes the journal to be empty. It looks for the first step (a
+// workflow that journaled anything has one): one read, with the same
+// permission as the definition's state; the purge, rare, needs the
+// journal's purge permission.
 func purgeLeftovers(ctx context.Context, p *producer.Producer, id string) error {
-	st, subj, err := journalOf(ctx, p, id)
+	jr, err := openJournal(ctx, p)
 	if err != nil {
 		return err
 	}
-	_, err = st.GetLastMsgForSubject(ctx, subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	_, err = jr.kv.Get(ctx, stepKey(id, "1"))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("workflow %s: journal: %w", id, err)
 	}
-	return st.Purge(ctx, jetstream.WithPurgeSubject(subj))
+	return purge(ctx, p, id)
 }
 
 // Watch pushes workflow id's status (record and steps) each time it
