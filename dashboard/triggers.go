@@ -33,18 +33,6 @@ type triggerRow struct {
 	State string
 }
 
-// triggerState is what the page says a trigger does now.
-func triggerState(ti kv.TriggerInfo) string {
-	switch {
-	case ti.Paused:
-		return "paused"
-	case ti.Totals.Held:
-		return "held"
-	case len(ti.Runners) == 0:
-		return "no runner"
-	}
-	return "running"
-}
 
 func (h *handler) triggersPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.ctx(r)
@@ -56,7 +44,7 @@ func (h *handler) triggersPage(w http.ResponseWriter, r *http.Request) {
 	}
 	rows := make([]triggerRow, len(list))
 	for i, ti := range list {
-		rows[i] = triggerRow{TriggerInfo: ti, State: triggerState(ti)}
+		rows[i] = triggerRow{TriggerInfo: ti, State: ti.State()}
 	}
 	h.render(w, r, h.pages.triggers, http.StatusOK, triggersData{common: h.common("triggers", "Triggers"), Triggers: rows})
 }

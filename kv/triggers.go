@@ -146,6 +146,20 @@ type TriggerInfo struct {
 	ConsumerError string `json:"consumerError,omitempty"`
 }
 
+// State is what a trigger does now: "paused", "held" (its window of
+// unstarted runs is full), "no runner" (no process runs it) or "running".
+func (ti TriggerInfo) State() string {
+	switch {
+	case ti.Paused:
+		return "paused"
+	case ti.Totals.Held:
+		return "held"
+	case len(ti.Runners) == 0:
+		return "no runner"
+	}
+	return "running"
+}
+
 // sum adds up the counters of the runners.
 func (ti *TriggerInfo) sum() TriggerStats {
 	var t TriggerStats

@@ -2,8 +2,6 @@ package trigger
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -180,12 +178,7 @@ func (l *loop) failRun(ctx context.Context, it *item) (existed bool, err error) 
 }
 
 // argsLimit is the most bytes of args a record holds.
-func (l *loop) argsLimit() int {
-	if max := l.r.js.Conn().MaxPayload(); max > 8192 {
-		return int(max) - 4096
-	}
-	return 1 << 20
-}
+func (l *loop) argsLimit() int { return kv.ArgsLimit(l.r.js.Conn().MaxPayload()) }
 
 // recordArgs is what a failed record stores of a message body b: b when it
 // is JSON that fits, else a summary (size, SHA-256, what fits of it in
@@ -197,14 +190,5 @@ func recordArgs(b []byte, limit int) json.RawMessage {
 	if len(b) <= limit && json.Valid(b) {
 		return b
 	}
-	keep := min(len(b), 3*(limit/4)/4)
-	sum := sha256.Sum256(b)
-	v, _ := json.Marshal(struct {
-		NotJSON   bool   `json:"notJSON"`
-		Size      int    `json:"size"`
-		SHA256    string `json:"sha256"`
-		Base64    []byte `json:"base64"`
-		Truncated bool   `json:"truncated,omitempty"`
-	}{!json.Valid(b), len(b), hex.EncodeToString(sum[:]), b[:keep], keep < len(b)})
-	return v
+	return kv.BodySummary(b, limit)
 }

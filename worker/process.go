@@ -2,8 +2,6 @@ package worker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -318,27 +316,13 @@ func (w *Worker) recordArgs(b []byte) json.RawMessage {
 		s, _ := json.Marshal(string(b)) // not JSON, but text: kept as a string
 		return s
 	}
-	keep := min(len(b), 3*(limit/4)/4) // base64 of what is kept fits in a quarter of the limit
-	sum := sha256.Sum256(b)
-	v, _ := json.Marshal(struct {
-		NotJSON   bool   `json:"notJSON"`
-		Size      int    `json:"size"`
-		SHA256    string `json:"sha256"`
-		Base64    []byte `json:"base64"`
-		Truncated bool   `json:"truncated,omitempty"`
-	}{!json.Valid(b), len(b), hex.EncodeToString(sum[:]), b[:keep], keep < len(b)})
-	return v
+	return kv.BodySummary(b, limit)
 }
 
 // argsLimit is the most bytes of args a run's record can hold: the server's
 // max payload less room for the record's other fields (the producer's
 // limit too).
-func (w *Worker) argsLimit() int {
-	if max := w.nc.MaxPayload(); max > 8192 {
-		return int(max) - 4096
-	}
-	return 1 << 20
-}
+func (w *Worker) argsLimit() int { return kv.ArgsLimit(w.nc.MaxPayload()) }
 
 // maxReason bounds the reason a dead-letter record gives (a header value
 // it quotes may be as large as the message).

@@ -112,15 +112,10 @@ func targetText(d trigger.Def) string {
 }
 
 func triggerState(ti trigger.Info) string {
-	switch {
-	case ti.Paused:
-		return "paused"
-	case ti.Totals.Held:
-		return "held (window full)"
-	case len(ti.Runners) == 0:
-		return "no runner"
+	if st := ti.State(); st != "held" {
+		return st
 	}
-	return "running"
+	return "held (window full)"
 }
 
 func waitingText(ti trigger.Info) string {

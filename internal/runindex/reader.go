@@ -311,6 +311,15 @@ type row struct {
 	run *jetflow.Run
 }
 
+// positions parses the query's cursors.
+func (q Query) positions() (after, before *pos, err error) {
+	if after, err = parsePos(q.After); err != nil {
+		return nil, nil, err
+	}
+	before, err = parsePos(q.Before)
+	return after, before, err
+}
+
 // List returns a page of runs matching q, newest first: by their last
 // write (a run's latest state change or heartbeat), runs waiting without
 // a record first. A page costs in proportion to the runs it shows plus the
@@ -320,11 +329,7 @@ type row struct {
 // or any. ErrUnavailable when no indexer keeps the index (the caller scans
 // instead), ErrBadCursor for a cursor of no page.
 func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
-	after, err := parsePos(q.After)
-	if err != nil {
-		return Page{}, err
-	}
-	before, err := parsePos(q.Before)
+	after, before, err := q.positions()
 	if err != nil {
 		return Page{}, err
 	}
@@ -424,6 +429,26 @@ func (p *pager) get(ctx context.Context, id string) (*jetflow.Run, error) {
 	return p.r.store.Get(ctx, id)
 }
 
+// tailRows is the visitor of the runs stream's tail (the writes not
+// indexed yet): each write that matches the page's filter adds its record
+// to rows, until full.
+func (p *pager) tailRows(ctx context.Context, rows *[]row, full func() bool) func(uint64, jetstream.Msg) (bool, error) {
+	return func(seq uint64, m jetstream.Msg) (bool, error) {
+		h := m.Headers()
+		if !p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
+			return true, nil
+		}
+		run, err := p.record(ctx, m.Subject()[len(p.r.pfx):], seq)
+		if err != nil {
+			return false, err
+		}
+		if run != nil {
+			*rows = append(*rows, row{pos{class: classTail, seq: seq}, run})
+		}
+		return !full(), nil
+	}
+}
+
 // prefetch reads the records of a window's candidates side by side, the
 // newest (last) first, up to n of them: the walk then finds them read.
 func (p *pager) prefetch(ctx context.Context, ids []string, n int) {
@@ -489,20 +514,7 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			}
 			p.prefetch(ctx, ids, want-len(rows))
 		}
-		err := p.r.back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
-			h := m.Headers()
-			if !p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
-				return true, nil
-			}
-			run, err := p.record(ctx, m.Subject()[len(p.r.pfx):], seq)
-			if err != nil {
-				return false, err
-			}
-			if run != nil {
-				rows = append(rows, row{pos{class: classTail, seq: seq}, run})
-			}
-			return !full(), nil
-		})
+		err := p.r.back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func() int { return want - len(rows) }, pre, p.tailRows(ctx, &rows, full))
 		if err != nil {
 			return Page{}, err
 		}
@@ -591,20 +603,7 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 		if before.class == classIndex {
 			start = max(start, before.rev+1)
 		}
-		err := p.r.ahead(ctx, p.rs, p.r.pfx+">", start, func(seq uint64, m jetstream.Msg) (bool, error) {
-			h := m.Headers()
-			if !p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
-				return true, nil
-			}
-			run, err := p.record(ctx, m.Subject()[len(p.r.pfx):], seq)
-			if err != nil {
-				return false, err
-			}
-			if run != nil {
-				rows = append(rows, row{pos{class: classTail, seq: seq}, run})
-			}
-			return !full(), nil
-		})
+		err := p.r.ahead(ctx, p.rs, p.r.pfx+">", start, p.tailRows(ctx, &rows, full))
 		if err != nil {
 			return Page{}, err
 		}

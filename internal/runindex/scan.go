@@ -14,11 +14,7 @@ import (
 // Same order and cursors as List; its cost is proportional to the records
 // kept. The fallback when no indexer runs.
 func (r *Reader) ListScan(ctx context.Context, q Query) (Page, error) {
-	after, err := parsePos(q.After)
-	if err != nil {
-		return Page{}, err
-	}
-	before, err := parsePos(q.Before)
+	after, before, err := q.positions()
 	if err != nil {
 		return Page{}, err
 	}
