@@ -33,7 +33,6 @@ type triggerRow struct {
 	State string
 }
 
-
 func (h *handler) triggersPage(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := h.ctx(r)
 	defer cancel()
