@@ -95,7 +95,7 @@ func TestConcurrentEnqueuesEachGetTheirOwnError(t *testing.T) {
 	for i := range n {
 		if i%every == 0 {
 			var api *jetstream.APIError
-			if errs[i] == nil || !errors.As(errs[i], &api) || !strings.Contains(strings.ToLower(api.Description), "maximum") {
+			if errs[i] == nil || !errors.As(errs[i], &api) || api.ErrorCode != jetstream.JSErrCodeStreamMessageExceedsMaximum {
 				t.Errorf("run %d (too large): Enqueue = %q, %v; want the stream's size error", i, ids[i], errs[i])
 			}
 			continue

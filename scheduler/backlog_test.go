@@ -68,6 +68,23 @@ func TestAFirstTermDispatchesRunsOverdueLongAgo(t *testing.T) {
 	}
 	startScheduler(t, ts, "s1", 0)
 	waitDispatched(t, p, id, due)
+	if n := fnMessages(t, ts); n != 1 {
+		t.Fatalf("%d messages in the function stream, want 1: the run dispatched once", n)
+	}
+}
+
+// fnMessages is the number of messages in the function stream.
+func fnMessages(t *testing.T, ts *testserver.Env) uint64 {
+	t.Helper()
+	st, err := ts.JS.Stream(context.Background(), streams.Config{}.WithDefaults().FunctionStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
 }
 
 // A term that follows another reads from the checkpoint the last one
@@ -88,7 +105,9 @@ func TestANewTermReadsFromTheLastCheckpoint(t *testing.T) {
 	}
 	a := startScheduler(t, ts, "a", 0)
 	testserver.Eventually(t, 10*time.Second, "a leads", a.IsLeader)
-	due := time.Now().Add(8 * time.Second)
+	// Due well after a's term ends (its checkpoint comes within 2 s), so
+	// that only b can start it.
+	due := time.Now().Add(40 * time.Second)
 	id, err := p.RunAt(ctx, due, ticked.With(tick{2}))
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +126,13 @@ func TestANewTermReadsFromTheLastCheckpoint(t *testing.T) {
 	}
 	if _, err := leases.Get(ctx, "scheduler-delayed-low"); err != nil {
 		t.Fatalf("no checkpoint after the leader stopped: %v", err)
+	}
+	st := engine.Of(p).Store()
+	if q, err := st.Queued(ctx, ticked.Name(), id); err != nil || q {
+		t.Fatalf("run queued before b leads (%v): a dispatched it, so b is not tested", err)
+	}
+	if _, ok, err := st.FindDelayed(ctx, due, id); err != nil || !ok {
+		t.Fatalf("delayed entry before b leads: found %v, %v", ok, err)
 	}
 	// The next leader's clock is ten minutes ahead: the run is overdue.
 	startScheduler(t, ts, "b", 10*time.Minute)

@@ -347,16 +347,8 @@ func TestDelayedEntryWithoutRecordRunsOnce(t *testing.T) {
 	testserver.Eventually(t, 20*time.Second, "both delayed entries published or dropped", func() bool {
 		return delayedGone("new-once") && delayedGone("new-twice")
 	})
-	st, err := ts.JS.Stream(ctx, eng.Streams().FunctionStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs != 2 {
-		t.Fatalf("%d messages in the function stream, want 2 (one per run)", info.State.Msgs)
+	if n := fnMessages(t, ts); n != 2 {
+		t.Fatalf("%d messages in the function stream, want 2 (one per run)", n)
 	}
 	var c counter
 	startWorker(t, ts, &c)

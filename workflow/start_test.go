@@ -3,6 +3,7 @@ package workflow_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -56,8 +57,8 @@ func TestStartThatDiedBeforeItsFirstSegmentIsRepaired(t *testing.T) {
 		t.Fatalf("repaired workflow: %q, step ran %d times", out, e.n("greet"))
 	}
 	// Start with the same id is refused: the record is the idempotency key.
-	if _, err := workflow.Start(ctx, e.P, def, "bob", workflow.WithID(id)); err == nil {
-		t.Fatal("second Start of an id: no error")
+	if _, err := workflow.Start(ctx, e.P, def, "bob", workflow.WithID(id)); !errors.Is(err, producerErrAlreadyExists) {
+		t.Fatalf("second Start of an id: %v, want producer.ErrAlreadyExists", err)
 	}
 }
 

@@ -265,9 +265,11 @@ func TestRunDelayedScaleSmall(t *testing.T) {
 // up to the whole.
 func TestWhereTheTimeGoes(t *testing.T) {
 	sh, err := profiled(func() error {
-		end := time.Now().Add(500 * time.Millisecond)
+		// 300 ms of this process's CPU (about 30 samples), however busy the
+		// machine: wall time alone may give a loaded process few samples.
+		cpu0, end := cpuTime(), time.Now().Add(20*time.Second)
 		v := map[string]any{"a": []int{1, 2, 3}, "b": strings.Repeat("x", 100)}
-		for time.Now().Before(end) {
+		for cpuTime()-cpu0 < 300*time.Millisecond && time.Now().Before(end) {
 			if _, err := json.Marshal(v); err != nil {
 				return err
 			}
