@@ -1068,10 +1068,9 @@ func (h *onMessage) WithGroup(string) slog.Handler      { return h }
 var freshFn = jetflow.Define[echoArgs]("direct.fresh")
 
 // Fresh is true for the first delivery of a run's first attempt, and false
-// for the retry of a failed attempt. (A redelivery is never fresh: it is
-// reconciled with its record, the path a retry's message that names no
-// revision takes too; integration's worker-kill and workflow-kill faults
-// run redeliveries.)
+// for the retry of a failed attempt. (A redelivery is never fresh: the
+// worker reconciles it with its record before it runs; integration's
+// worker-kill and workflow-kill faults run redeliveries.)
 func TestFreshOnlyOnTheFirstDeliveryOfTheFirstAttempt(t *testing.T) {
 	t.Parallel()
 	e := setup(t, worker.Config{})
