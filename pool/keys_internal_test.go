@@ -90,6 +90,11 @@ func TestTurnsWeights(t *testing.T) {
 	d.testReady(t, "H", 100, st)
 	d.testReady(t, "L", 100, st)
 	got := d.picks(st, 40)
+	// Both keys have 100 items waiting: every one of the 40 starts asked
+	// for is handed out, 30 of H and 10 of L.
+	if len(got) != 40 {
+		t.Fatalf("%d starts, want 40: %v", len(got), got)
+	}
 	h := 0
 	for i, k := range got {
 		if k == "H" {
@@ -98,6 +103,9 @@ func TestTurnsWeights(t *testing.T) {
 		if (i+1)%4 == 0 && h != 3*(i+1)/4 {
 			t.Fatalf("after %d starts H has %d: %v", i+1, h, got)
 		}
+	}
+	if h != 30 {
+		t.Fatalf("H has %d of 40 starts, want 30: %v", h, got)
 	}
 }
 

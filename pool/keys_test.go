@@ -360,13 +360,19 @@ func TestKeyWeights(t *testing.T) {
 // Debounce: 1000 items of one key within the window make exactly one run,
 // with the last item's args; the 999 others are recorded as canceled,
 // "debounced into" the last one. A second key debounces on its own.
+//
+// The exact count needs every item of a key to reach the dispatcher within
+// the window of the one before it: the window (10 s) is far longer than
+// the burst takes to enqueue and be watched, even on a loaded machine (the
+// time it took is reported on failure).
 func TestKeyDebounce(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.workers(t, 2)
+	const window = 10 * time.Second
 	cfg := testConfig("deb")
 	cfg.Key = keyOfGroup
-	cfg.Debounce = pool.Debounce{Window: 3 * time.Second, MaxWait: time.Minute}
+	cfg.Debounce = pool.Debounce{Window: window, MaxWait: time.Minute}
 	pl := e.newPool(t, cfg)
 	startPool(t, pl)
 	var es []pool.Entry
@@ -378,7 +384,9 @@ func TestKeyDebounce(t *testing.T) {
 		k := fmt.Sprintf("l-%d", i)
 		es = append(es, pool.Entry{Call: Work.With(WorkArgs{Key: k, Group: "L", N: i}), Options: []pool.Option{pool.WithID(k)}})
 	}
+	began := time.Now()
 	ids := batch(t, pl, es)
+	enqueuing := time.Since(began) // for the failure messages, not asserted
 	items := waitItems(t, pl, ids, 60*time.Second)
 	e.waitIdle(t, pl)
 	for _, last := range []string{"k-999", "l-2"} {
@@ -395,12 +403,13 @@ func TestKeyDebounce(t *testing.T) {
 			want = "l-2"
 		}
 		if it.State != jetflow.Canceled || it.SupersededBy != want || it.Error != jetflow.ErrCanceled.Error()+": debounced into "+want {
-			t.Fatalf("item %s: %s superseded by %q (%s), want debounced into %s", id, it.State, it.SupersededBy, it.Error, want)
+			t.Fatalf("item %s: %s superseded by %q (%s), want debounced into %s (burst enqueued in %s, window %s)",
+				id, it.State, it.SupersededBy, it.Error, want, enqueuing, window)
 		}
 	}
 	st := e.tr.started()
 	if len(st) != 2 {
-		t.Fatalf("%d runs started, want 2 (one per key): %+v", len(st), st)
+		t.Fatalf("%d runs started, want 2 (one per key; burst enqueued in %s, window %s): %+v", len(st), enqueuing, window, st)
 	}
 	for _, s := range st {
 		if !(s.group == "K" && s.n == 999 || s.group == "L" && s.n == 2) {
@@ -414,31 +423,44 @@ func TestKeyDebounce(t *testing.T) {
 
 // Debounce's max wait: items of one key keep arriving more often than the
 // window, longer than the max wait; runs still start while they arrive
-// (without a max wait none would before the burst ends), and every item is
-// either run or recorded as debounced into a run.
+// (without a max wait none would before the burst ends), every item is
+// either run or recorded as debounced into a run, and the burst still
+// collapses: about one run per max wait, most items debounced.
 func TestKeyDebounceMaxWait(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.workers(t, 1)
 	ctx := context.Background()
+	const burst, window, maxWait = 5 * time.Second, time.Second, 1500 * time.Millisecond
 	cfg := testConfig("debmax")
 	pl := e.newPool(t, cfg)
 	startPool(t, pl)
 	var ids []string
 	startedDuringBurst := false
-	deadline := time.Now().Add(5 * time.Second)
+	// gaps counts the pauses between two enqueues long enough (half the
+	// window, generously) that a loaded machine may have let the window
+	// pass: each may split a burst, one run more.
+	gaps := 0
+	began := time.Now()
+	deadline := began.Add(burst)
+	last := began
 	for i := 0; time.Now().Before(deadline); i++ {
 		k := fmt.Sprintf("m-%d", i)
 		if _, err := pl.Enqueue(ctx, Work.With(WorkArgs{Key: k, Group: "M", N: i}), pool.WithID(k), pool.WithKey("M"),
-			pool.WithDebounce(time.Second, 1500*time.Millisecond)); err != nil {
+			pool.WithDebounce(window, maxWait)); err != nil {
 			t.Fatal(err)
 		}
+		if now := time.Now(); i > 0 && now.Sub(last) > window/2 {
+			gaps++
+		}
+		last = time.Now()
 		ids = append(ids, k)
 		if len(e.tr.started()) > 0 {
 			startedDuringBurst = true
 		}
 		time.Sleep(20 * time.Millisecond) // the arrival pace of the burst, not a wait for a condition
 	}
+	took := last.Sub(began)
 	items := waitItems(t, pl, ids, 30*time.Second)
 	if !startedDuringBurst {
 		t.Fatal("no run started while items kept arriving: max wait not applied")
@@ -463,6 +485,35 @@ func TestKeyDebounceMaxWait(t *testing.T) {
 	}
 	if len(runs) < 2 {
 		t.Errorf("%d runs for %d items over 5 s with max wait 1.5 s, want at least 2", len(runs), len(ids))
+	}
+	// Each run's burst lasts max wait unless a pause let the window pass:
+	// at most one run per max wait of the burst, one for its tail, and one
+	// more of slack, plus one per pause seen.
+	if limit := int(took/maxWait) + 2 + gaps; len(runs) > limit {
+		t.Errorf("%d runs for %d items enqueued over %s with window %s and max wait %s (%d pauses), want at most %d: not debounced",
+			len(runs), len(ids), took, window, maxWait, gaps, limit)
+	}
+	if st := e.tr.started(); len(st) != len(runs) {
+		t.Errorf("%d starts for %d items run: an item ran twice", len(st), len(runs))
+	}
+	// Every item that did not run is recorded canceled, debounced into
+	// another item; that is most of them.
+	debounced := 0
+	for id, it := range items {
+		if runs[id] {
+			continue
+		}
+		if it.State == jetflow.Canceled && it.SupersededBy != "" && it.SupersededBy != id &&
+			it.Error == jetflow.ErrCanceled.Error()+": debounced into "+it.SupersededBy {
+			debounced++
+		}
+	}
+	if debounced != len(ids)-len(runs) || debounced*2 <= len(ids) {
+		t.Errorf("%d of %d items recorded as debounced (%d ran), want all those not run, and most", debounced, len(ids), len(runs))
+	}
+	e.waitIdle(t, pl)
+	if got := pl.Stats().Debounced; got != int64(debounced) {
+		t.Errorf("dispatcher counted %d debounced, want %d", got, debounced)
 	}
 }
 
@@ -572,14 +623,20 @@ func TestKeyInvalid(t *testing.T) {
 // A debounced burst survives a dispatcher handover: the first dispatcher
 // holds the burst and stops before the window ends; the next one collapses
 // it again into exactly one run of the last item.
+//
+// The first dispatcher must see the burst and stop within the window: the
+// window (12 s) is longer than the wait for it to hold the burst (10 s at
+// most) and far longer than the burst takes to enqueue, even on a loaded
+// machine (the time it took is reported on failure).
 func TestKeyDebounceAcrossDispatchers(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.workers(t, 1)
 	ctx := context.Background()
+	const window = 12 * time.Second
 	cfg := testConfig("debfail")
 	cfg.Key = keyOfGroup
-	cfg.Debounce = pool.Debounce{Window: 2 * time.Second}
+	cfg.Debounce = pool.Debounce{Window: window}
 	a := e.newPool(t, cfg)
 	startPool(t, a)
 	var es []pool.Entry
@@ -587,6 +644,7 @@ func TestKeyDebounceAcrossDispatchers(t *testing.T) {
 		k := fmt.Sprintf("f-%d", i)
 		es = append(es, pool.Entry{Call: Work.With(WorkArgs{Key: k, Group: "F", N: i}), Options: []pool.Option{pool.WithID(k)}})
 	}
+	began := time.Now()
 	ids := batch(t, a, es)
 	testserver.Eventually(t, 10*time.Second, "the burst held by the first dispatcher", func() bool {
 		s := a.Stats()
@@ -595,8 +653,12 @@ func TestKeyDebounceAcrossDispatchers(t *testing.T) {
 	if err := a.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
+	held := time.Since(began) // for the failure messages, not asserted
 	if n := len(e.tr.started()); n != 0 {
-		t.Fatalf("%d runs started within the window", n)
+		t.Fatalf("%d runs started within the window (%s; enqueued, held and stopped in %s)", n, window, held)
+	}
+	if s := a.Stats(); s.Started != 0 || s.Debounced != 0 {
+		t.Fatalf("first dispatcher started %d and recorded %d debounced before the window ended", s.Started, s.Debounced)
 	}
 	cfg.ID = "second"
 	b := e.newPool(t, cfg)
@@ -616,6 +678,9 @@ func TestKeyDebounceAcrossDispatchers(t *testing.T) {
 	e.waitIdle(t, b)
 	if st := e.tr.started(); len(st) != 1 || st[0].n != 199 {
 		t.Fatalf("runs %+v, want one, of f-199", st)
+	}
+	if s := b.Stats(); s.Started != 1 || s.Debounced != 199 {
+		t.Errorf("second dispatcher started %d and counted %d debounced, want 1 and 199", s.Started, s.Debounced)
 	}
 }
 

@@ -41,18 +41,26 @@ func TestStreamTriggerMakesOneRunPerMessage(t *testing.T) {
 		t.Fatalf("%d records of %s, want 50", len(recs), Ship.Name())
 	}
 	epoch := e.streamEpoch("ORDERS")
-	for seq := uint64(1); seq <= 50; seq++ {
-		if seq > 40 {
-			// orders.canceled took sequences 41-45.
+	// Sequences 1-40: o0-o39 (before Start); 41-45: orders.canceled (no
+	// run); 46-55: o40-o49 (after Start).
+	for seq := uint64(1); seq <= 55; seq++ {
+		id := trigger.StreamRunID("ship", "ORDERS", epoch, seq)
+		if seq >= 41 && seq <= 45 {
+			if recs[id] != nil {
+				t.Fatalf("run %s for sequence %d, on orders.canceled (not on the filter)", id, seq)
+			}
 			continue
 		}
-		id := trigger.StreamRunID("ship", "ORDERS", epoch, seq)
+		order := seq - 1
+		if seq > 45 {
+			order = seq - 6
+		}
 		if recs[id] == nil {
 			t.Fatalf("no run %s for sequence %d", id, seq)
 		}
 		var o Order
-		if err := json.Unmarshal(recs[id].Args, &o); err != nil || o.ID != fmt.Sprintf("o%d", seq-1) {
-			t.Fatalf("run %s args %s", id, recs[id].Args)
+		if err := json.Unmarshal(recs[id].Args, &o); err != nil || o.ID != fmt.Sprintf("o%d", order) || o.Amount != int(order) {
+			t.Fatalf("run %s (sequence %d) args %s, want order o%d", id, seq, recs[id].Args, order)
 		}
 	}
 	runs, execs := e.executed()
@@ -304,12 +312,17 @@ func TestWindowBoundsUnstartedRuns(t *testing.T) {
 }
 
 // Several runners of one trigger share its durable consumer: each message
-// is handled by one of them, one run each.
+// is handled by one of them, one run each, and both take part.
+//
+// Both runners wait on the consumer (a pull request each) before the
+// messages come, and the messages outnumber what one runner handles while
+// the other re-issues its pull: each gets some.
 func TestRunnersShareTheConsumer(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.ordersStream()
 	e.worker()
+	const n = 400
 	bind := func(r *trigger.Runner) {
 		if err := trigger.Bind(r, trigger.Func(Ship), trigger.Spec[Order]{Name: "shared", Stream: "ORDERS"}); err != nil {
 			t.Fatal(err)
@@ -317,19 +330,36 @@ func TestRunnersShareTheConsumer(t *testing.T) {
 	}
 	r1 := e.runner(trigger.Config{Batch: 5}, bind)
 	r2 := e.runner(trigger.Config{Batch: 5}, bind)
-	e.publish("orders.created", 0, 200, nil)
-	recs := e.waitRecords(Ship.Name(), 200, jetflow.Success)
-	if len(recs) != 200 {
-		t.Fatalf("%d records, want 200", len(recs))
+	ctx := testCtx(t)
+	testserver.Eventually(t, 20*time.Second, "both runners waiting on the shared consumer", func() bool {
+		if len(r1.Running()) != 1 || len(r2.Running()) != 1 {
+			return false
+		}
+		c, err := e.js.Consumer(ctx, "ORDERS", kv.TriggerConsumer(streams.Config{}, "shared"))
+		if err != nil {
+			return false
+		}
+		ci, err := c.Info(ctx)
+		return err == nil && ci.NumWaiting >= 2
+	})
+	e.publish("orders.created", 0, n, nil)
+	recs := e.waitRecords(Ship.Name(), n, jetflow.Success)
+	if len(recs) != n {
+		t.Fatalf("%d records, want %d", len(recs), n)
 	}
 	testserver.Eventually(t, 10*time.Second, "both runners' counters", func() bool {
-		return r1.Stats("shared").Messages+r2.Stats("shared").Messages == 200
+		return r1.Stats("shared").Messages+r2.Stats("shared").Messages == n
 	})
-	if s1, s2 := r1.Stats("shared"), r2.Stats("shared"); s1.Runs+s2.Runs != 200 || s1.Existing+s2.Existing != 0 {
+	s1, s2 := r1.Stats("shared"), r2.Stats("shared")
+	if s1.Runs+s2.Runs != n || s1.Existing+s2.Existing != 0 {
 		t.Fatalf("runners: %+v %+v", s1, s2)
 	}
-	if runs, execs := e.executed(); runs != 200 || execs != 200 {
-		t.Fatalf("handler ran %d runs in %d executions, want 200 in 200", runs, execs)
+	t.Logf("runners handled %d and %d messages", s1.Messages, s2.Messages)
+	if s1.Messages == 0 || s2.Messages == 0 {
+		t.Fatalf("one runner handled every message: %d and %d", s1.Messages, s2.Messages)
+	}
+	if runs, execs := e.executed(); runs != n || execs != n {
+		t.Fatalf("handler ran %d runs in %d executions, want %d in %d", runs, execs, n, n)
 	}
 }
 
@@ -441,6 +471,38 @@ func TestCodeTriggerKeepsItsPauseAcrossRestarts(t *testing.T) {
 	def, err := trigger.Get(ctx, e.p, "code")
 	if err != nil || !def.Paused || def.Origin != kv.TriggerOriginCode {
 		t.Fatalf("definition %+v %v", def, err)
+	}
+	// Messages on the source wait: the code trigger is paused, and the
+	// run-time one ("other", same stream) has no runner, the runners being
+	// code only. No run is made for them.
+	const n = 3
+	e.publish("orders.created", 0, n, nil)
+	var infos map[string]trigger.Info
+	testserver.Eventually(t, 10*time.Second, "both triggers' messages waiting", func() bool {
+		list, err := trigger.List(ctx, e.p)
+		if err != nil {
+			return false
+		}
+		infos = map[string]trigger.Info{}
+		for _, ti := range list {
+			infos[ti.Name] = ti
+		}
+		return infos["code"].Waiting == n && infos["other"].Waiting == n
+	})
+	if c := infos["code"]; !c.Paused || c.State() != "paused" || c.InFlight != 0 {
+		t.Fatalf("code trigger: %+v (state %s), want paused, nothing in flight", c, c.State())
+	}
+	if o := infos["other"]; o.Paused || len(o.Runners) != 0 || o.State() != "no runner" || o.InFlight != 0 {
+		t.Fatalf("run-time trigger: %+v (state %s), want no runner among the code-only runners", o, o.State())
+	}
+	if recs := e.records(Ship.Name()); len(recs) != 0 {
+		t.Fatalf("%d runs made while paused / not run", len(recs))
+	}
+	if st := r2.Stats("code"); st.Messages != 0 || st.Runs != 0 {
+		t.Fatalf("paused trigger handled messages: %+v", st)
+	}
+	if st := r2.Stats("other"); st.Messages != 0 || st.Runs != 0 {
+		t.Fatalf("code-only runner handled the run-time trigger: %+v", st)
 	}
 }
 

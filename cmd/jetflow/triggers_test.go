@@ -91,10 +91,37 @@ func TestTriggersManageThroughCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &d); err != nil || !d.Paused || d.Window != 50 {
 		t.Fatalf("pause --json: %v %s", err, out)
 	}
+	if def, err := trigger.Get(ctx, w.Producer(), "ship"); err != nil || !def.Paused {
+		t.Fatalf("after the CLI pause, trigger.Get: %+v %v", def, err)
+	}
 	out, _ = mustCLI(ctx, t, "triggers", "resume", "ship", url)
 	if !strings.Contains(out, "trigger ship resumed") {
 		t.Fatalf("resume: %s", out)
 	}
+	// The resume is stored, seen by the trigger package, and acted on: a
+	// new message makes a run.
+	if def, err := trigger.Get(ctx, w.Producer(), "ship"); err != nil || def.Paused || def.Window != 50 {
+		t.Fatalf("after the CLI resume, trigger.Get: %+v %v", def, err)
+	}
+	if _, err := js.Publish(ctx, "orders.created", []byte(`{"order":2}`)); err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 30*time.Second, "the resumed trigger's fourth run", func() bool {
+		infos, err := trigger.List(ctx, w.Producer())
+		if err != nil {
+			return false
+		}
+		for _, ti := range infos {
+			if ti.Name == "ship" {
+				if ti.Paused {
+					t.Fatalf("after the CLI resume, trigger.List: ship paused: %+v", ti)
+				}
+				return ti.Totals.Runs == 4 && ti.State() == "running"
+			}
+		}
+		t.Fatalf("after the CLI resume, trigger.List lacks ship: %+v", infos)
+		return false
+	})
 	mustCLI(ctx, t, "triggers", "delete", "signups", url)
 	if _, err := js.Stream(ctx, "JETFLOW_TRIGGER_signups"); !errors.Is(err, jetstream.ErrStreamNotFound) {
 		t.Fatalf("capture stream after delete: %v", err)
