@@ -71,33 +71,24 @@ func RunFairness(ctx context.Context, out io.Writer, quick bool) error {
 	var plainDone, itemsDone atomic.Int64
 	var mu sync.Mutex
 	bStarted := map[[2]int]time.Time{}
-	w, err := worker.New(ctx, wjs, worker.Config{Streams: scfg, Concurrency: 64})
+	stopWorker, err := startWorker(ctx, wjs, scfg, func(w *worker.Worker) error {
+		worker.Handle(w, fairPlain, func(context.Context, *worker.Job[fairArgs]) error { plainDone.Add(1); return nil }, benchOptions)
+		worker.Handle(w, fairItem, func(_ context.Context, j *worker.Job[fairArgs]) error {
+			if j.Args.Key == "B" {
+				t := time.Now()
+				mu.Lock()
+				bStarted[[2]int{j.Args.Round, j.Args.I}] = t
+				mu.Unlock()
+			}
+			itemsDone.Add(1)
+			return nil
+		}, benchOptions)
+		return pool.Register(w)
+	})
 	if err != nil {
 		return err
 	}
-	opts := worker.Options{Concurrency: 64, MaxParallel: 10_000}
-	worker.Handle(w, fairPlain, func(context.Context, *worker.Job[fairArgs]) error { plainDone.Add(1); return nil }, opts)
-	worker.Handle(w, fairItem, func(_ context.Context, j *worker.Job[fairArgs]) error {
-		if j.Args.Key == "B" {
-			t := time.Now()
-			mu.Lock()
-			bStarted[[2]int{j.Args.Round, j.Args.I}] = t
-			mu.Unlock()
-		}
-		itemsDone.Add(1)
-		return nil
-	}, opts)
-	if err := pool.Register(w); err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	}()
+	defer stopWorker()
 	p, err := producer.New(ctx, pjs, producer.Config{Streams: scfg})
 	if err != nil {
 		return err

@@ -68,24 +68,15 @@ func RunPool(ctx context.Context, out io.Writer, quick bool) error {
 	wjs, pjs := jss[0], jss[1]
 
 	var direct, items atomic.Int64
-	w, err := worker.New(ctx, wjs, worker.Config{Streams: scfg, Concurrency: 64})
+	stopWorker, err := startWorker(ctx, wjs, scfg, func(w *worker.Worker) error {
+		worker.Handle(w, poolBenchDirect, func(context.Context, *worker.Job[poolBenchArgs]) error { direct.Add(1); return nil }, benchOptions)
+		worker.Handle(w, poolBenchItem, func(context.Context, *worker.Job[poolBenchArgs]) error { items.Add(1); return nil }, benchOptions)
+		return pool.Register(w)
+	})
 	if err != nil {
 		return err
 	}
-	opts := worker.Options{Concurrency: 64, MaxParallel: 10_000}
-	worker.Handle(w, poolBenchDirect, func(context.Context, *worker.Job[poolBenchArgs]) error { direct.Add(1); return nil }, opts)
-	worker.Handle(w, poolBenchItem, func(context.Context, *worker.Job[poolBenchArgs]) error { items.Add(1); return nil }, opts)
-	if err := pool.Register(w); err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	}()
+	defer stopWorker()
 	p, err := producer.New(ctx, pjs, producer.Config{Streams: scfg})
 	if err != nil {
 		return err
@@ -218,4 +209,27 @@ func connectEach(url string, names ...string) (jss []jetstream.JetStream, closeA
 		ncs, jss = append(ncs, nc), append(jss, js)
 	}
 	return jss, closeAll, nil
+}
+
+// benchOptions are the handler options of the sections' no-op functions.
+var benchOptions = worker.Options{Concurrency: 64, MaxParallel: 10_000}
+
+// startWorker starts a worker on js (Concurrency 64) with what register
+// adds to it; stop stops it, within 10 s.
+func startWorker(ctx context.Context, js jetstream.JetStream, scfg streams.Config, register func(w *worker.Worker) error) (stop func(), err error) {
+	w, err := worker.New(ctx, js, worker.Config{Streams: scfg, Concurrency: 64})
+	if err != nil {
+		return nil, err
+	}
+	if err := register(w); err != nil {
+		return nil, err
+	}
+	if err := w.Start(ctx); err != nil {
+		return nil, err
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	}, nil
 }

@@ -58,21 +58,15 @@ func RunTrigger(ctx context.Context, out io.Writer, quick bool) error {
 	wjs, pjs, rjs, sjs := jss[0], jss[1], jss[2], jss[3]
 
 	var direct, triggered atomic.Int64
-	w, err := worker.New(ctx, wjs, worker.Config{Streams: scfg, Concurrency: 64})
+	stopWorker, err := startWorker(ctx, wjs, scfg, func(w *worker.Worker) error {
+		worker.Handle(w, trigBenchDirect, func(context.Context, *worker.Job[poolBenchArgs]) error { direct.Add(1); return nil }, benchOptions)
+		worker.Handle(w, trigBenchRun, func(context.Context, *worker.Job[poolBenchArgs]) error { triggered.Add(1); return nil }, benchOptions)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	opts := worker.Options{Concurrency: 64, MaxParallel: 10_000}
-	worker.Handle(w, trigBenchDirect, func(context.Context, *worker.Job[poolBenchArgs]) error { direct.Add(1); return nil }, opts)
-	worker.Handle(w, trigBenchRun, func(context.Context, *worker.Job[poolBenchArgs]) error { triggered.Add(1); return nil }, opts)
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	}()
+	defer stopWorker()
 	p, err := producer.New(ctx, pjs, producer.Config{Streams: scfg})
 	if err != nil {
 		return err

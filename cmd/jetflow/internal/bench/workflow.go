@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"runtime"
@@ -134,29 +135,17 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	defer closeAll()
 	wjs, pjs, sjs := jss[0], jss[1], jss[2]
 
-	w, err := worker.New(ctx, wjs, worker.Config{Streams: scfg, Concurrency: 64})
+	stopWorker, err := startWorker(ctx, wjs, scfg, func(w *worker.Worker) error {
+		worker.Handle(w, wfBenchPlainFn, func(context.Context, *worker.Job[wfBenchSteps]) error { wfBenchPlain.Add(1); return nil }, benchOptions)
+		return errors.Join(
+			workflow.Register(w, wfBenchStepsDef, workflow.RegisterOptions{Concurrency: 64}),
+			workflow.Register(w, wfBenchSleepDef, workflow.RegisterOptions{Concurrency: 64}),
+			workflow.Register(w, wfBenchEventDef, workflow.RegisterOptions{Concurrency: 64}))
+	})
 	if err != nil {
 		return err
 	}
-	worker.Handle(w, wfBenchPlainFn, func(context.Context, *worker.Job[wfBenchSteps]) error { wfBenchPlain.Add(1); return nil },
-		worker.Options{Concurrency: 64, MaxParallel: 10_000})
-	for _, reg := range []error{
-		workflow.Register(w, wfBenchStepsDef, workflow.RegisterOptions{Concurrency: 64}),
-		workflow.Register(w, wfBenchSleepDef, workflow.RegisterOptions{Concurrency: 64}),
-		workflow.Register(w, wfBenchEventDef, workflow.RegisterOptions{Concurrency: 64}),
-	} {
-		if reg != nil {
-			return reg
-		}
-	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-	}()
+	defer stopWorker()
 	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: scfg, LeaseTTL: time.Second})
 	if err != nil {
 		return err
