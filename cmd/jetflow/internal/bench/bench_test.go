@@ -39,6 +39,7 @@ func TestQuick(t *testing.T) {
 			"e2e cpu": float64(r.EndToEndCPU), "raw cpu": float64(r.RawPublishConsumeCPU),
 			"lateness p50": float64(r.Lateness.P50), "lateness max": float64(r.Lateness.Max),
 			"raw latency p50": float64(r.RawLatency.P50),
+			"floor write cpu": float64(r.Floor.Write),
 		}
 		for name, v := range figures {
 			if v <= 0 {
@@ -49,6 +50,11 @@ func TestQuick(t *testing.T) {
 			t.Errorf("mode=%s: lateness over %d runs (%d not success), raw latency over %d, want 20, 0, 20",
 				r.Mode, r.Lateness.N, r.LatenessBad, r.RawLatency.N)
 		}
+		// A run is raw's message and at least one record write more: the
+		// ceiling lies below 1.
+		if c := r.Floor.Ceiling(r.RawPublishConsumeCPU, 1); c <= 0 || c >= 1 || r.Floor.RecordSize < 100 {
+			t.Errorf("mode=%s: floor %+v gives a ceiling of %.2f, want between 0 and 1", r.Mode, r.Floor, c)
+		}
 		if r.Cost.JobPublishes < 1 || r.Cost.Acks < 1 || r.Cost.RecordWrites < 1 {
 			t.Errorf("mode=%s: cost %+v: every run needs a publish, an ack and a terminal record", r.Mode, r.Cost)
 		}
@@ -58,7 +64,7 @@ func TestQuick(t *testing.T) {
 	if !strings.HasPrefix(last, "SUMMARY interval: enqueue ") || !strings.Contains(last, "| always: enqueue ") {
 		t.Errorf("last line %q is not the SUMMARY of both modes", last)
 	}
-	for _, want := range []string{"mode=interval  e2e no-op runs/s", "mode=always    e2e no-op runs/s", "raw publish+consume", "lateness (RunAt", "writes per run"} {
+	for _, want := range []string{"mode=interval  e2e no-op runs/s", "mode=always    e2e no-op runs/s", "raw publish+consume", "lateness (RunAt", "writes per run", "floor: raw record write"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -174,7 +180,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"raw R3 publish+consume", "e2e no-op runs/s", "ratio", "cost:", "lateness"} {
+	for _, want := range []string{"raw R3 publish+consume", "e2e no-op runs/s", "ratio", "cost:", "floor: raw R3 record write", "lateness"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}

@@ -97,6 +97,13 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 		fmtRate(e2eRate), fmtRate(rawRate), ratio(e2eRate, rawRate), fmtDur(per(e2e.CPU, o.N)),
 		fmtDur(per(raw.PublishCPU+raw.ConsumeCPU, o.N)))
 	line("cost: %s", e2e.Cost)
+	floor, err := measureFloor(ctx, url, o.N, o.ArgsSize)
+	if err != nil {
+		return fmt.Errorf("cluster floor: %w", err)
+	}
+	rawCPU := per(raw.PublishCPU+raw.ConsumeCPU+raw2.PublishCPU+raw2.ConsumeCPU, 2*o.N)
+	line("floor: raw R3 record write %s/write (%d B records, async, a subject each, expected sequence 0); cpu ratio if a run cost raw's message + its 2 record writes and nothing more %.2f (measured %.2f)",
+		fmtDur(floor.Write), floor.RecordSize, floor.Ceiling(rawCPU, 2), ratio(float64(rawCPU), float64(per(e2e.CPU, o.N))))
 	late, err := Lateness(ctx, url, "benchcllate", o.LatenessRuns, o.ArgsSize, 2*time.Second, 3*time.Second)
 	if err != nil {
 		return fmt.Errorf("cluster lateness: %w", err)

@@ -2,12 +2,15 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -198,4 +201,105 @@ func RawLatency(ctx context.Context, url string, n, size int, spread time.Durati
 	mu.Lock()
 	defer mu.Unlock()
 	return percentiles(lat), nil
+}
+
+// RawRecordWrites measures what a run's record write costs at the least:
+// n messages of size bytes (a run record's size), each on a subject of its
+// own with Nats-Expected-Last-Subject-Sequence: 0 (a create, as a run's
+// first record write is), async-published with 4096 acks pending to a
+// fresh stream that keeps one message per subject, as a KV bucket does.
+// Its CPU per write, added to raw's CPU per message, is the floor of a
+// run's cost: what the design's writes take before any jetflow code runs.
+func RawRecordWrites(ctx context.Context, url string, n, size int) (Timing, error) {
+	var pubErrs atomic.Int64
+	nc, js, err := connect(url, "bench-raw-records",
+		jetstream.WithPublishAsyncMaxPending(maxPending),
+		jetstream.WithPublishAsyncErrHandler(func(jetstream.JetStream, *nats.Msg, error) { pubErrs.Add(1) }))
+	if err != nil {
+		return Timing{}, err
+	}
+	defer nc.Close()
+	id := nuid.Next()
+	st, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name:              "BENCHREC_" + id,
+		Subjects:          []string{"benchrec." + id + ".>"},
+		MaxMsgsPerSubject: 1,
+		Storage:           jetstream.FileStorage,
+		Replicas:          max(int(replicas.Load()), 1),
+	})
+	if err != nil {
+		return Timing{}, fmt.Errorf("bench: raw record stream: %w", err)
+	}
+	defer func() { _ = js.DeleteStream(context.Background(), st.CachedInfo().Config.Name) }()
+	payload := make([]byte, size)
+	for i := range payload {
+		payload[i] = 'x'
+	}
+	prefix := "benchrec." + id + "."
+	stall := []jetstream.PublishOpt{jetstream.WithStallWait(time.Minute)}
+	start, cpu := time.Now(), cpuTime()
+	for i := range n {
+		m := &nats.Msg{Subject: prefix + strconv.Itoa(i), Data: payload,
+			Header: nats.Header{"Nats-Expected-Last-Subject-Sequence": []string{"0"}}}
+		if _, err := js.PublishMsgAsync(m, stall...); err != nil {
+			return Timing{}, fmt.Errorf("bench: raw record write: %w", err)
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-ctx.Done():
+		return Timing{}, fmt.Errorf("%w: raw record writes: %w", ErrBench, ctx.Err())
+	}
+	t := Timing{Wall: time.Since(start), CPU: cpuTime() - cpu}
+	if e := pubErrs.Load(); e > 0 {
+		return t, fmt.Errorf("%w: raw record writes: %d of %d not acknowledged", ErrBench, e, n)
+	}
+	return t, nil
+}
+
+// Floor is what a run costs at the least, from RawRecordWrites: raw's
+// message plus the run's record writes, and the CPU ratios that allows.
+type Floor struct {
+	// Write is the CPU of one raw record write.
+	Write time.Duration
+	// RecordSize is the size of the records written (a success record).
+	RecordSize int
+}
+
+// Ceiling is the CPU ratio a run of writes record writes would reach if
+// jetflow and its client code cost nothing beyond them: raw per message
+// over raw per message plus the writes.
+func (f Floor) Ceiling(raw time.Duration, writes int) float64 {
+	return ratio(float64(raw), float64(raw+time.Duration(writes)*f.Write))
+}
+
+// successRecordSize is the encoded size of a no-op run's success record
+// with args of about size bytes: what RawRecordWrites writes.
+func successRecordSize(size int) int {
+	now := time.Now().UTC()
+	c := call(size)
+	args, err := json.Marshal(c.Args)
+	if err != nil {
+		return size + 300
+	}
+	r := &jetflow.Run{
+		ID: nuid.Next(), Name: c.Name, Kind: c.Kind, Args: args, State: jetflow.Success,
+		ScheduledTime: now, CreationTime: now, StartedTime: now, CompletedTime: now, Attempts: 1,
+	}
+	b, err := kv.EncodeRun(r)
+	if err != nil {
+		return size + 300
+	}
+	return len(b)
+}
+
+// measureFloor is RawRecordWrites of n success-sized records, as a Floor.
+func measureFloor(ctx context.Context, url string, n, argsSize int) (Floor, error) {
+	f := Floor{RecordSize: successRecordSize(argsSize)}
+	t, err := RawRecordWrites(ctx, url, n, f.RecordSize)
+	if err != nil {
+		return f, err
+	}
+	f.Write = per(t.CPU, n)
+	return f, nil
 }
