@@ -1098,3 +1098,58 @@ func TestFreshOnlyOnTheFirstDeliveryOfTheFirstAttempt(t *testing.T) {
 		t.Fatalf("second attempt: %+v, want attempt 2 not fresh", s)
 	}
 }
+
+// A redelivery of a first attempt is not fresh: its first delivery may have
+// started the handler elsewhere (a worker that died before it claimed the
+// run), so the worker reconciles it with its record, and a segment told it
+// is fresh would skip reading a journal the first delivery may have written.
+func TestRedeliveryOfTheFirstAttemptIsNotFresh(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{AckWait: time.Second})
+	ctx := context.Background()
+
+	// The first worker takes the run and dies inside its handler before
+	// it claims it (ClaimAfter an hour): its connection closes, the
+	// message is never acked.
+	dnc, djs := e.Connect()
+	dying, err := worker.New(ctx, djs, worker.Config{AckWait: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan bool, 1)
+	release := make(chan struct{})
+	defer close(release)
+	worker.Handle(dying, freshFn, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		first <- j.Fresh()
+		<-release
+		return nil
+	}, worker.Options{ClaimAfter: time.Hour})
+	if err := dying.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.P.Enqueue(ctx, freshFn.With(echoArgs{N: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh := recv(t, first, "first delivery"); !fresh {
+		t.Fatal("first delivery of attempt 1: Fresh() false, want true")
+	}
+	dnc.Close()
+
+	type seen struct {
+		attempt int
+		fresh   bool
+	}
+	got := make(chan seen, 4)
+	worker.Handle(e.W, freshFn, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		got <- seen{j.Attempt(), j.Fresh()}
+		return nil
+	})
+	e.start(t)
+	if s := recv(t, got, "redelivery"); s.attempt != 1 || s.fresh {
+		t.Fatalf("redelivery: %+v, want attempt 1, not fresh", s)
+	}
+	if r := e.wait(t, id); r.State != jetflow.Success || r.Attempts != 1 {
+		t.Fatalf("run %s: %s after %d attempts, want success after 1", id, r.State, r.Attempts)
+	}
+}

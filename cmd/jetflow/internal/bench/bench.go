@@ -148,7 +148,8 @@ type Result struct {
 	CostClaimFirst        Cost
 
 	// Floor is the CPU of a raw record write, measured in the same run:
-	// with raw's CPU per message, the least a run can cost.
+	// with raw's CPU per message, the least a run can cost. Zero in
+	// SyncAlways mode, where the disk is the limit.
 	Floor Floor
 
 	Lateness    Percentiles // jetflow: handler start - scheduled time
@@ -238,8 +239,12 @@ func Summary(results []Result) string {
 		if r.EndToEndClaimFirst > 0 {
 			claimFirst = fmt.Sprintf(" e2e-claimfirst %.2f", ratio(r.EndToEndClaimFirst, r.RawPublishConsume))
 		}
-		parts = append(parts, fmt.Sprintf("%s: enqueue %.2f enqueue-batch %.2f enqueue-many %.2f e2e %.2f e2e-cpu %.2f e2e-cpu-floor %.2f e2e-overlap %.2f%s lateness-p99 %s raw-latency-p99 %s",
-			r.Mode, r.EnqueueRatio(), r.EnqueueBatchRatio(), r.Many.Ratio(), r.EndToEndRatio(), r.EndToEndCPURatio(), r.Floor.Ceiling(r.RawPublishConsumeCPU, 1),
+		floor := ""
+		if r.Floor.Write > 0 {
+			floor = fmt.Sprintf(" e2e-cpu-floor %.2f", r.Floor.Ceiling(r.RawPublishConsumeCPU, 1))
+		}
+		parts = append(parts, fmt.Sprintf("%s: enqueue %.2f enqueue-batch %.2f enqueue-many %.2f e2e %.2f e2e-cpu %.2f%s e2e-overlap %.2f%s lateness-p99 %s raw-latency-p99 %s",
+			r.Mode, r.EnqueueRatio(), r.EnqueueBatchRatio(), r.Many.Ratio(), r.EndToEndRatio(), r.EndToEndCPURatio(), floor,
 			ratio(r.EndToEndOverlap, r.RawPublishConsume), claimFirst, fmtDur(r.Lateness.P99), fmtDur(r.RawLatency.P99)))
 	}
 	return "SUMMARY " + strings.Join(parts, " | ")
@@ -409,22 +414,26 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 	}
 
 	// The floor: what a run's record writes cost before any jetflow code.
-	if err := clean(); err != nil {
-		return res, err
+	// Not with an fsync per write: the disk, not the CPU, is the limit
+	// there.
+	if mode != embedded.SyncAlways {
+		if err := clean(); err != nil {
+			return res, err
+		}
+		pctx, cancel = phase()
+		res.Floor, err = measureFloor(pctx, s.ClientURL(), n, o.ArgsSize)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("floor: %w", err)
+		}
+		claimFirstCPU := ""
+		if res.EndToEndClaimFirstCPU > 0 {
+			claimFirstCPU = fmt.Sprintf(", ClaimFirst (2 writes) %.2f (measured %.2f)", res.Floor.Ceiling(res.RawPublishConsumeCPU, 2),
+				ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndClaimFirstCPU)))
+		}
+		line("floor: raw record write    %s/write   (%d B records, async, a subject each, expected sequence 0); cpu ratio if a run cost raw's message + its record writes and nothing more: e2e (1 write) %.2f (measured %.2f)%s",
+			fmtDur(res.Floor.Write), res.Floor.RecordSize, res.Floor.Ceiling(res.RawPublishConsumeCPU, 1), res.EndToEndCPURatio(), claimFirstCPU)
 	}
-	pctx, cancel = phase()
-	res.Floor, err = measureFloor(pctx, s.ClientURL(), n, o.ArgsSize)
-	cancel()
-	if err != nil {
-		return res, fmt.Errorf("floor: %w", err)
-	}
-	claimFirstCPU := ""
-	if res.EndToEndClaimFirstCPU > 0 {
-		claimFirstCPU = fmt.Sprintf(", ClaimFirst (2 writes) %.2f (measured %.2f)", res.Floor.Ceiling(res.RawPublishConsumeCPU, 2),
-			ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndClaimFirstCPU)))
-	}
-	line("floor: raw record write    %s/write   (%d B records, async, a subject each, expected sequence 0); cpu ratio if a run cost raw's message + its record writes and nothing more: e2e (1 write) %.2f (measured %.2f)%s",
-		fmtDur(res.Floor.Write), res.Floor.RecordSize, res.Floor.Ceiling(res.RawPublishConsumeCPU, 1), res.EndToEndCPURatio(), claimFirstCPU)
 
 	if !o.SkipProfile && mode == o.Modes[0] {
 		if err := whereTimeGoes(ctx, o, s.ClientURL(), n, clean, line); err != nil {

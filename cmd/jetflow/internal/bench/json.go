@@ -34,9 +34,9 @@ type JSON struct {
 	EnqueueManyRatio       float64 `json:"enqueue_many_ratio"`
 	EnqueueManyCPUPerRunNS int64   `json:"enqueue_many_cpu_per_run_ns"`
 	RawSyncManyCPUPerMsgNS int64   `json:"raw_sync_many_cpu_per_message_ns"`
-	// The floor: CPU of a raw record write, and the CPU ratios a run of
-	// one (ClaimFirst: two) record writes would reach if nothing else
-	// cost anything.
+	// The floor (not in SyncAlways mode): CPU of a raw record write, and
+	// the CPU ratios a run of one (ClaimFirst: two) record writes would
+	// reach if nothing else cost anything.
 	RawRecordWriteCPUNS  int64   `json:"raw_record_write_cpu_ns"`
 	EndToEndCPUCeiling   float64 `json:"end_to_end_cpu_ceiling"`
 	ClaimFirstCPUCeiling float64 `json:"claim_first_cpu_ceiling"`
@@ -59,9 +59,11 @@ func JSONOf(r Result) JSON {
 		EnqueueManyCPUPerRunNS: per(r.Many.Jetflow.CPU, r.Many.Jetflow.Calls).Nanoseconds(),
 		RawSyncManyCPUPerMsgNS: per(r.Many.Raw.CPU, r.Many.Raw.Calls).Nanoseconds(),
 	}
-	j.RawRecordWriteCPUNS = r.Floor.Write.Nanoseconds()
-	j.EndToEndCPUCeiling = r.Floor.Ceiling(r.RawPublishConsumeCPU, 1)
-	j.ClaimFirstCPUCeiling = r.Floor.Ceiling(r.RawPublishConsumeCPU, 2)
+	if r.Floor.Write > 0 {
+		j.RawRecordWriteCPUNS = r.Floor.Write.Nanoseconds()
+		j.EndToEndCPUCeiling = r.Floor.Ceiling(r.RawPublishConsumeCPU, 1)
+		j.ClaimFirstCPUCeiling = r.Floor.Ceiling(r.RawPublishConsumeCPU, 2)
+	}
 	if r.EndToEndClaimFirst > 0 {
 		j.ClaimFirstRatio = ratio(r.EndToEndClaimFirst, r.RawPublishConsume)
 	}
