@@ -378,7 +378,7 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 		fmtRate(res.EndToEnd), fmtRate(res.RawPublishConsume), res.EndToEndRatio())
 	line("e2e cpu                   %10s/run      raw publish+consume %s/msg   cpu ratio %.2f (the ratio if CPU were the only limit)",
 		fmtDur(res.EndToEndCPU), fmtDur(res.RawPublishConsumeCPU), res.EndToEndCPURatio())
-	line("e2e handler done          %10s runs/s   (first enqueue to last handler return)", fmtRate(rate(n, e2e.Handled)))
+	line("e2e handler done          %10s runs/s   (first enqueue to last handler return; enqueueing took %s of it)", fmtRate(rate(n, e2e.Handled)), fmtDur(e2e.Enqueued))
 	line("cost: %s", res.Cost)
 
 	// The same with the worker running while the runs are enqueued.

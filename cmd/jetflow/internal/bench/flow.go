@@ -212,6 +212,8 @@ type E2E struct {
 	Elapsed time.Duration
 	// Handled is from the first enqueue to the last handler return.
 	Handled time.Duration
+	// Enqueued is from the first enqueue to the last one acknowledged.
+	Enqueued time.Duration
 	// CPU is the process's CPU time from the first enqueue to the last
 	// handler return.
 	CPU time.Duration
@@ -416,6 +418,7 @@ func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.
 	if err := enqueueAsync(ctx, f.prod.p, n, c); err != nil {
 		return res, err
 	}
+	res.Enqueued = time.Since(start)
 	if !overlap {
 		if err := f.w.Start(ctx); err != nil {
 			return res, fmt.Errorf("bench: worker: %w", err)
