@@ -108,11 +108,25 @@ type Options struct {
 	NoClaim bool
 }
 
-// pullExpiry is how long a pull request of the worker's consumers lasts.
-// Short, so that a pull lost with a consumer leader (a cluster node that
-// died) is noticed within 2 s (missed heartbeats, every second) rather than
-// after 5 s or nats.go's default 30 s.
-const pullExpiry = 2 * time.Second
+// pullExpiry is how long a pull request of the worker's consumers lasts,
+// and pullHeartbeat how often the server says a waiting one is alive.
+//
+// nats.go's Consume pulls again when the messages it still expects fall
+// below half its batch, and otherwise only after two heartbeats go missing.
+// Its count of expected messages can outlive the requests themselves: the
+// bench caught the server with no pull request waiting, 55,000 runs
+// pending and nothing unacknowledged, while the client waited for messages
+// no request would bring, until two heartbeats went missing (2 s at
+// nats.go's default of half the expiry). A pull lost with a consumer
+// leader (a cluster node that died, or a leader change: nats.go resets its
+// count then but does not pull again, nats-io/nats.go#2063) ends the same
+// way. Heartbeats every 500 ms (the server's shortest) bound such a stall
+// to about a second, for two small messages a second per function and
+// worker while idle.
+const (
+	pullExpiry    = 2 * time.Second
+	pullHeartbeat = 500 * time.Millisecond
+)
 
 // DefaultClaimAfter is the default Options.ClaimAfter.
 const DefaultClaimAfter = 100 * time.Millisecond
@@ -499,10 +513,11 @@ func (w *Worker) stopConsumers(fns []*fnEntry) {
 func (w *Worker) consume(e *fnEntry) (jetstream.ConsumeContext, error) {
 	return e.cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
 		jetstream.PullMaxMessages(e.opts.Concurrency),
-		// Pull requests renewed every 2 s (heartbeats every second), not
-		// 30 s: a pull the server lost stalls the function for a couple of
-		// seconds, not half a minute.
+		// Pull requests renewed every 2 s, heartbeats every 500 ms: a
+		// pull lost or miscounted stalls the function for a second, not
+		// half a minute (see pullHeartbeat).
 		jetstream.PullExpiry(pullExpiry),
+		jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			w.log.Debug("consume", "function", e.name, "error", err)
 		}))

@@ -297,7 +297,11 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		case msgs <- m:
 		case <-ctx.Done():
 		}
-	}, jetstream.PullMaxMessages(2048))
+	}, jetstream.PullMaxMessages(2048),
+		// nats.go can wait for messages no pull request will bring until
+		// two heartbeats go missing (see worker's pullHeartbeat): with
+		// pulls of 2 s, that is 2 s of index lag, not nats.go's 30 s.
+		jetstream.PullExpiry(2*time.Second))
 	if err != nil {
 		return err
 	}

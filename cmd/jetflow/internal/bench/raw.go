@@ -26,6 +26,13 @@ type RawTimes struct {
 	PublishCPU, ConsumeCPU time.Duration
 }
 
+// rawPull are the pull options of raw consumers: the worker's expiry and
+// heartbeats (worker.pullHeartbeat), so that a pull nats.go miscounts
+// stalls raw as briefly as it stalls jetflow.
+var rawPull = []jetstream.PullConsumeOpt{
+	jetstream.PullMaxMessages(1000), jetstream.PullExpiry(2 * time.Second), jetstream.PullHeartbeat(500 * time.Millisecond),
+}
+
 // maxPending is the async publish window of raw publishing.
 const maxPending = 4096
 
@@ -112,7 +119,7 @@ func RawPublishConsume(ctx context.Context, url string, n, size int) (RawTimes, 
 			doneCPU = cpuTime()
 			close(done)
 		}
-	}, jetstream.PullMaxMessages(1000))
+	}, rawPull...)
 	if err != nil {
 		return t, fmt.Errorf("bench: raw consume: %w", err)
 	}
@@ -170,7 +177,7 @@ func RawLatency(ctx context.Context, url string, n, size int, spread time.Durati
 			close(done)
 		}
 		mu.Unlock()
-	}, jetstream.PullMaxMessages(1000))
+	}, rawPull...)
 	if err != nil {
 		return Percentiles{}, fmt.Errorf("bench: raw consume: %w", err)
 	}
