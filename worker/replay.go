@@ -87,15 +87,24 @@ func (w *Worker) noteStatus(st nats.Status) {
 		g.graceUntil.Store(math.MaxInt64)
 		g.claimUntil.Store(math.MaxInt64)
 	case nats.CONNECTED:
-		now := w.now()
-		g.before.Store(now.Add(replaySlack).UnixNano())
-		g.graceUntil.Store(now.Add(w.cfg.ReplayGrace).UnixNano())
-		g.claimUntil.Store(now.Add(w.cfg.ReplayGrace).UnixNano())
-		select {
-		case g.kick <- struct{}{}:
-		default:
-		}
+		w.suspectReplays()
 		w.log.Info("reconnected: deliveries of messages stored before now are claimed first", "grace", w.cfg.ReplayGrace)
+	}
+}
+
+// suspectReplays takes every message stored before now for a possible
+// replay (a reconnect, a consumer created again): the runs in flight here
+// are claimed at once, and deliveries of such messages are reconciled,
+// claimed first, and wait ReplayGrace when unclaimed.
+func (w *Worker) suspectReplays() {
+	g := &w.replay
+	now := w.now()
+	g.before.Store(now.Add(replaySlack).UnixNano())
+	g.graceUntil.Store(now.Add(w.cfg.ReplayGrace).UnixNano())
+	g.claimUntil.Store(now.Add(w.cfg.ReplayGrace).UnixNano())
+	select {
+	case g.kick <- struct{}{}:
+	default:
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -181,6 +182,8 @@ type fnEntry struct {
 	// still buffered goes back to the stream at once.
 	paused bool
 	attr   metric.MeasurementOption
+	// checking: a look for a consumer gone is under way (consumer.go).
+	checking atomic.Bool
 }
 
 // active is a run in progress in this process.
@@ -378,23 +381,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	for _, e := range fns {
-		var cons jetstream.Consumer
-		// A user without the right to create the consumer fails at once
-		// with the server's permissions violation, not at ctx's end.
-		err := natsperm.Do(ctx, w.nc, func(ctx context.Context) error {
-			var err error
-			cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-				Durable:       ConsumerName(w.scfg.Prefix, e.name),
-				Description:   "jetflow function " + e.name,
-				FilterSubject: w.scfg.FunctionFilter(e.name),
-				AckPolicy:     jetstream.AckExplicitPolicy,
-				AckWait:       w.cfg.AckWait,
-				MaxDeliver:    -1,
-				MaxAckPending: e.opts.MaxParallel,
-				Replicas:      0,
-			})
-			return err
-		}, "$JS.")
+		cons, err := w.createConsumer(ctx, stream, e)
 		if err != nil {
 			w.stopConsumers(fns)
 			w.halt()
@@ -509,6 +496,29 @@ func (w *Worker) stopConsumers(fns []*fnEntry) {
 	}
 }
 
+// createConsumer creates (or updates) the durable consumer of e's runs on
+// the function stream.
+func (w *Worker) createConsumer(ctx context.Context, stream jetstream.Stream, e *fnEntry) (jetstream.Consumer, error) {
+	var cons jetstream.Consumer
+	// A user without the right to create the consumer fails at once with
+	// the server's permissions violation, not at ctx's end.
+	err := natsperm.Do(ctx, w.nc, func(ctx context.Context) error {
+		var err error
+		cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+			Durable:       ConsumerName(w.scfg.Prefix, e.name),
+			Description:   "jetflow function " + e.name,
+			FilterSubject: w.scfg.FunctionFilter(e.name),
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       w.cfg.AckWait,
+			MaxDeliver:    -1,
+			MaxAckPending: e.opts.MaxParallel,
+			Replicas:      0,
+		})
+		return err
+	}, "$JS.")
+	return cons, err
+}
+
 // consume starts pulling e's runs.
 func (w *Worker) consume(e *fnEntry) (jetstream.ConsumeContext, error) {
 	return e.cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
@@ -520,6 +530,9 @@ func (w *Worker) consume(e *fnEntry) (jetstream.ConsumeContext, error) {
 		jetstream.PullHeartbeat(pullHeartbeat),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
 			w.log.Debug("consume", "function", e.name, "error", err)
+			if consumerMayBeGone(err) {
+				w.checkConsumer(e, errors.Is(err, jetstream.ErrConsumerDeleted))
+			}
 		}))
 }
 

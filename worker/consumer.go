@@ -1,0 +1,114 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A function's consumer can go away while the worker runs: an operator
+// deletes it (nats consumer rm), or the function stream is deleted and
+// provisioned again. nats.go's Consume then stops for good (the server
+// says the consumer was deleted) or pulls in vain (missed heartbeats, no
+// responders). Either way the worker would serve the function no more, and
+// its runs would wait in the stream until a restart. So on those errors
+// the worker looks the consumer up, and when it is gone (or Consume has
+// stopped) it creates it again and consumes anew, retrying with backoff
+// while the stream is missing.
+//
+// A consumer created again delivers every message not yet acknowledged as
+// a first delivery, the runs in flight here and in other workers included.
+// As after a reconnect (replay.go), the worker first takes every message
+// stored before that moment for a possible replay: its own runs in flight
+// are claimed at once, and a possible replay that finds its run unclaimed
+// waits ReplayGrace for the worker running it to claim it.
+
+// consumerMayBeGone reports whether a Consume error may mean that the
+// consumer no longer exists.
+func consumerMayBeGone(err error) bool {
+	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// recoverBackoff bounds the wait between two tries to create a consumer
+// again.
+const recoverBackoff = 5 * time.Second
+
+// checkConsumer looks e's consumer up and, when it is gone or Consume has
+// stopped (stopped: the server said it was deleted), creates it again and
+// consumes anew. One check per function runs at a time.
+func (w *Worker) checkConsumer(e *fnEntry, stopped bool) {
+	if !e.checking.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer e.checking.Store(false)
+		wait := 250 * time.Millisecond
+		for try := 0; ; try++ {
+			done, err := w.recoverConsumer(e, stopped)
+			if done {
+				return
+			}
+			if try == 0 || wait == recoverBackoff && try%12 == 0 {
+				w.log.Warn("consumer of a function is gone; creating it again", "function", e.name, "error", err)
+			}
+			select {
+			case <-w.stopCh:
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, recoverBackoff)
+		}
+	}()
+}
+
+// recoverConsumer is one try of checkConsumer: done reports that there is
+// nothing (more) to do.
+func (w *Worker) recoverConsumer(e *fnEntry, stopped bool) (done bool, err error) {
+	w.mu.Lock()
+	cons, skip := e.cons, w.stopping || e.paused || e.cons == nil
+	w.mu.Unlock()
+	if skip {
+		return true, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if !stopped {
+		_, err := cons.Info(ctx)
+		if err == nil {
+			return true, nil // there: nats.go pulls again by itself
+		}
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return false, err
+		}
+	}
+	stream, err := w.js.Stream(ctx, w.scfg.FunctionStream())
+	if err != nil {
+		return false, err
+	}
+	// Every message stored until now may have been delivered before.
+	w.suspectReplays()
+	cons, err = w.createConsumer(ctx, stream, e)
+	if err != nil {
+		return false, err
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping || e.paused {
+		return true, nil
+	}
+	if e.cc != nil {
+		e.cc.Stop()
+	}
+	e.cons, e.cc = cons, nil
+	cc, err := w.consume(e)
+	if err != nil {
+		return false, err
+	}
+	e.cc = cc
+	w.log.Info("consumer of a function created again", "function", e.name)
+	return true, nil
+}
