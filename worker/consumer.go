@@ -101,7 +101,9 @@ func (w *Worker) recoverConsumer(e *fnEntry, stopped bool) (done bool, err error
 		return true, nil
 	}
 	if e.cc != nil {
-		e.cc.Stop()
+		// Deliveries already buffered still reach the runners; stopped,
+		// they would wait out AckWait before coming back.
+		e.cc.Drain()
 	}
 	e.cons, e.cc = cons, nil
 	cc, err := w.consume(e)
