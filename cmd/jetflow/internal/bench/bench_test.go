@@ -273,6 +273,17 @@ func TestRunDelayedScaleSmall(t *testing.T) {
 // loop that encodes JSON go mostly to encoding/json, and the shares add
 // up to the whole.
 func TestWhereTheTimeGoes(t *testing.T) {
+	// The profile samples the whole process: wait (10 s at most) for what
+	// the tests before left running (servers shutting down, streams being
+	// removed) to go quiet, so that the loop's samples are most of them.
+	quiet := time.Now().Add(10 * time.Second)
+	for time.Now().Before(quiet) {
+		cpu0 := cpuTime()
+		time.Sleep(100 * time.Millisecond)
+		if cpuTime()-cpu0 < 10*time.Millisecond {
+			break
+		}
+	}
 	sh, err := profiled(func() error {
 		// 300 ms of this process's CPU (about 30 samples), however busy the
 		// machine: wall time alone may give a loaded process few samples.
