@@ -162,3 +162,70 @@ func TestWorkerConsumesAgainAfterItsStreamIsProvisionedAgain(t *testing.T) {
 		t.Fatalf("run %s: %s, want success", id, r.State)
 	}
 }
+
+// Two workers, a run in flight on the first (which would claim it only
+// after an hour) when the consumer is deleted: the consumer created again
+// hands the run out as a first delivery, maybe to the second worker. The
+// first claims its runs in flight at once, and the second takes the
+// delivery for a possible replay: the handler runs once.
+func TestRunInFlightElsewhereWhenTheConsumerIsRecreatedRunsOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{})
+	ctx := context.Background()
+	var runs atomic.Int64
+	started := make(chan struct{}, 4)
+	release := make(chan struct{})
+	handler := func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		runs.Add(1)
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	worker.Handle(e.W, goneFn, handler, worker.Options{Concurrency: 1, ClaimAfter: time.Hour})
+	e.start(t)
+	id, err := e.P.Enqueue(ctx, goneFn.With(echoArgs{N: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, started, "the first worker's handler")
+
+	_, js2 := e.Connect()
+	second, err := worker.New(ctx, js2, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.Handle(second, goneFn, handler, worker.Options{Concurrency: 8})
+	if err := second.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = second.Stop(ctx)
+	})
+
+	deleteConsumer(t, e)
+	c := consumerBack(t, e)
+	testserver.Eventually(t, 20*time.Second, "the run in flight delivered again", func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.Delivered.Stream >= 1
+	})
+	// The first worker claims what it has in flight once it sees the
+	// consumer gone.
+	e.waitState(t, id, jetflow.InProgress)
+	close(release)
+	if r := e.wait(t, id); r.State != jetflow.Success || r.Attempts != 1 {
+		t.Fatalf("run %s: %s after %d attempts, want success after 1", id, r.State, r.Attempts)
+	}
+	testserver.Eventually(t, 30*time.Second, "the function stream drained", func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
