@@ -121,7 +121,7 @@ type Options struct {
 // nats.go's default of half the expiry). A pull lost with a consumer
 // leader (a cluster node that died, or a leader change: nats.go resets its
 // count then but does not pull again, nats-io/nats.go#2063) ends the same
-// way. Heartbeats every 500 ms (the server's shortest) bound such a stall
+// way. Heartbeats every 500 ms (the shortest nats.go allows) bound such a stall
 // to about a second, for two small messages a second per function and
 // worker while idle.
 const (
