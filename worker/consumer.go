@@ -82,7 +82,10 @@ func (w *Worker) recoverConsumer(e *fnEntry, stopped bool) (done bool, err error
 			return true, nil // there: nats.go pulls again by itself
 		}
 		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			return false, err
+			// Not known to be gone (a server down, a timeout, a user who
+			// may not read it): nats.go pulls again by itself, and the
+			// next missed heartbeat looks again.
+			return true, err
 		}
 	}
 	stream, err := w.js.Stream(ctx, w.scfg.FunctionStream())
