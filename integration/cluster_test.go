@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -161,4 +163,52 @@ func runsLeader(t *testing.T, js jetstream.JetStream, scfg streams.Config, nodes
 	}
 	t.Fatalf("leader %q is not one of the nodes", leader)
 	return nil
+}
+
+// The function stream's consumer changes leader three times while two
+// workers run 300 runs: every run ends success, each handler once for its
+// attempt (claims first, the default on a cluster).
+func TestClusterConsumerLeaderChanges(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t)
+	url := clusterURL(nodes)
+	scfg := streams.Config{Replicas: 3}
+	nc, pjs := connect(t, url)
+	_, ljs := connect(t, url)
+	waitJetStream(t, pjs)
+	p := newProducer(t, pjs, scfg)
+	runs := watchRuns(t, ljs, scfg)
+	fn := jetflow.Define[args]("it.stepdown")
+	wargs := func(id string) []string {
+		return []string{"--url", url, "--role", "worker", "--id", id, "--function", fn.Name(), "--replicas", "3",
+			"--ack-wait", "5s", "--concurrency", "5", "--work", "20ms"}
+	}
+	w1 := startProc(t, "worker-1", wargs("w1")...)
+	w2 := startProc(t, "worker-2", wargs("w2")...)
+	ids, err := p.Batch(context.Background(), delayedItems(fn, "step", 300, time.Time{}, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := scfg.WithDefaults()
+	stepdown := "$JS.API.CONSUMER.LEADER.STEPDOWN." + cfg.FunctionStream() + "." + worker.ConsumerName(cfg.Prefix, fn.Name())
+	started := func() int { return len(markers("STARTED", w1, w2)) }
+	for i := 1; i <= 3; i++ {
+		testserver.Eventually(t, 60*time.Second, fmt.Sprintf("%d runs started", 60*i), func() bool { return started() >= 60*i })
+		resp, err := nc.Request(stepdown, nil, 10*time.Second)
+		if err != nil {
+			t.Fatalf("stepdown %d: %v", i, err)
+		}
+		var r struct {
+			Success bool                `json:"success"`
+			Error   *jetstream.APIError `json:"error"`
+		}
+		if err := json.Unmarshal(resp.Data, &r); err != nil || !r.Success {
+			t.Fatalf("stepdown %d: %s (%v)", i, resp.Data, err)
+		}
+		t.Logf("consumer leader stepped down with %d runs started", started())
+	}
+	runs.waitDone(t, 120*time.Second, ids)
+	waitMarkers(t, 30*time.Second, "SUCCESS", ids, w1, w2)
+	n1, n2 := markers("SUCCESS", w1), markers("SUCCESS", w2)
+	reportReruns(t, checkOnce(t, runs, ids, func(id string) int { return n1[id] + n2[id] }))
 }
