@@ -39,8 +39,13 @@ const recoverBackoff = 5 * time.Second
 
 // checkConsumer looks e's consumer up and, when it is gone or Consume has
 // stopped (stopped: the server said it was deleted), creates it again and
-// consumes anew. One check per function runs at a time.
+// consumes anew. One check per function runs at a time; a stop it hears of
+// while one runs is remembered (e.consumeStopped), so that a consumer
+// created again by someone else meanwhile is still consumed anew.
 func (w *Worker) checkConsumer(e *fnEntry, stopped bool) {
+	if stopped {
+		e.consumeStopped.Store(true)
+	}
 	if !e.checking.CompareAndSwap(false, true) {
 		return
 	}
@@ -48,7 +53,7 @@ func (w *Worker) checkConsumer(e *fnEntry, stopped bool) {
 		defer e.checking.Store(false)
 		wait := 250 * time.Millisecond
 		for try := 0; ; try++ {
-			done, err := w.recoverConsumer(e, stopped)
+			done, err := w.recoverConsumer(e)
 			if done {
 				return
 			}
@@ -67,7 +72,8 @@ func (w *Worker) checkConsumer(e *fnEntry, stopped bool) {
 
 // recoverConsumer is one try of checkConsumer: done reports that there is
 // nothing (more) to do.
-func (w *Worker) recoverConsumer(e *fnEntry, stopped bool) (done bool, err error) {
+func (w *Worker) recoverConsumer(e *fnEntry) (done bool, err error) {
+	stopped := e.consumeStopped.Load()
 	w.mu.Lock()
 	cons, skip := e.cons, w.stopping || e.paused || e.cons == nil
 	w.mu.Unlock()
@@ -81,7 +87,7 @@ func (w *Worker) recoverConsumer(e *fnEntry, stopped bool) (done bool, err error
 		if err == nil {
 			return true, nil // there: nats.go pulls again by itself
 		}
-		if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			// Not known to be gone (a server down, a timeout, a user who
 			// may not read it): nats.go pulls again by itself, and the
 			// next missed heartbeat looks again.
@@ -114,6 +120,7 @@ func (w *Worker) recoverConsumer(e *fnEntry, stopped bool) (done bool, err error
 		return false, err
 	}
 	e.cc = cc
+	e.consumeStopped.Store(false)
 	w.log.Info("consumer of a function created again", "function", e.name)
 	return true, nil
 }

@@ -10,6 +10,9 @@
 // Each function gets one durable JetStream pull consumer, shared by every
 // worker that serves it; Options.Concurrency bounds the runs one process
 // runs at once and Options.MaxParallel those in flight across all workers.
+// A consumer deleted while the worker runs (nats consumer rm, the function
+// stream deleted and provisioned again) is created again, and the messages
+// stored before then are handled as after a reconnect.
 // Handle registers a handler and panics on a registration error (for program
 // start-up, like http.Handle); Register returns the error instead.
 //

@@ -182,8 +182,10 @@ type fnEntry struct {
 	// still buffered goes back to the stream at once.
 	paused bool
 	attr   metric.MeasurementOption
-	// checking: a look for a consumer gone is under way (consumer.go).
-	checking atomic.Bool
+	// checking: a look for a consumer gone is under way; consumeStopped:
+	// nats.go said the consumer was deleted and stopped its Consume
+	// (consumer.go).
+	checking, consumeStopped atomic.Bool
 }
 
 // active is a run in progress in this process.
