@@ -76,15 +76,7 @@ func TestAFirstTermDispatchesRunsOverdueLongAgo(t *testing.T) {
 // fnMessages is the number of messages in the function stream.
 func fnMessages(t *testing.T, ts *testserver.Env) uint64 {
 	t.Helper()
-	st, err := ts.JS.Stream(context.Background(), streams.Config{}.WithDefaults().FunctionStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return ts.StreamMsgs(t, streams.Config{}.WithDefaults().FunctionStream())
 }
 
 // A term that follows another reads from the checkpoint the last one

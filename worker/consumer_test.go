@@ -31,6 +31,23 @@ func deleteConsumer(t *testing.T, e *env) {
 	}
 }
 
+// ranOnce waits for run id to succeed on its first attempt and for every
+// copy of its message to be settled on consumer c, and checks that the
+// handler ran once.
+func ranOnce(t *testing.T, e *env, c jetstream.Consumer, id string, runs *atomic.Int64) {
+	t.Helper()
+	if r := e.wait(t, id); r.State != jetflow.Success || r.Attempts != 1 {
+		t.Fatalf("run %s: %s after %d attempts, want success after 1", id, r.State, r.Attempts)
+	}
+	testserver.Eventually(t, 30*time.Second, "the function stream drained", func() bool {
+		info, err := c.Info(context.Background())
+		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
 // consumerBack waits for the worker to have created goneFn's consumer again
 // and returns it.
 func consumerBack(t *testing.T, e *env) jetstream.Consumer {
@@ -113,17 +130,7 @@ func TestRunInFlightWhenItsConsumerIsDeletedRunsOnce(t *testing.T) {
 		return err == nil && info.Delivered.Stream >= 1
 	})
 	close(release)
-	if r := e.wait(t, id); r.State != jetflow.Success || r.Attempts != 1 {
-		t.Fatalf("run %s: %s after %d attempts, want success after 1", id, r.State, r.Attempts)
-	}
-	// Every copy is settled and none started the handler again.
-	testserver.Eventually(t, 20*time.Second, "the function stream drained", func() bool {
-		info, err := c.Info(ctx)
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	})
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("handler ran %d times, want 1", n)
-	}
+	ranOnce(t, e, c, id, &runs)
 }
 
 // The function stream deleted and provisioned again: the worker creates its
@@ -218,14 +225,5 @@ func TestRunInFlightElsewhereWhenTheConsumerIsRecreatedRunsOnce(t *testing.T) {
 	// consumer gone.
 	e.waitState(t, id, jetflow.InProgress)
 	close(release)
-	if r := e.wait(t, id); r.State != jetflow.Success || r.Attempts != 1 {
-		t.Fatalf("run %s: %s after %d attempts, want success after 1", id, r.State, r.Attempts)
-	}
-	testserver.Eventually(t, 30*time.Second, "the function stream drained", func() bool {
-		info, err := c.Info(ctx)
-		return err == nil && info.NumAckPending == 0 && info.NumPending == 0
-	})
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("handler ran %d times, want 1", n)
-	}
+	ranOnce(t, e, c, id, &runs)
 }

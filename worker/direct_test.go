@@ -121,15 +121,7 @@ func (rv *revisions) until(t *testing.T, id string) []jetflow.State {
 // queuedMsgs is the number of messages in the function stream.
 func queuedMsgs(t *testing.T, e *env) uint64 {
 	t.Helper()
-	st, err := e.JS.Stream(context.Background(), streams.Config{}.WithDefaults().FunctionStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
+	return e.StreamMsgs(t, streams.Config{}.WithDefaults().FunctionStream())
 }
 
 // recv receives from ch or fails after a deadline.
@@ -1067,6 +1059,12 @@ func (h *onMessage) WithGroup(string) slog.Handler      { return h }
 
 var freshFn = jetflow.Define[echoArgs]("direct.fresh")
 
+// freshSeen is what a handler of freshFn saw.
+type freshSeen struct {
+	attempt int
+	fresh   bool
+}
+
 // Fresh is true for the first delivery of a run's first attempt, and false
 // for the retry of a failed attempt. (A redelivery is never fresh: the
 // worker reconciles it with its record before it runs; integration's
@@ -1074,13 +1072,9 @@ var freshFn = jetflow.Define[echoArgs]("direct.fresh")
 func TestFreshOnlyOnTheFirstDeliveryOfTheFirstAttempt(t *testing.T) {
 	t.Parallel()
 	e := setup(t, worker.Config{})
-	type seen struct {
-		attempt int
-		fresh   bool
-	}
-	got := make(chan seen, 8)
+	got := make(chan freshSeen, 8)
 	worker.Handle(e.W, freshFn, func(ctx context.Context, j *worker.Job[echoArgs]) error {
-		got <- seen{j.Attempt(), j.Fresh()}
+		got <- freshSeen{j.Attempt(), j.Fresh()}
 		if j.Attempt() == 1 {
 			return jetflow.RetryAfter(10*time.Millisecond, errors.New("once more"))
 		}
@@ -1136,13 +1130,9 @@ func TestRedeliveryOfTheFirstAttemptIsNotFresh(t *testing.T) {
 	}
 	dnc.Close()
 
-	type seen struct {
-		attempt int
-		fresh   bool
-	}
-	got := make(chan seen, 4)
+	got := make(chan freshSeen, 4)
 	worker.Handle(e.W, freshFn, func(ctx context.Context, j *worker.Job[echoArgs]) error {
-		got <- seen{j.Attempt(), j.Fresh()}
+		got <- freshSeen{j.Attempt(), j.Fresh()}
 		return nil
 	})
 	e.start(t)

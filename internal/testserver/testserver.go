@@ -3,6 +3,7 @@
 package testserver
 
 import (
+	"context"
 	"io/fs"
 	"net"
 	"os"
@@ -109,6 +110,20 @@ func (e *Env) Connect() (*nats.Conn, jetstream.JetStream) {
 	}
 	e.T.Cleanup(nc.Close)
 	return nc, js
+}
+
+// StreamMsgs is the number of messages stream name holds now.
+func (e *Env) StreamMsgs(t testing.TB, name string) uint64 {
+	t.Helper()
+	st, err := e.JS.Stream(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
 }
 
 // Eventually polls cond every 10 ms until it is true or the deadline passes.
