@@ -152,3 +152,42 @@ func TestStoreCronsReadsRecordsAndLastOutcome(t *testing.T) {
 		t.Fatalf("b-cron = %+v, last %+v", c, c.Last)
 	}
 }
+
+// GetLatest reads what Get reads, from the runs stream's leader: the last
+// revision, ErrNotFound for a record never written or deleted, and a typed
+// error for a bad id.
+func TestGetLatestReadsTheLastRevision(t *testing.T) {
+	t.Parallel()
+	_, st := provisioned(t)
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	r := &jetflow.Run{ID: "latest-1", Name: "fn.a", State: jetflow.Pending, ScheduledTime: now, CreationTime: now}
+	rev, err := st.Create(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.State, r.StartedTime = jetflow.InProgress, now
+	rev2, err := st.Write(ctx, r, rev, jetflow.Pending)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.GetLatest(ctx, "latest-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Revision != rev2 || got.State != jetflow.InProgress || got.Name != "fn.a" {
+		t.Fatalf("GetLatest = rev %d state %s name %q, want rev %d inProgress fn.a", got.Revision, got.State, got.Name, rev2)
+	}
+	if _, err := st.GetLatest(ctx, "never-written"); !errors.Is(err, jetflow.ErrNotFound) {
+		t.Fatalf("missing record: %v, want ErrNotFound", err)
+	}
+	if err := st.Runs().Delete(ctx, "latest-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetLatest(ctx, "latest-1"); !errors.Is(err, jetflow.ErrNotFound) {
+		t.Fatalf("deleted record: %v, want ErrNotFound", err)
+	}
+	if _, err := st.GetLatest(ctx, "bad id"); !errors.Is(err, jetflow.ErrInvalidRunID) {
+		t.Fatalf("bad id: %v, want ErrInvalidRunID", err)
+	}
+}

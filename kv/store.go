@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -107,6 +108,105 @@ func (s *Store) Get(ctx context.Context, id string) (*jetflow.Run, error) {
 		return nil, fmt.Errorf("kv: get %s: %w", id, err)
 	}
 	return Decode(e.Value(), e.Revision())
+}
+
+// GetLatest reads run id's record from the runs stream's leader, or returns
+// ErrNotFound. Get is a direct get, which any replica of the bucket may
+// answer: a follower applies a write a moment after the leader, and one that
+// restarted serves direct gets from 90% caught up. A reader about to drop
+// work because a record is missing, or older than it was told, confirms it
+// here. It needs $JS.API.STREAM.MSG.GET.<runs stream> (docs/permissions.md);
+// without it the error matches nats.ErrPermissionViolation.
+func (s *Store) GetLatest(ctx context.Context, id string) (*jetflow.Run, error) {
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return nil, err
+	}
+	m, err := LastFromLeader(ctx, s.js, streams.KVStream(s.cfg.RunsBucket()), s.runsPfx+id)
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && isMarker(m.Header):
+		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
+	case err != nil:
+		return nil, fmt.Errorf("kv: get %s from the leader: %w", id, err)
+	}
+	return Decode(m.Data, m.Sequence)
+}
+
+// LastFromLeader reads the last message on subject in stream from the
+// stream's leader ($JS.API.STREAM.MSG.GET), not by a direct get that any
+// replica may answer. No message is jetstream.ErrMsgNotFound; a denied
+// request fails at once, matching nats.ErrPermissionViolation. A KV key
+// deleted or expired reads as its marker (see IsMarker).
+func LastFromLeader(ctx context.Context, js jetstream.JetStream, stream, subject string) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(struct {
+		LastBy string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return nil, err
+	}
+	subj := apiPrefix(js) + "STREAM.MSG.GET." + stream
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	nc := js.Conn()
+	var m *nats.Msg
+	err = natsperm.Do(ctx, nc, func(ctx context.Context) (err error) {
+		m, err = nc.RequestWithContext(ctx, subj, req)
+		return err
+	}, subj)
+	if err != nil {
+		return nil, err
+	}
+	var resp struct {
+		Error *struct {
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Subject string    `json:"subject"`
+			Seq     uint64    `json:"seq"`
+			Header  []byte    `json:"hdrs"`
+			Data    []byte    `json:"data"`
+			Time    time.Time `json:"time"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, fmt.Errorf("%s: %w", subj, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+		return nil, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return nil, fmt.Errorf("%s: %s (%d)", subj, resp.Error.Description, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return nil, fmt.Errorf("%s: empty answer", subj)
+	}
+	out := &jetstream.RawStreamMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Seq,
+		Data: resp.Message.Data, Time: resp.Message.Time, Header: nats.Header{}}
+	if len(resp.Message.Header) > 0 {
+		h, err := nats.DecodeHeadersMsg(resp.Message.Header)
+		if err != nil {
+			return nil, fmt.Errorf("%s: headers: %w", subj, err)
+		}
+		out.Header = h
+	}
+	return out, nil
+}
+
+// IsMarker reports a KV delete, purge or TTL-expiry marker.
+func IsMarker(h nats.Header) bool { return isMarker(h) }
+
+// apiPrefix is the JetStream API prefix js sends its requests with.
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
 }
 
 // Decode reads a record body.

@@ -201,6 +201,9 @@ type item struct {
 	key string
 	rev uint64
 	d   kv.Delayed
+	// doubts counts the dispatches that found the record missing or
+	// behind and could not ask the stream's leader.
+	doubts int
 }
 
 type dueHeap []*item
@@ -602,6 +605,27 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	r, err := s.store.Get(ctx, it.d.ID)
+	if !it.d.New && (errors.Is(err, jetflow.ErrNotFound) || err == nil && r.Revision < it.d.Rev) {
+		// Missing, or older than the entry was written against: the direct
+		// get may have been answered by a replica that is behind (one that
+		// restarted serves them from 90% caught up). Dropping the entry on
+		// its word would leave the run to the repair sweep, so the stream's
+		// leader is asked.
+		r, err = s.store.GetLatest(ctx, it.d.ID)
+		if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
+			// No leader, or no permission to ask it: asked again later;
+			// after maxDoubts the entry goes (the repair sweep stands
+			// behind it).
+			if it.doubts++; it.doubts < maxDoubts {
+				s.log.Debug("confirm delayed run's record", "run_id", it.d.ID, "error", err)
+				d.retry(ctx, it)
+				return false
+			}
+			s.log.Warn("delayed run's record not confirmed: entry dropped", "run_id", it.d.ID, "error", err)
+			_ = s.store.RemoveDelayed(ctx, it.key, it.rev)
+			return true
+		}
+	}
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound) && it.d.New:
 		// A run stored without a record (engine.DelayNew): its message is
@@ -643,6 +667,7 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 const (
 	publishTimeout = time.Second
 	retryDelay     = 250 * time.Millisecond
+	maxDoubts      = 8
 )
 
 func (d *dispatcher) retry(_ context.Context, it *item) {

@@ -13,8 +13,10 @@ import (
 
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -259,6 +261,28 @@ func (j *journal) cursorOf(ctx context.Context, wf string) (*cursor, error) {
 		return nil, fmt.Errorf("workflow %s: cursor: %w", wf, err)
 	}
 	c.rev = e.Revision()
+	return &c, nil
+}
+
+// latestCursor reads the cursor of wf from the journal stream's leader (nil
+// when there is none): cursorOf's direct get may be answered by a replica
+// that is behind. Without permission to ask the leader, it is the direct
+// get's answer.
+func (j *journal) latestCursor(ctx context.Context, wf string) (*cursor, error) {
+	m, err := kv.LastFromLeader(ctx, j.js, streams.KVStream(j.bucket), streams.KVSubject(j.bucket, cursorKey(wf)))
+	switch {
+	case errors.Is(err, nats.ErrPermissionViolation):
+		return j.cursorOf(ctx, wf)
+	case errors.Is(err, jetstream.ErrMsgNotFound) || err == nil && kv.IsMarker(m.Header):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("workflow %s: cursor: %w", wf, err)
+	}
+	var c cursor
+	if err := json.Unmarshal(m.Data, &c); err != nil {
+		return nil, fmt.Errorf("workflow %s: cursor: %w", wf, err)
+	}
+	c.rev = m.Sequence
 	return &c, nil
 }
 

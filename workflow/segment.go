@@ -18,6 +18,7 @@ import (
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go"
 )
 
 // Context is a workflow's view of its execution: the workflow function and
@@ -178,6 +179,9 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	}
 	r, err := d.p.Get(ctx, wc.WF)
 	if errors.Is(err, jetflow.ErrNotFound) {
+		r, err = latestRecord(ctx, d.p, wc.WF, err)
+	}
+	if errors.Is(err, jetflow.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
@@ -200,6 +204,11 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 // checks what it waits for once more after it records that it waits.
 func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id string) error {
 	cur, err := jr.cursorOf(ctx, id)
+	if err == nil && (cur == nil || !cur.Waiting) {
+		// Nothing waits, says a direct get, which a replica that is
+		// behind may answer: the leader decides, or the resume is lost.
+		cur, err = jr.latestCursor(ctx, id)
+	}
 	if err != nil || cur == nil || !cur.Waiting || cur.Done {
 		return err
 	}
@@ -223,6 +232,18 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 	return nil
 }
 
+// latestRecord confirms with the runs stream's leader that workflow id has
+// no record, as a direct get said (err): a replica that is behind may have
+// answered it, and a workflow would stop for it. Without permission to ask
+// the leader, the direct get's answer stands.
+func latestRecord(ctx context.Context, p *producer.Producer, id string, err error) (*jetflow.Run, error) {
+	r, lerr := engine.Of(p).Store().GetLatest(ctx, id)
+	if errors.Is(lerr, nats.ErrPermissionViolation) {
+		return nil, err
+	}
+	return r, lerr
+}
+
 // errBusy: the previous segment still runs; this one is retried shortly.
 var errBusy = errors.New("workflow: previous segment still running")
 
@@ -237,6 +258,9 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 	eng := engine.Of(d.p)
 	name := d.def.Name()
 	rec, err := eng.Store().Get(ctx, a.WF)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		rec, err = latestRecord(ctx, d.p, a.WF, err)
+	}
 	if errors.Is(err, jetflow.ErrNotFound) {
 		// Start writes the record before the first segment, and a record
 		// goes only when it expires: the workflow ended (a delayed start
@@ -290,6 +314,12 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 		}
 	default:
 		cur, err = jr.cursorOf(ctx, a.WF)
+		if err == nil && !(cur != nil && (cur.Done || cur.Seg >= a.N || cur.Seg == a.N-1 && cur.Waiting)) {
+			// No cursor, or one from before segment n-1 parked: a direct
+			// get, which a replica that is behind may answer, would end or
+			// drop this segment. The leader decides.
+			cur, err = jr.latestCursor(ctx, a.WF)
+		}
 		if err != nil {
 			return err
 		}

@@ -137,3 +137,21 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// StaleMirror makes about half of the direct gets of stream answer from a
+// stream that is behind, as a replica does on a cluster (a moment behind
+// its leader, or up to 10% behind after a restart): a mirror of stream
+// named name that answers stream's direct gets (MirrorDirect) and holds only
+// what src selects (its filter subject, or its subject transforms). A
+// mirror joins the direct gets once it has caught up: StaleMirror returns
+// when it holds want messages.
+func (e *Env) StaleMirror(t testing.TB, stream, name string, src jetstream.StreamSource, want uint64) {
+	t.Helper()
+	src.Name = stream
+	if _, err := e.JS.CreateStream(context.Background(), jetstream.StreamConfig{
+		Name: name, Storage: jetstream.FileStorage, MirrorDirect: true, Mirror: &src,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 20*time.Second, "the stale mirror caught up", func() bool { return e.StreamMsgs(t, name) >= want })
+}

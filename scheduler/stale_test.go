@@ -1,0 +1,148 @@
+package scheduler_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// staleRunsReplica makes about half of the direct gets of the runs bucket
+// answer from a stream that is behind: a mirror of the runs stream that
+// holds one record only and answers the bucket's direct gets (MirrorDirect).
+// That is what a replica that restarted does on a cluster (it serves direct
+// gets from 90% caught up), here on one server.
+func staleRunsReplica(t *testing.T, ts *testserver.Env, p *producer.Producer) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := streams.Config{}.WithDefaults()
+	st := engine.Of(p).Store()
+	now := time.Now().UTC()
+	for _, id := range []string{"decoy-1", "probe-1"} {
+		if _, err := st.Create(ctx, &jetflow.Run{ID: id, Name: ticked.Name(), State: jetflow.Success,
+			ScheduledTime: now, CreationTime: now, CompletedTime: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ts.StaleMirror(t, streams.KVStream(cfg.RunsBucket()), "STALE_RUNS",
+		jetstream.StreamSource{FilterSubject: streams.KVSubject(cfg.RunsBucket(), "decoy-1")}, 1)
+	// The mirror joins the direct gets once it has caught up: then some
+	// gets of a record it lacks say there is none.
+	testserver.Eventually(t, 20*time.Second, "a direct get answered by the stale mirror", func() bool {
+		_, err := st.Get(ctx, "probe-1")
+		return errors.Is(err, jetflow.ErrNotFound)
+	})
+}
+
+// A delayed entry whose record a direct get found missing is not dropped on
+// that word: the scheduler asks the runs stream's leader, finds the record
+// pending and starts the run on time. The repair sweep is kept out
+// (StaleAfter of a day), so only the dispatcher can start these runs:
+// without the leader's read about half of them would never start.
+func TestDispatchAsksTheLeaderWhenAReplicaIsBehind(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleRunsReplica(t, ts, p)
+	var c counter
+	startWorker(t, ts, &c)
+	s := startScheduler(t, ts, "s1", 0)
+	const n = 40
+	for i := range n {
+		if _, err := p.RunAfter(ctx, 300*time.Millisecond, ticked.With(tick{N: i})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testserver.Eventually(t, 60*time.Second, "every delayed run handled", func() bool { return c.n.Load() >= n })
+	if d := c.dupes(); len(d) > 0 {
+		t.Fatalf("%d runs handled twice: %v", len(d), d)
+	}
+	if got := c.n.Load(); got != n {
+		t.Fatalf("handled %d, want %d", got, n)
+	}
+	// The dispatcher counts a run once its entry is removed, which may come
+	// after the handler ran.
+	testserver.Eventually(t, 10*time.Second, "every run counted as dispatched", func() bool { return s.Stats().Dispatched >= n })
+	if st := s.Stats(); st.Dispatched != n || st.Repaired != 0 {
+		t.Fatalf("dispatched %d, repaired %d, want %d and 0", st.Dispatched, st.Repaired, n)
+	}
+}
+
+// A cron that does not overlap asks the runs stream's leader whether its
+// previous run has ended: a replica that is behind, which lacks the run's
+// record, must not make it fire a second run while the first waits.
+func TestCronDoesNotOverlapWhenAReplicaIsBehind(t *testing.T) {
+	t.Parallel()
+	t0 := cronBase()
+	ts, c, p, clk := cronSetup(t, t0, scheduler.CronConfig{})
+	cronRegister(t, c, scheduler.CronDef{Name: "single", Schedule: scheduler.Interval(10 * time.Second)})
+	if st := cronTick(t, c); st.Fired != 1 {
+		t.Fatalf("first tick: %+v, want 1 fired", st)
+	}
+	staleRunsReplica(t, ts, p)
+	// No worker: the first run stays pending, so every later time skips.
+	for i := range 20 {
+		clk.Add(10 * time.Second)
+		if st := cronTick(t, c); st.Fired != 0 || st.Skipped != 1 {
+			t.Fatalf("tick %d: %+v, want 0 fired and 1 skipped", i, st)
+		}
+	}
+}
+
+// A cron whose previous run ended fires on time even where a replica that
+// is behind still shows that run pending: the leader's answer decides.
+// Here a mirror answers about half of the direct gets of the runs bucket
+// with a pending copy of each previous run (a record under another key,
+// moved onto the run's key by the mirror's subject transform).
+func TestCronFiresWhenAReplicaShowsItsPreviousRunUnended(t *testing.T) {
+	t.Parallel()
+	t0 := cronBase()
+	ts, c, p, clk := cronSetup(t, t0, scheduler.CronConfig{})
+	ctx := context.Background()
+	const n = 10
+	for i := range n {
+		cronRegister(t, c, scheduler.CronDef{Name: fmt.Sprintf("single-%d", i), Schedule: scheduler.Interval(10 * time.Second)})
+	}
+	if st := cronTick(t, c); st.Fired != n {
+		t.Fatalf("first tick: %+v, want %d fired", st, n)
+	}
+	cfg := streams.Config{}.WithDefaults()
+	st := engine.Of(p).Store()
+	var moves []jetstream.SubjectTransformConfig
+	for i := range n {
+		id := scheduler.CronRunID(fmt.Sprintf("single-%d", i), t0)
+		if err := p.Cancel(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		copyID := fmt.Sprintf("stale-%d", i)
+		if _, err := st.Create(ctx, &jetflow.Run{ID: copyID, Name: cronFn.Name(), State: jetflow.Pending,
+			ScheduledTime: t0, CreationTime: t0}); err != nil {
+			t.Fatal(err)
+		}
+		moves = append(moves, jetstream.SubjectTransformConfig{
+			Source: streams.KVSubject(cfg.RunsBucket(), copyID), Destination: streams.KVSubject(cfg.RunsBucket(), id)})
+	}
+	ts.StaleMirror(t, streams.KVStream(cfg.RunsBucket()), "STALE_RUNS", jetstream.StreamSource{SubjectTransforms: moves}, n)
+	first := scheduler.CronRunID("single-0", t0)
+	testserver.Eventually(t, 20*time.Second, "a direct get answered by the stale mirror", func() bool {
+		r, err := st.Get(ctx, first)
+		return err == nil && r.State == jetflow.Pending
+	})
+	clk.Add(10 * time.Second)
+	if st := cronTick(t, c); st.Fired != n || st.Skipped != 0 {
+		t.Fatalf("after the previous runs ended: %+v, want %d fired, 0 skipped", st, n)
+	}
+}

@@ -1,0 +1,110 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// staleReplicas makes about half of the direct gets of the runs and
+// journal buckets answer from a stream that is behind: a mirror of each
+// that holds one key only and answers the bucket's direct gets
+// (MirrorDirect). That is what a replica does on a cluster, a moment
+// behind its leader, or up to 10% behind after a restart.
+func staleReplicas(t *testing.T, e *env) {
+	t.Helper()
+	ctx := context.Background()
+	cfg := streams.Config{}.WithDefaults()
+	now := time.Now().UTC()
+	st := engine.Of(e.P).Store()
+	for _, id := range []string{"decoy-1", "probe-1"} {
+		if _, err := st.Create(ctx, &jetflow.Run{ID: id, Name: "decoy", State: jetflow.Success,
+			ScheduledTime: now, CreationTime: now, CompletedTime: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.JS.Publish(ctx, streams.KVSubject(cfg.JournalBucket(), "decoy-1.wf"), []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+	for b, key := range map[string]string{cfg.RunsBucket(): "decoy-1", cfg.JournalBucket(): "decoy-1.wf"} {
+		e.StaleMirror(t, streams.KVStream(b), "STALE_"+b, jetstream.StreamSource{FilterSubject: streams.KVSubject(b, key)}, 1)
+	}
+	testserver.Eventually(t, 20*time.Second, "a direct get answered by the stale runs mirror", func() bool {
+		_, err := st.Get(ctx, "decoy-1")
+		if err != nil {
+			return false
+		}
+		// A record the mirror lacks: some gets say there is none.
+		_, err = st.Get(ctx, "probe-1")
+		return errors.Is(err, jetflow.ErrNotFound)
+	})
+}
+
+// Workflows that sleep run to their end, each step once, while replicas
+// that are behind answer half of the reads: a segment that finds no
+// workflow record, or a wake-up that finds no waiting cursor, asks the
+// leader before it gives up.
+func TestWorkflowsFinishWhenReplicasAreBehind(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	staleReplicas(t, e)
+	e.startScheduler(t)
+	def := workflow.Define("test.stale", func(wf *workflow.Context, in int) (int, error) {
+		a, err := workflow.Step(wf, "a", func(ctx context.Context) (int, error) {
+			e.inc(fmt.Sprintf("a-%d", in))
+			return in, nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		wf.Sleep(100 * time.Millisecond)
+		return workflow.Step(wf, "b", func(ctx context.Context) (int, error) {
+			e.inc(fmt.Sprintf("b-%d", in))
+			return a + 1, nil
+		})
+	})
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	const n = 20
+	ids := make([]string, n)
+	for i := range n {
+		id, err := workflow.Start(ctx, e.P, def, i)
+		must(t, err)
+		ids[i] = id
+	}
+	for i, id := range ids {
+		out, err := workflow.Result(ctx, e.P, def, id)
+		if err != nil {
+			st, serr := workflow.Get(context.Background(), e.P, id)
+			if serr == nil {
+				t.Logf("record %+v", st.Run)
+				for _, s := range st.Steps {
+					t.Logf("step %+v", s)
+				}
+			}
+			for k := 1; k <= 3; k++ {
+				r, err := e.P.Get(context.Background(), workflow.SegmentID(id, k))
+				t.Logf("segment %d: %+v %v", k, r, err)
+			}
+			t.Fatalf("workflow %d: %v", i, err)
+		}
+		if out != i+1 {
+			t.Fatalf("workflow %d: result %d, want %d", i, out, i+1)
+		}
+	}
+	for i := range n {
+		if a, b := e.n(fmt.Sprintf("a-%d", i)), e.n(fmt.Sprintf("b-%d", i)); a != 1 || b != 1 {
+			t.Errorf("workflow %d: step a ran %d times, b %d, want once each", i, a, b)
+		}
+	}
+}
