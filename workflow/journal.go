@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -207,25 +208,86 @@ func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
 }
 
 // scan visits the current entries of keys matching filter, in revision order.
+//
+// The watch behind it is a consumer, which the server may place on a
+// replica that is behind its leader (a moment behind, or up to 10% after a
+// restart): a journal read there would miss a step that ended (it would run
+// again) or an event sent (the workflow would wait for it forever). So scan
+// first asks the stream's leader for the last revision under filter, and
+// reads again until it has seen it (staleReads times, then the segment is
+// retried). Without permission to ask the leader it reads once.
 func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.KeyValueEntry) error) error {
-	w, err := j.kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
-	if err != nil {
-		return fmt.Errorf("workflow: read journal: %w", err)
-	}
-	defer w.Stop()
-	for {
+	want := j.lastRevision(ctx, filter)
+	for try := 0; ; try++ {
+		entries, seen, err := j.read(ctx, filter)
+		if err != nil {
+			return err
+		}
+		if seen >= want {
+			for _, e := range entries {
+				if err := visit(e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if try == staleReads {
+			return jetflow.RetryAfter(100*time.Millisecond, fmt.Errorf("%w: read revision %d under %s, the leader has %d", errStaleJournal, seen, filter, want))
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-time.After(staleReadWait):
+		}
+	}
+}
+
+// staleReads is how often scan reads a journal again that is behind its
+// leader, staleReadWait apart.
+const (
+	staleReads    = 50
+	staleReadWait = 20 * time.Millisecond
+)
+
+// errStaleJournal: every read of the journal came from a replica behind the
+// stream's leader.
+var errStaleJournal = errors.New("workflow: journal read behind its leader")
+
+// lastRevision is the revision of the last write under filter (deletes
+// included) at the journal stream's leader; 0 when there is none or the
+// leader cannot be asked.
+func (j *journal) lastRevision(ctx context.Context, filter string) uint64 {
+	m, err := kv.LastFromLeader(ctx, j.js, streams.KVStream(j.bucket), streams.KVSubject(j.bucket, filter))
+	if err != nil {
+		return 0
+	}
+	return m.Sequence
+}
+
+// read returns the current entries of keys matching filter, deletes left
+// out, and the highest revision it saw, deletes included.
+func (j *journal) read(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, uint64, error) {
+	w, err := j.kv.Watch(ctx, filter)
+	if err != nil {
+		return nil, 0, fmt.Errorf("workflow: read journal: %w", err)
+	}
+	defer w.Stop()
+	var out []jetstream.KeyValueEntry
+	var seen uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
 		case e, ok := <-w.Updates():
 			if !ok {
-				return errors.New("workflow: journal watch closed")
+				return nil, 0, errors.New("workflow: journal watch closed")
 			}
 			if e == nil {
-				return nil
+				return out, seen, nil
 			}
-			if err := visit(e); err != nil {
-				return err
+			seen = max(seen, e.Revision())
+			if e.Operation() == jetstream.KeyValuePut {
+				out = append(out, e)
 			}
 		}
 	}

@@ -150,6 +150,7 @@ func (e *Env) StaleMirror(t testing.TB, stream, name string, src jetstream.Strea
 	src.Name = stream
 	if _, err := e.JS.CreateStream(context.Background(), jetstream.StreamConfig{
 		Name: name, Storage: jetstream.FileStorage, MirrorDirect: true, Mirror: &src,
+		MaxMsgsPerSubject: 1, // a KV handle may read it (KV_<name>)
 	}); err != nil {
 		t.Fatal(err)
 	}

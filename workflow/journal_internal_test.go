@@ -1,0 +1,66 @@
+package workflow
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A journal read from a replica behind its leader is read again, and a read
+// that never catches up is an error to retry, never a snapshot with a step
+// left out (the step would run again). The replica here is a mirror of the
+// journal that holds one of a workflow's three keys, read through a KV
+// handle of its own.
+func TestJournalReadBehindItsLeaderIsNotUsed(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"wfa.s.1", "wfa.s.2", "wfa.wf"} {
+		if _, err := jr.kv.Put(ctx, k, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mirror := func(name string, keys ...string) *journal {
+		var moves []jetstream.SubjectTransformConfig
+		for _, k := range keys {
+			moves = append(moves, jetstream.SubjectTransformConfig{
+				Source: streams.KVSubject(jr.bucket, k), Destination: streams.KVSubject(name, k)})
+		}
+		ts.StaleMirror(t, streams.KVStream(jr.bucket), streams.KVStream(name), jetstream.StreamSource{SubjectTransforms: moves}, uint64(len(keys)))
+		b, err := ts.JS.KeyValue(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &journal{kv: b, js: ts.JS, bucket: jr.bucket}
+	}
+	count := func(j *journal) (int, error) {
+		n := 0
+		err := j.scan(ctx, "wfa.>", func(jetstream.KeyValueEntry) error { n++; return nil })
+		return n, err
+	}
+	if n, err := count(jr); err != nil || n != 3 {
+		t.Fatalf("leader's journal: %d entries, %v; want 3", n, err)
+	}
+	start := time.Now()
+	if n, err := count(mirror("behind", "wfa.s.1")); !errors.Is(err, errStaleJournal) {
+		t.Fatalf("journal behind: %d entries, %v; want errStaleJournal", n, err)
+	}
+	t.Logf("gave up after %s", time.Since(start))
+	if n, err := count(mirror("caughtup", "wfa.s.1", "wfa.s.2", "wfa.wf")); err != nil || n != 3 {
+		t.Fatalf("journal caught up: %d entries, %v; want 3", n, err)
+	}
+}
