@@ -420,10 +420,13 @@ func (s *Store) RemoveDelayed(ctx context.Context, key string, rev uint64) error
 func (s *Store) ReadDelayed(ctx context.Context, secs []int64, visit func(key string, rev uint64, data []byte)) error {
 	pfx := streams.KVSubject(s.cfg.DelayedBucket(), "")
 	if secs == nil {
-		return s.readDelayed(ctx, pfx+">", pfx, visit)
+		// The whole bucket, read in the background at a first term: while
+		// it reads, runs are dispatched and their entries removed, so its
+		// last revision moves on; the seconds near now are read fresh.
+		return s.readDelayed(ctx, pfx+">", pfx, false, visit)
 	}
 	for _, sec := range secs {
-		if err := s.readDelayed(ctx, pfx+strconv.FormatInt(sec, 10)+".*", pfx, visit); err != nil {
+		if err := s.readDelayed(ctx, pfx+strconv.FormatInt(sec, 10)+".*", pfx, true, visit); err != nil {
 			return err
 		}
 	}
@@ -434,14 +437,74 @@ func (s *Store) ReadDelayed(ctx context.Context, secs []int64, visit func(key st
 // one it was told of before it takes it as removed meanwhile.
 const delayedQuiet = 2 * time.Second
 
-func (s *Store) readDelayed(ctx context.Context, filter, pfx string, visit func(key string, rev uint64, data []byte)) error {
+// A read is an ordered consumer, which the server may place on a replica
+// behind the stream's leader (a moment behind, or more after a restart): an
+// entry written just before would be missed, and its run left to the repair
+// sweep. So the leader is asked first for the last revision under the
+// filter, and the read is made again until it has seen it (staleReads times
+// staleReadWait apart, then an error: the caller reads again later). A
+// scheduler without permission to ask the leader reads once, and so does the
+// read of the whole bucket (fresh false).
+const (
+	staleReads    = 20
+	staleReadWait = 50 * time.Millisecond
+)
+
+// ErrStaleRead: every read came from a replica behind the stream's leader.
+var ErrStaleRead = errors.New("kv: read behind the stream's leader")
+
+func (s *Store) readDelayed(ctx context.Context, filter, pfx string, fresh bool, visit func(key string, rev uint64, data []byte)) error {
+	for try := 0; ; try++ {
+		// Asked on every try: an entry removed meanwhile (a purge leaves no
+		// marker) lowers it.
+		var want uint64
+		if fresh {
+			if m, err := LastFromLeader(ctx, s.js, streams.KVStream(s.cfg.DelayedBucket()), filter); err == nil {
+				want = m.Sequence
+			}
+		}
+		var got []delayedEntry
+		seen, err := s.readDelayedOnce(ctx, filter, func(m jetstream.Msg, seq uint64) {
+			if !isMarker(m.Headers()) && strings.HasPrefix(m.Subject(), pfx) {
+				got = append(got, delayedEntry{m.Subject()[len(pfx):], seq, m.Data()})
+			}
+		})
+		if err != nil {
+			return err
+		}
+		if seen >= want {
+			for _, e := range got {
+				visit(e.key, e.rev, e.data)
+			}
+			return nil
+		}
+		if try == staleReads {
+			return fmt.Errorf("%w: %s read to revision %d, the leader has %d", ErrStaleRead, filter, seen, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(staleReadWait):
+		}
+	}
+}
+
+type delayedEntry struct {
+	key  string
+	rev  uint64
+	data []byte
+}
+
+// readDelayedOnce reads the last message of each subject under filter
+// (markers included) and returns the highest revision it saw.
+func (s *Store) readDelayedOnce(ctx context.Context, filter string, visit func(m jetstream.Msg, seq uint64)) (uint64, error) {
 	c, err := s.dstream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{filter},
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
-		return fmt.Errorf("kv: read delayed entries: %w", err)
+		return 0, fmt.Errorf("kv: read delayed entries: %w", err)
 	}
 	ci := c.CachedInfo()
 	if ci != nil {
@@ -454,35 +517,35 @@ func (s *Store) readDelayed(ctx context.Context, filter, pfx string, visit func(
 		}()
 	}
 	if ci != nil && ci.NumPending == 0 {
-		return nil
+		return 0, nil
 	}
 	it, err := c.Messages(jetstream.PullMaxMessages(1000))
 	if err != nil {
-		return fmt.Errorf("kv: read delayed entries: %w", err)
+		return 0, fmt.Errorf("kv: read delayed entries: %w", err)
 	}
 	defer it.Stop()
+	var seen uint64
 	for {
 		nctx, cancel := context.WithTimeout(ctx, delayedQuiet)
 		m, err := it.Next(jetstream.NextContext(nctx))
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return 0, ctx.Err()
 			}
 			if errors.Is(err, context.DeadlineExceeded) {
-				return nil // the rest was removed meanwhile
+				return seen, nil // the rest was removed meanwhile
 			}
-			return fmt.Errorf("kv: read delayed entries: %w", err)
+			return 0, fmt.Errorf("kv: read delayed entries: %w", err)
 		}
 		md, err := m.Metadata()
 		if err != nil {
-			return fmt.Errorf("kv: read delayed entries: %w", err)
+			return 0, fmt.Errorf("kv: read delayed entries: %w", err)
 		}
-		if !isMarker(m.Headers()) && strings.HasPrefix(m.Subject(), pfx) {
-			visit(m.Subject()[len(pfx):], md.Sequence.Stream, m.Data())
-		}
+		seen = max(seen, md.Sequence.Stream)
+		visit(m, md.Sequence.Stream)
 		if md.NumPending == 0 {
-			return nil
+			return seen, nil
 		}
 	}
 }

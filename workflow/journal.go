@@ -217,8 +217,10 @@ func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
 // reads again until it has seen it (staleReads times, then the segment is
 // retried). Without permission to ask the leader it reads once.
 func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.KeyValueEntry) error) error {
-	want := j.lastRevision(ctx, filter)
 	for try := 0; ; try++ {
+		// Asked on every try: a purge (a finished workflow's journal)
+		// lowers it.
+		want := j.lastRevision(ctx, filter)
 		entries, seen, err := j.read(ctx, filter)
 		if err != nil {
 			return err

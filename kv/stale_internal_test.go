@@ -1,0 +1,69 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A second of delayed entries read from a replica behind the stream's
+// leader is read again, and a read that never catches up is an error (the
+// scheduler reads the second again at its next tick), never a second with
+// an entry left out (its run would wait for the repair sweep). The replica
+// here is a mirror of the delayed bucket that holds one of a second's three
+// entries; its sequences are the bucket's.
+func TestDelayedReadBehindItsLeaderIsNotUsed(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Open(ctx, ts.JS, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(time.Hour).Truncate(time.Second)
+	var keys []string
+	for _, id := range []string{"d-1", "d-2", "d-3"} {
+		if _, err := st.PutDelayed(ctx, Delayed{Envelope: streams.Envelope{ID: id, Function: "fn.a"}, Due: due}); err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, DelayedKey(due, id))
+	}
+	bucket := st.cfg.DelayedBucket()
+	read := func(s *Store) (int, error) {
+		n := 0
+		err := s.ReadDelayed(ctx, []int64{due.Unix()}, func(string, uint64, []byte) { n++ })
+		return n, err
+	}
+	through := func(name string, keys ...string) *Store {
+		var moves []jetstream.SubjectTransformConfig
+		for _, k := range keys {
+			subj := streams.KVSubject(bucket, k)
+			moves = append(moves, jetstream.SubjectTransformConfig{Source: subj, Destination: subj})
+		}
+		ts.StaleMirror(t, streams.KVStream(bucket), name, jetstream.StreamSource{SubjectTransforms: moves}, uint64(len(keys)))
+		mirror, err := ts.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := *st
+		s.dstream = mirror
+		return &s
+	}
+	if n, err := read(st); err != nil || n != 3 {
+		t.Fatalf("the leader's bucket: %d entries, %v; want 3", n, err)
+	}
+	if n, err := read(through("BEHIND", keys[0])); !errors.Is(err, ErrStaleRead) || n != 0 {
+		t.Fatalf("a replica behind: %d entries visited, %v; want none and ErrStaleRead", n, err)
+	}
+	if n, err := read(through("CAUGHTUP", keys...)); err != nil || n != 3 {
+		t.Fatalf("a replica caught up: %d entries, %v; want 3", n, err)
+	}
+}
