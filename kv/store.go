@@ -319,24 +319,56 @@ func IsWrongSequence(err error) bool {
 // record as last written or read, and ErrTerminal when the run had already
 // ended before change could apply.
 func (s *Store) Transition(ctx context.Context, id string, change func(r *jetflow.Run) bool) (*jetflow.Run, error) {
+	// The first read is a direct get, which a replica behind the leader
+	// may answer. Where its answer would end the call without a write (no
+	// record, or nothing to change) or cost a conflict, the record is read
+	// again from the leader.
+	leader := false
 	for {
-		r, err := s.Get(ctx, id)
+		var r *jetflow.Run
+		var err error
+		if leader {
+			r, err = s.GetConfirmed(ctx, id)
+		} else {
+			r, err = s.Get(ctx, id)
+		}
+		if errors.Is(err, ErrNotFound) && !leader {
+			leader = true
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
 		if r.State.Terminal() {
+			// A replica behind shows an older state, never an ended one
+			// that is not.
 			return r, fmt.Errorf("run %s is %s: %w", id, r.State, ErrTerminal)
 		}
 		from := r.State
 		if !change(r) {
+			if !leader {
+				leader = true
+				continue
+			}
 			return r, nil
 		}
 		_, err = s.Write(ctx, r, r.Revision, from)
 		if errors.Is(err, ErrConflict) {
+			leader = true
 			continue
 		}
 		return r, err
 	}
+}
+
+// GetConfirmed is GetLatest, or Get for a user without permission to ask
+// the stream's leader.
+func (s *Store) GetConfirmed(ctx context.Context, id string) (*jetflow.Run, error) {
+	r, err := s.GetLatest(ctx, id)
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return s.Get(ctx, id)
+	}
+	return r, err
 }
 
 // DelayedKey is the key of a delayed entry: <due unix second>.<run id>.

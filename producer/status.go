@@ -107,7 +107,9 @@ func (p *Producer) markCanceled(ctx context.Context, id string) (*jetflow.Run, j
 		if qerr != nil || !ok {
 			// Taken meanwhile: its record is written before its message
 			// goes, so the record is there now, unless there is no run.
-			if _, gerr := p.store.Get(ctx, id); gerr == nil {
+			// (Read from the leader: a replica behind would say there is no
+			// run, and the run would start.)
+			if _, gerr := p.store.GetConfirmed(ctx, id); gerr == nil {
 				continue
 			}
 			if qerr != nil {

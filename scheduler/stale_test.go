@@ -146,3 +146,54 @@ func TestCronFiresWhenAReplicaShowsItsPreviousRunUnended(t *testing.T) {
 		t.Fatalf("after the previous runs ended: %+v, want %d fired, 0 skipped", st, n)
 	}
 }
+
+// Cancel of a delayed run cancels it, and the run never starts, while a
+// replica that is behind answers half of the direct gets without its record:
+// Cancel asks the leader before it says there is no such run.
+func TestCancelWhenAReplicaIsBehind(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staleRunsReplica(t, ts, p)
+	var c counter
+	startWorker(t, ts, &c)
+	startScheduler(t, ts, "s1", 0)
+	const n = 30
+	ids := make([]string, n)
+	for i := range n {
+		id, err := p.RunAfter(ctx, 500*time.Millisecond, ticked.With(tick{N: i}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	for _, id := range ids {
+		if err := p.Cancel(ctx, id); err != nil {
+			t.Fatalf("cancel %s: %v", id, err)
+		}
+	}
+	// A run due after them: once it ran, their time has passed.
+	last, err := p.RunAfter(ctx, time.Second, ticked.With(tick{N: n}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 30*time.Second, "the last run handled", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.m[last] == 1
+	})
+	if got := c.n.Load(); got != 1 {
+		t.Fatalf("%d handler runs, want 1 (the last): canceled runs started", got)
+	}
+	st := engine.Of(p).Store()
+	for _, id := range ids {
+		r, err := st.GetLatest(ctx, id)
+		if err != nil || r.State != jetflow.Canceled {
+			t.Fatalf("run %s: %+v, %v; want canceled", id, r, err)
+		}
+	}
+}
