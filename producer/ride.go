@@ -145,7 +145,7 @@ func (p *Producer) publishDirect(ctx context.Context, r *jetflow.Run) error {
 			if queued {
 				return nil
 			}
-			if _, err := p.store.Get(ctx, r.ID); err == nil {
+			if _, err := p.store.GetConfirmed(ctx, r.ID); err == nil {
 				return nil
 			} else if !errors.Is(err, jetflow.ErrNotFound) {
 				return err

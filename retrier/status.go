@@ -154,11 +154,13 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	store := engine.Of(r.p).Store()
-	rec, err := store.Get(ctx, id)
+	// Read from the leader: a replica behind would show no record, and
+	// the retrier would go on.
+	rec, err := store.GetConfirmed(ctx, id)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		// Not started: write the record as canceled, so the start run
 		// finds it and runs nothing.
-		start, serr := store.Get(ctx, StartID(id))
+		start, serr := store.GetConfirmed(ctx, StartID(id))
 		if serr != nil {
 			if errors.Is(serr, jetflow.ErrNotFound) {
 				return fmt.Errorf("retrier %s: %w", id, jetflow.ErrNotFound)
@@ -186,7 +188,7 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 			return err
 		}
 		// The start run wrote the record meanwhile: cancel that.
-		rec, err = store.Get(ctx, id)
+		rec, err = store.GetConfirmed(ctx, id)
 	}
 	if err != nil {
 		return err

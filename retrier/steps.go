@@ -128,6 +128,10 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	}
 	store := engine.Of(d.p).Store()
 	cur, err := store.Get(ctx, sc.Retrier)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		// A replica behind may have answered: the leader decides.
+		cur, err = store.GetConfirmed(ctx, sc.Retrier)
+	}
 	if err != nil {
 		if errors.Is(err, jetflow.ErrNotFound) {
 			// The record is gone (retention passed): nothing to drive.

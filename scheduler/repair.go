@@ -152,6 +152,11 @@ func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Head
 			continue
 		}
 		r, err := s.store.Get(ctx, h.ID)
+		if errors.Is(err, jetflow.ErrNotFound) {
+			// Forgotten below, and then looked at again only by the hourly
+			// full sweep: a replica behind must not decide that.
+			r, err = s.store.GetConfirmed(ctx, h.ID)
+		}
 		if err != nil || r.State != jetflow.Pending {
 			if err == nil && r.State.Terminal() || errors.Is(err, jetflow.ErrNotFound) {
 				s.index.Forget(h.ID)

@@ -2,7 +2,6 @@ package scheduler_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -13,35 +12,9 @@ import (
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nats.go/jetstream"
 )
-
-// staleRunsReplica makes about half of the direct gets of the runs bucket
-// answer from a stream that is behind: a mirror of the runs stream that
-// holds one record only and answers the bucket's direct gets (MirrorDirect).
-// That is what a replica that restarted does on a cluster (it serves direct
-// gets from 90% caught up), here on one server.
-func staleRunsReplica(t *testing.T, ts *testserver.Env, p *producer.Producer) {
-	t.Helper()
-	ctx := context.Background()
-	cfg := streams.Config{}.WithDefaults()
-	st := engine.Of(p).Store()
-	now := time.Now().UTC()
-	for _, id := range []string{"decoy-1", "probe-1"} {
-		if _, err := st.Create(ctx, &jetflow.Run{ID: id, Name: ticked.Name(), State: jetflow.Success,
-			ScheduledTime: now, CreationTime: now, CompletedTime: now}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ts.StaleMirror(t, streams.KVStream(cfg.RunsBucket()), "STALE_RUNS",
-		jetstream.StreamSource{FilterSubject: streams.KVSubject(cfg.RunsBucket(), "decoy-1")}, 1)
-	// The mirror joins the direct gets once it has caught up: then some
-	// gets of a record it lacks say there is none.
-	testserver.Eventually(t, 20*time.Second, "a direct get answered by the stale mirror", func() bool {
-		_, err := st.Get(ctx, "probe-1")
-		return errors.Is(err, jetflow.ErrNotFound)
-	})
-}
 
 // A delayed entry whose record a direct get found missing is not dropped on
 // that word: the scheduler asks the runs stream's leader, finds the record
@@ -56,7 +29,7 @@ func TestDispatchAsksTheLeaderWhenAReplicaIsBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	staleRunsReplica(t, ts, p)
+	ts.StaleRuns(t)
 	var c counter
 	startWorker(t, ts, &c)
 	s := startScheduler(t, ts, "s1", 0)
@@ -87,12 +60,12 @@ func TestDispatchAsksTheLeaderWhenAReplicaIsBehind(t *testing.T) {
 func TestCronDoesNotOverlapWhenAReplicaIsBehind(t *testing.T) {
 	t.Parallel()
 	t0 := cronBase()
-	ts, c, p, clk := cronSetup(t, t0, scheduler.CronConfig{})
+	ts, c, _, clk := cronSetup(t, t0, scheduler.CronConfig{})
 	cronRegister(t, c, scheduler.CronDef{Name: "single", Schedule: scheduler.Interval(10 * time.Second)})
 	if st := cronTick(t, c); st.Fired != 1 {
 		t.Fatalf("first tick: %+v, want 1 fired", st)
 	}
-	staleRunsReplica(t, ts, p)
+	ts.StaleRuns(t)
 	// No worker: the first run stays pending, so every later time skips.
 	for i := range 20 {
 		clk.Add(10 * time.Second)
@@ -158,7 +131,7 @@ func TestCancelWhenAReplicaIsBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	staleRunsReplica(t, ts, p)
+	ts.StaleRuns(t)
 	var c counter
 	startWorker(t, ts, &c)
 	startScheduler(t, ts, "s1", 0)
@@ -195,5 +168,66 @@ func TestCancelWhenAReplicaIsBehind(t *testing.T) {
 		if err != nil || r.State != jetflow.Canceled {
 			t.Fatalf("run %s: %+v, %v; want canceled", id, r, err)
 		}
+	}
+}
+
+var parented = jetflow.Define[tick]("sched.parent")
+
+// The runs a retryable attempt scheduled are released when it succeeds,
+// while a replica that is behind answers half of the direct gets without
+// their records: the worker asks the leader before it skips a child. The
+// repair sweep is kept out (an hour), so only the release can start them.
+func TestChildrenOfASuccessfulAttemptRunWhenAReplicaIsBehind(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.StaleRuns(t)
+	var c counter
+	_, wjs := ts.Connect()
+	w, err := worker.New(ctx, wjs, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.Handle(w, ticked, func(ctx context.Context, j *worker.Job[tick]) error { c.add(j.ID()); return nil },
+		worker.Options{Concurrency: 20})
+	worker.Handle(w, parented, func(ctx context.Context, j *worker.Job[tick]) error {
+		if _, err := j.Enqueue(ctx, ticked.With(tick{N: j.Args.N})); err != nil {
+			return err
+		}
+		_, err := j.RunAfter(ctx, 200*time.Millisecond, ticked.With(tick{N: -j.Args.N}))
+		return err
+	}, worker.Options{Concurrency: 20})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	_, sjs := ts.Connect()
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{ID: "s1", LeaseTTL: time.Second, RepairInterval: time.Hour, StaleAfter: 24 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(context.Background()) })
+	const n = 20
+	for i := 1; i <= n; i++ {
+		if _, err := p.Enqueue(ctx, parented.With(tick{N: i})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testserver.Eventually(t, 30*time.Second, "every child handled", func() bool { return c.n.Load() >= 2*n })
+	if d := c.dupes(); len(d) > 0 {
+		t.Fatalf("%d children handled twice: %v", len(d), d)
+	}
+	if got := c.n.Load(); got != 2*n {
+		t.Fatalf("handled %d children, want %d", got, 2*n)
+	}
+	if st := s.Stats(); st.Repaired != 0 {
+		t.Fatalf("%d runs repaired, want 0: the release starts them", st.Repaired)
 	}
 }

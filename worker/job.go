@@ -158,7 +158,7 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 	if errors.Is(err, kv.ErrConflict) {
 		// A write of ours may have landed with its reply lost: the record
 		// is then this very claim, and we go on from its revision.
-		cur, gerr := j.w.store.Get(ctx, r.ID)
+		cur, gerr := j.w.store.GetConfirmed(ctx, r.ID)
 		if gerr == nil && cur.State == jetflow.InProgress &&
 			cur.Owner == r.Owner && cur.Attempts == r.Attempts && cur.StartedTime.Equal(r.StartedTime) {
 			j.rec, j.rev = cur, cur.Revision // what it lacks is written next time

@@ -221,7 +221,14 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 			ScheduledTime: env.Scheduled, CreationTime: env.Created, Attempts: env.Attempt - 1,
 			MaxAttempts: env.MaxAttempts, Timeout: env.Timeout, Parent: env.Parent, Trace: env.Trace,
 		}
-		if _, err := w.runs.Write(ctx, engine.Schedule, engine.None, r, 0); err != nil {
+		if _, err := w.runs.Write(ctx, engine.Schedule, engine.None, r, 0); errors.Is(err, kv.ErrExists) {
+			// There is a record after all (a replica behind answered the
+			// read, or it was written meanwhile): go on from the leader's.
+			if r, err = w.store.GetConfirmed(ctx, env.ID); err != nil {
+				w.settle(m, nakAfter(time.Second))
+				return false
+			}
+		} else if err != nil {
 			w.settle(m, nakAfter(time.Second))
 			return false
 		}
@@ -595,6 +602,11 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 	for _, id := range kids {
 		if commit {
 			r, err := w.store.Get(ctx, id)
+			if errors.Is(err, jetflow.ErrNotFound) {
+				// A replica behind may have answered: the leader decides,
+				// or the child waits for the repair sweep.
+				r, err = w.store.GetConfirmed(ctx, id)
+			}
 			if err != nil || r.State != jetflow.Pending {
 				continue
 			}

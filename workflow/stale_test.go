@@ -2,14 +2,10 @@ package workflow_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/jetflow-dev/jetflow"
-	"github.com/jetflow-dev/jetflow/internal/engine"
-	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
@@ -24,30 +20,12 @@ import (
 func staleReplicas(t *testing.T, e *env) {
 	t.Helper()
 	ctx := context.Background()
-	cfg := streams.Config{}.WithDefaults()
-	now := time.Now().UTC()
-	st := engine.Of(e.P).Store()
-	for _, id := range []string{"decoy-1", "probe-1"} {
-		if _, err := st.Create(ctx, &jetflow.Run{ID: id, Name: "decoy", State: jetflow.Success,
-			ScheduledTime: now, CreationTime: now, CompletedTime: now}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := e.JS.Publish(ctx, streams.KVSubject(cfg.JournalBucket(), "decoy-1.wf"), []byte(`{}`)); err != nil {
+	e.StaleRuns(t)
+	jb := streams.Config{}.WithDefaults().JournalBucket()
+	if _, err := e.JS.Publish(ctx, streams.KVSubject(jb, "decoy-1.wf"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
-	for b, key := range map[string]string{cfg.RunsBucket(): "decoy-1", cfg.JournalBucket(): "decoy-1.wf"} {
-		e.StaleMirror(t, streams.KVStream(b), "STALE_"+b, jetstream.StreamSource{FilterSubject: streams.KVSubject(b, key)}, 1)
-	}
-	testserver.Eventually(t, 20*time.Second, "a direct get answered by the stale runs mirror", func() bool {
-		_, err := st.Get(ctx, "decoy-1")
-		if err != nil {
-			return false
-		}
-		// A record the mirror lacks: some gets say there is none.
-		_, err = st.Get(ctx, "probe-1")
-		return errors.Is(err, jetflow.ErrNotFound)
-	})
+	e.StaleMirror(t, streams.KVStream(jb), "STALE_"+jb, jetstream.StreamSource{FilterSubject: streams.KVSubject(jb, "decoy-1.wf")}, 1)
 }
 
 // Workflows that sleep run to their end, each step once, while replicas

@@ -4,6 +4,7 @@ package testserver
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"net"
 	"os"
@@ -155,4 +156,30 @@ func (e *Env) StaleMirror(t testing.TB, stream, name string, src jetstream.Strea
 		t.Fatal(err)
 	}
 	Eventually(t, 20*time.Second, "the stale mirror caught up", func() bool { return e.StreamMsgs(t, name) >= want })
+}
+
+// StaleRuns makes about half of the direct gets of the runs bucket (the
+// default prefix's, provisioned) answer from a replica that lacks every
+// record: a MirrorDirect mirror that holds one record of its own
+// (decoy-1). It returns once a direct get of a record the mirror lacks
+// (probe-1) has said there is none.
+func (e *Env) StaleRuns(t testing.TB) {
+	t.Helper()
+	ctx := context.Background()
+	const bucket = "jetflow_runs"
+	for _, id := range []string{"decoy-1", "probe-1"} {
+		rec := `{"id":"` + id + `","name":"decoy","state":"success"}`
+		if _, err := e.JS.Publish(ctx, "$KV."+bucket+"."+id, []byte(rec)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.StaleMirror(t, "KV_"+bucket, "STALE_RUNS", jetstream.StreamSource{FilterSubject: "$KV." + bucket + ".decoy-1"}, 1)
+	kvb, err := e.JS.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Eventually(t, 20*time.Second, "a direct get answered by the stale mirror", func() bool {
+		_, err := kvb.Get(ctx, "probe-1")
+		return errors.Is(err, jetstream.ErrKeyNotFound)
+	})
 }
