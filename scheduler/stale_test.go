@@ -231,3 +231,56 @@ func TestChildrenOfASuccessfulAttemptRunWhenAReplicaIsBehind(t *testing.T) {
 		t.Fatalf("%d runs repaired, want 0: the release starts them", st.Repaired)
 	}
 }
+
+// A scheduler that takes over repairs every pending run left without a
+// message, while a replica that is behind answers half of the direct gets
+// without their records: its first full sweep hands them to the run index,
+// and a record a direct get found missing is not forgotten (it would then
+// wait for the hourly full sweep) before the leader says so.
+func TestRepairAfterATakeoverWhenAReplicaIsBehind(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(id string, every time.Duration) *scheduler.Scheduler {
+		_, js := ts.Connect()
+		s, err := scheduler.New(ctx, js, scheduler.Config{ID: id, LeaseTTL: time.Second, RepairInterval: every,
+			RepairGrace: 100 * time.Millisecond, StaleAfter: 24 * time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Stop(context.Background()) })
+		return s
+	}
+	s1 := start("s1", time.Hour)
+	testserver.Eventually(t, 10*time.Second, "s1 leads", s1.IsLeader)
+	// What producers that crashed between the record and the message leave.
+	const n = 30
+	past := time.Now().Add(-time.Minute).UTC()
+	st := engine.Of(p).Store()
+	for i := range n {
+		if _, err := st.Create(ctx, &jetflow.Run{ID: fmt.Sprintf("orphan-%d", i), Name: ticked.Name(), Kind: jetflow.Retryable,
+			Args: []byte(`{"N":1}`), State: jetflow.Pending, ScheduledTime: past, CreationTime: past}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// s1's run index has read them: its checkpoint, stored when it
+	// stops, lies past them, so s2's index starts after them and only its
+	// full sweep hands them over.
+	sameCounts(t, p, ticked.Name())
+	if err := s1.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ts.StaleRuns(t)
+	s2 := start("s2", 200*time.Millisecond)
+	testserver.Eventually(t, 30*time.Second, "every orphan repaired", func() bool { return s2.Stats().Repaired >= n })
+	if got := s2.Stats().Repaired; got != n {
+		t.Fatalf("%d runs repaired, want %d", got, n)
+	}
+}
