@@ -198,6 +198,23 @@ func TestRolePermissions(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Every role that reads runs may ask the runs stream's leader, and the
+	// scheduler the delayed bucket's: where a replica behind would cost a
+	// run, jetflow reads from the leader (README, "Reads from a replica
+	// that is behind").
+	for _, role := range []string{"producer", "worker", "scheduler", "dashboard", "cli"} {
+		_, js := connectAs(t, url, role)
+		reads := map[string]string{"KV_jetflow_runs": "$KV.jetflow_runs.>"}
+		if role == "scheduler" {
+			reads["KV_jetflow_delayed"] = "$KV.jetflow_delayed.>"
+		}
+		for stream, subj := range reads {
+			if _, err := kv.LastFromLeader(ctx, js, stream, subj); !errors.Is(err, jetstream.ErrMsgNotFound) {
+				t.Fatalf("%s reads %s from its leader: %v, want no message (allowed)", role, stream, err)
+			}
+		}
+	}
+
 	// A worker on the producer's user may not create its consumer: Start
 	// says so at once.
 	pw, err := worker.New(ctx, pjs, worker.Config{})
