@@ -256,7 +256,7 @@ func (c *core) startRun(ctx context.Context, it *Item) error {
 		if !errors.Is(err, kv.ErrExists) {
 			return err
 		}
-		if r, err = c.p.Get(ctx, it.RunID); err != nil {
+		if r, err = engine.Of(c.p).Store().GetConfirmed(ctx, it.RunID); err != nil {
 			return err
 		}
 		if r.State != jetflow.Pending {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/jetflow-dev/jetflow/internal/elect"
 	"maps"
 	"slices"
 	"strings"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/elect"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -814,7 +815,9 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 				repaired()
 			}
 		default:
-			run, err := pl.p.Get(ctx, it.RunID)
+			// From the leader: a replica behind would say there is no run,
+			// and it would be started a second time.
+			run, err := engine.Of(pl.p).Store().GetConfirmed(ctx, it.RunID)
 			switch {
 			case errors.Is(err, jetflow.ErrNotFound):
 				if pl.startRun(ctx, it) == nil {

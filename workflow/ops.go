@@ -122,7 +122,9 @@ func armJanitor(ctx context.Context, p *producer.Producer, name, id string, at t
 func janitor(ctx context.Context, p *producer.Producer, name, id string) error {
 	retention := engine.Of(p).Streams().Retention
 	now := time.Now().UTC()
-	r, err := engine.Of(p).Store().Get(ctx, id)
+	// Read from the leader: a replica behind would say the record is gone,
+	// and a live workflow would lose its journal.
+	r, err := engine.Of(p).Store().GetConfirmed(ctx, id)
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
 		return purge(ctx, p, id)
