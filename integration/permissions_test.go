@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -500,5 +501,72 @@ func testserverEventually(t *testing.T, within time.Duration, what string, cond 
 			t.Fatalf("not within %s: %s", within, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Roles configured before reads from a stream's leader existed (no
+// $JS.API.STREAM.MSG.GET on the buckets) work as they did: a leader read
+// denied is optional, its fallback is the direct get, and the violation
+// ends nothing else on the connection. Cancel of a run waiting without a
+// record, and of an id that does not exist, say what they said; a
+// scheduler dispatches delayed runs.
+func TestRolesWithoutLeaderReads(t *testing.T) {
+	conf := permissionsConf(t)
+	for _, line := range []string{`"$JS.API.STREAM.MSG.GET.KV_jetflow_runs",`, `"$JS.API.STREAM.MSG.GET.KV_jetflow_delayed",`} {
+		conf = strings.ReplaceAll(conf, line, "")
+	}
+	url := startSecuredNATS(t, conf)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, ajs := connectAs(t, url, "admin")
+	if err := streams.Provision(ctx, ajs, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	_, pjs := connectAs(t, url, "producer")
+	p, err := producer.New(ctx, pjs, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		id, err := p.Enqueue(ctx, permChild.With(permArgs{N: i}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Cancel(ctx, id); err != nil {
+			t.Fatalf("cancel of a waiting run: %v", err)
+		}
+		if err := p.Cancel(ctx, fmt.Sprintf("no-such-run-%d", i)); !errors.Is(err, jetflow.ErrNotFound) {
+			t.Fatalf("cancel of an unknown id: %v, want ErrNotFound", err)
+		}
+	}
+	_, wjs := connectAs(t, url, "worker")
+	w, err := worker.New(ctx, wjs, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int64
+	worker.Handle(w, permFn, func(context.Context, *worker.Job[permArgs]) error { ran.Add(1); return nil })
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopWithin(w.Stop) })
+	_, sjs := connectAs(t, url, "scheduler")
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopWithin(s.Stop) })
+	const n = 20
+	for i := range n {
+		if _, err := p.RunAfter(ctx, 300*time.Millisecond, permFn.With(permArgs{N: i})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testserver.Eventually(t, 30*time.Second, "every delayed run handled", func() bool { return ran.Load() >= n })
+	if got := ran.Load(); got != n {
+		t.Fatalf("%d runs handled, want %d", got, n)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -133,9 +134,13 @@ func (s *Store) GetLatest(ctx context.Context, id string) (*jetflow.Run, error) 
 
 // LastFromLeader reads the last message on subject in stream from the
 // stream's leader ($JS.API.STREAM.MSG.GET), not by a direct get that any
-// replica may answer. No message is jetstream.ErrMsgNotFound; a denied
-// request fails at once, matching nats.ErrPermissionViolation. A KV key
-// deleted or expired reads as its marker (see IsMarker).
+// replica may answer. No message is jetstream.ErrMsgNotFound; the server's
+// other answers are its *jetstream.APIError (a stream without a leader:
+// JSErrCodeClusterNotAvailable). A denied request fails at once, matching
+// nats.ErrPermissionViolation, and is not sent again on that connection for
+// deniedFor: the caller takes its fallback (a direct get) meanwhile, and
+// the server does not log one violation per read. A KV key deleted or
+// expired reads as its marker (see IsMarker). It waits leaderWait at most.
 func LastFromLeader(ctx context.Context, js jetstream.JetStream, stream, subject string) (*jetstream.RawStreamMsg, error) {
 	req, err := json.Marshal(struct {
 		LastBy string `json:"last_by_subj"`
@@ -144,25 +149,25 @@ func LastFromLeader(ctx context.Context, js jetstream.JetStream, stream, subject
 		return nil, err
 	}
 	subj := apiPrefix(js) + "STREAM.MSG.GET." + stream
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
 	nc := js.Conn()
+	if err := deniedBefore(nc, subj); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
 	var m *nats.Msg
 	err = natsperm.Do(ctx, nc, func(ctx context.Context) (err error) {
 		m, err = nc.RequestWithContext(ctx, subj, req)
 		return err
 	}, subj)
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		denied.Store(deniedKey{nc, subj}, deniedAt{time.Now(), err})
+	}
 	if err != nil {
 		return nil, err
 	}
 	var resp struct {
-		Error *struct {
-			ErrCode     int    `json:"err_code"`
-			Description string `json:"description"`
-		} `json:"error"`
+		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
 			Subject string    `json:"subject"`
 			Seq     uint64    `json:"seq"`
@@ -175,10 +180,10 @@ func LastFromLeader(ctx context.Context, js jetstream.JetStream, stream, subject
 		return nil, fmt.Errorf("%s: %w", subj, err)
 	}
 	switch {
-	case resp.Error != nil && resp.Error.ErrCode == int(jetstream.JSErrCodeMessageNotFound):
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
 		return nil, jetstream.ErrMsgNotFound
 	case resp.Error != nil:
-		return nil, fmt.Errorf("%s: %s (%d)", subj, resp.Error.Description, resp.Error.ErrCode)
+		return nil, fmt.Errorf("%s: %w", subj, resp.Error)
 	case resp.Message == nil:
 		return nil, fmt.Errorf("%s: empty answer", subj)
 	}
@@ -192,6 +197,40 @@ func LastFromLeader(ctx context.Context, js jetstream.JetStream, stream, subject
 		out.Header = h
 	}
 	return out, nil
+}
+
+// leaderWait bounds a read from a leader: it answers at once, or, while a
+// stream elects one, says so at once; only a leader that just died leaves
+// a request unanswered.
+const leaderWait = 2 * time.Second
+
+// deniedFor is how long a denied read from a leader is not asked again on
+// one connection.
+const deniedFor = 5 * time.Minute
+
+type deniedKey struct {
+	nc   *nats.Conn
+	subj string
+}
+
+type deniedAt struct {
+	at  time.Time
+	err error
+}
+
+var denied sync.Map // deniedKey -> deniedAt
+
+func deniedBefore(nc *nats.Conn, subj string) error {
+	v, ok := denied.Load(deniedKey{nc, subj})
+	if !ok {
+		return nil
+	}
+	d := v.(deniedAt)
+	if time.Since(d.at) > deniedFor || nc.IsClosed() {
+		denied.Delete(deniedKey{nc, subj})
+		return nil
+	}
+	return d.err
 }
 
 // IsMarker reports a KV delete, purge or TTL-expiry marker.
@@ -361,14 +400,16 @@ func (s *Store) Transition(ctx context.Context, id string, change func(r *jetflo
 	}
 }
 
-// GetConfirmed is GetLatest, or Get for a user without permission to ask
-// the stream's leader.
+// GetConfirmed is GetLatest where the stream's leader answers, and Get
+// where it cannot (no permission to ask it, no leader during an election,
+// a timeout): the leader's answer where there is one, the direct get's
+// otherwise, as before leader reads existed.
 func (s *Store) GetConfirmed(ctx context.Context, id string) (*jetflow.Run, error) {
 	r, err := s.GetLatest(ctx, id)
-	if errors.Is(err, nats.ErrPermissionViolation) {
-		return s.Get(ctx, id)
+	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, jetflow.ErrInvalidRunID) {
+		return r, err
 	}
-	return r, err
+	return s.Get(ctx, id)
 }
 
 // DelayedKey is the key of a delayed entry: <due unix second>.<run id>.
@@ -457,13 +498,33 @@ func (s *Store) ReadDelayed(ctx context.Context, secs []int64, visit func(key st
 		// last revision moves on; the seconds near now are read fresh.
 		return s.readDelayed(ctx, pfx+">", pfx, false, visit)
 	}
+	var stale []int64
 	for _, sec := range secs {
-		if err := s.readDelayed(ctx, pfx+strconv.FormatInt(sec, 10)+".*", pfx, true, visit); err != nil {
+		err := s.readDelayed(ctx, pfx+strconv.FormatInt(sec, 10)+".*", pfx, true, visit)
+		if errors.Is(err, ErrStaleRead) {
+			stale = append(stale, sec)
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}
+	if len(stale) > 0 {
+		return &StaleSeconds{Secs: stale}
+	}
 	return nil
 }
+
+// StaleSeconds is ReadDelayed's error when the reads of some seconds stayed
+// behind the stream's leader: the other seconds were read, these are to be
+// read again. It matches ErrStaleRead.
+type StaleSeconds struct{ Secs []int64 }
+
+func (e *StaleSeconds) Error() string {
+	return fmt.Sprintf("%v: %d seconds of delayed entries, the first %d", ErrStaleRead, len(e.Secs), e.Secs[0])
+}
+
+func (e *StaleSeconds) Unwrap() error { return ErrStaleRead }
 
 // delayedQuiet is how long a read of delayed entries waits for the next
 // one it was told of before it takes it as removed meanwhile.

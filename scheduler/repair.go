@@ -12,7 +12,6 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
-	"github.com/nats-io/nats.go"
 )
 
 func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
@@ -176,10 +175,7 @@ func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Head
 			// Read from the runs stream's leader: a replica that is behind
 			// could show a running parent missing or at an attempt that
 			// ended, and its child canceled for it.
-			parent, err := s.store.GetLatest(ctx, r.HeldBy)
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				parent, err = s.store.Get(ctx, r.HeldBy)
-			}
+			parent, err := s.store.GetConfirmed(ctx, r.HeldBy)
 			switch {
 			case err == nil && parent.State == jetflow.Success && slices.Contains(parent.Children, r.ID):
 			case err == nil && !parent.State.Terminal() && !heldByEndedAttempt(parent, r.ID):

@@ -17,6 +17,7 @@ import (
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 )
@@ -202,8 +203,9 @@ type item struct {
 	rev uint64
 	d   kv.Delayed
 	// doubts counts the dispatches that found the record missing or
-	// behind and could not ask the stream's leader.
-	doubts int
+	// behind and could not ask the stream's leader, since doubtSince.
+	doubts     int
+	doubtSince time.Time
 }
 
 type dueHeap []*item
@@ -263,9 +265,12 @@ type dispatcher struct {
 	// reading is set while a full read of the bucket runs in the
 	// background: until it ends, the checkpoint stays where it was.
 	reading bool
-	sem     chan struct{}
-	wg      sync.WaitGroup
-	wake    chan struct{}
+	// reread holds seconds whose read stayed behind the stream's leader:
+	// read again each tick, and the checkpoint stays before them.
+	reread []int64
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	wake   chan struct{}
 }
 
 func newDispatcher(s *Scheduler, parallel int) *dispatcher {
@@ -414,7 +419,16 @@ func (d *dispatcher) start(ctx context.Context) error {
 		secs = append(secs, sec)
 	}
 	if err := s.store.ReadDelayed(ctx, secs, d.add); err != nil {
-		return err
+		// Seconds read from a replica behind the leader are read again at
+		// the next ticks; the term goes on with the others.
+		var stale *kv.StaleSeconds
+		if !errors.As(err, &stale) {
+			return err
+		}
+		s.log.Warn("delayed seconds read behind the stream's leader: read again", "count", len(stale.Secs))
+		d.mu.Lock()
+		d.reread = append(d.reread, stale.Secs...)
+		d.mu.Unlock()
 	}
 	if !full {
 		return nil
@@ -477,6 +491,23 @@ func (d *dispatcher) loadLoop(ctx context.Context) {
 				}
 			}
 		}
+		d.mu.Lock()
+		again := d.reread
+		d.reread = nil
+		d.mu.Unlock()
+		if len(again) > 0 {
+			var stale *kv.StaleSeconds
+			if err := s.store.ReadDelayed(ctx, again, d.add); errors.As(err, &stale) {
+				again = stale.Secs
+			} else if err != nil {
+				s.log.Warn("delayed read", "seconds", len(again), "error", err)
+			} else {
+				again = nil
+			}
+			d.mu.Lock()
+			d.reread = append(d.reread, again...)
+			d.mu.Unlock()
+		}
 		s.mu.Lock()
 		s.stats.Ticks++
 		s.stats.TickTime += time.Since(t0)
@@ -501,6 +532,9 @@ func (d *dispatcher) checkpoint() (int64, bool) {
 		low = min(low, it.sec)
 	}
 	for _, sec := range d.inflight {
+		low = min(low, sec)
+	}
+	for _, sec := range d.reread {
 		low = min(low, sec)
 	}
 	return low - checkpointMargin, true
@@ -613,16 +647,25 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 		// leader is asked.
 		r, err = s.store.GetLatest(ctx, it.d.ID)
 		if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
-			// No leader, or no permission to ask it: asked again later;
-			// after maxDoubts the entry goes (the repair sweep stands
-			// behind it).
-			if it.doubts++; it.doubts < maxDoubts {
+			// No leader (an election), or no permission to ask it: asked
+			// again later. Without the permission the direct get is asked
+			// maxDoubts times (a replica behind catches up, another may
+			// answer); without a leader, for doubtFor. Then the entry goes:
+			// the repair sweep stands behind it.
+			if it.doubtSince.IsZero() {
+				it.doubtSince = s.now()
+			}
+			it.doubts++
+			denied := errors.Is(err, nats.ErrPermissionViolation)
+			if denied && it.doubts < maxDoubts || !denied && s.now().Sub(it.doubtSince) < doubtFor {
 				s.log.Debug("confirm delayed run's record", "run_id", it.d.ID, "error", err)
 				d.retry(ctx, it)
 				return false
 			}
 			s.log.Warn("delayed run's record not confirmed: entry dropped", "run_id", it.d.ID, "error", err)
-			_ = s.store.RemoveDelayed(ctx, it.key, it.rev)
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
+			defer rcancel()
+			_ = s.store.RemoveDelayed(rctx, it.key, it.rev)
 			return true
 		}
 	}
@@ -668,6 +711,7 @@ const (
 	publishTimeout = time.Second
 	retryDelay     = 250 * time.Millisecond
 	maxDoubts      = 8
+	doubtFor       = 30 * time.Second
 )
 
 func (d *dispatcher) retry(_ context.Context, it *item) {

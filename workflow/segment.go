@@ -698,7 +698,14 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 		return true, nil
 	}
 	if w.run != "" {
-		r, err := engine.Of(s.d.p).Store().Get(ctx, w.run)
+		st := engine.Of(s.d.p).Store()
+		r, err := st.Get(ctx, w.run)
+		if err == nil && !r.State.Terminal() {
+			// Not ended, says a direct get, which a replica behind may
+			// answer: if the run ended, its wake-up came already, and
+			// nothing else would resume the workflow. The leader decides.
+			r, err = st.GetConfirmed(ctx, w.run)
+		}
 		if err != nil {
 			return errors.Is(err, jetflow.ErrNotFound), nil
 		}

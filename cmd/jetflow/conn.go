@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -210,8 +211,11 @@ func (c *connFlags) connect(ctx context.Context) (*nats.Conn, jetstream.JetStrea
 	opts := append([]nats.Option{
 		nats.Name("jetflow-cli"),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrPermissionViolation) && endOnViolation(ctx, err) {
+			if errors.Is(err, nats.ErrPermissionViolation) && !natsperm.Optional(err) && endOnViolation(ctx, err) {
 				return
+			}
+			if natsperm.Optional(err) {
+				return // a read from a leader, denied: the direct get answers (docs/permissions.md)
 			}
 			fmt.Fprintf(stderr(ctx), "jetflow: %v\n", redactString(ctx, err.Error()))
 		}),

@@ -174,6 +174,7 @@ func (e *Runs) WriteMsg(step Step, from jetflow.State, r *jetflow.Run, rev uint6
 func (e *Runs) Change(ctx context.Context, step Step, id string, change func(r *jetflow.Run) bool) (*jetflow.Run, error) {
 	var bad error
 	r, err := e.store.Transition(ctx, id, func(r *jetflow.Run) bool {
+		bad = nil // of an earlier call, on a record read again
 		from := r.State
 		if !change(r) {
 			return false

@@ -103,6 +103,29 @@ func describe(err, v error) string {
 	return v.Error() + " (" + msg + ")"
 }
 
+// OptionalPrefix starts the subjects of requests jetflow makes where a
+// permission is optional: reads from a stream's leader
+// (kv.LastFromLeader), which fall back to a direct get when denied. A
+// violation on such a subject ends only a Do that watches that subject
+// itself (a prefix at least as long as OptionalPrefix), never an enclosing
+// call, and a command-line tool prints it rather than ending on it.
+const OptionalPrefix = "$JS.API.STREAM.MSG.GET.KV_"
+
+// Optional reports whether err is a permissions violation on a subject
+// whose permission is optional (see OptionalPrefix).
+func Optional(err error) bool {
+	if err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
+		return false
+	}
+	m := subjectRe.FindStringSubmatch(err.Error())
+	return m != nil && m[1] == "Publish" && isOptional(m[2])
+}
+
+func isOptional(subj string) bool {
+	// After any JetStream API prefix ($JS.API., $JS.<domain>.API., custom).
+	return strings.Contains(subj, "STREAM.MSG.GET.KV_")
+}
+
 // violation returns last when it is a permissions violation other than
 // before on a subject Do watches.
 func violation(last, before error, inbox string, prefixes []string) error {
@@ -120,11 +143,15 @@ func violation(last, before error, inbox string, prefixes []string) error {
 	if kind == "Subscription" && (subj == inbox || strings.HasPrefix(subj, inbox+".")) {
 		return last
 	}
+	optional := kind == "Publish" && isOptional(subj)
 	if len(prefixes) == 0 {
+		if optional {
+			return nil
+		}
 		return last
 	}
 	for _, p := range prefixes {
-		if strings.HasPrefix(subj, p) {
+		if strings.HasPrefix(subj, p) && (!optional || isOptional(p)) {
 			return last
 		}
 	}

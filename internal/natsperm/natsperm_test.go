@@ -113,3 +113,28 @@ func TestDescribe(t *testing.T) {
 		t.Fatal(got)
 	}
 }
+
+// A denied read from a stream's leader is optional: it ends only the call
+// that made it (a prefix as long as OptionalPrefix), not an enclosing Do
+// that watches all of $JS., and Optional says so.
+func TestOptionalViolation(t *testing.T) {
+	t.Parallel()
+	pv := func(s string) error { return fmt.Errorf("%w: %s", nats.ErrPermissionViolation, s) }
+	leader := pv(`Permissions Violation for Publish to "$JS.API.STREAM.MSG.GET.KV_jetflow_runs"`)
+	fn := pv(`Permissions Violation for Publish to "$JS.API.STREAM.MSG.GET.JETFLOW_FN"`)
+	if v := violation(leader, nil, "_INBOX", []string{"$JS.", "$KV."}); v != nil {
+		t.Fatalf("an enclosing call ended on an optional read: %v", v)
+	}
+	if v := violation(leader, nil, "_INBOX", nil); v != nil {
+		t.Fatalf("a call watching every subject ended on an optional read: %v", v)
+	}
+	if v := violation(leader, nil, "_INBOX", []string{"$JS.API.STREAM.MSG.GET.KV_jetflow_runs"}); v == nil {
+		t.Fatal("the read itself did not end on its violation")
+	}
+	if v := violation(fn, nil, "_INBOX", []string{"$JS."}); v == nil {
+		t.Fatal("a read that is not optional did not end the call")
+	}
+	if !Optional(leader) || Optional(fn) || Optional(errors.New("other")) {
+		t.Fatal("Optional misclassifies")
+	}
+}
