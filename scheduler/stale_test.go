@@ -16,6 +16,26 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// newServer starts a server and a producer on it (which provisions).
+func newServer(t *testing.T) (*testserver.Env, *producer.Producer) {
+	t.Helper()
+	ts := testserver.Start(t)
+	p, err := producer.New(context.Background(), ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts, p
+}
+
+// staleServer is newServer with a replica of the runs bucket that is
+// behind (testserver.StaleRuns).
+func staleServer(t *testing.T) (*testserver.Env, *producer.Producer) {
+	t.Helper()
+	ts, p := newServer(t)
+	ts.StaleRuns(t)
+	return ts, p
+}
+
 // A delayed entry whose record a direct get found missing is not dropped on
 // that word: the scheduler asks the runs stream's leader, finds the record
 // pending and starts the run on time. The repair sweep is kept out
@@ -23,13 +43,8 @@ import (
 // without the leader's read about half of them would never start.
 func TestDispatchAsksTheLeaderWhenAReplicaIsBehind(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, p := staleServer(t)
 	ctx := context.Background()
-	p, err := producer.New(ctx, ts.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.StaleRuns(t)
 	var c counter
 	startWorker(t, ts, &c)
 	s := startScheduler(t, ts, "s1", 0)
@@ -125,13 +140,8 @@ func TestCronFiresWhenAReplicaShowsItsPreviousRunUnended(t *testing.T) {
 // Cancel asks the leader before it says there is no such run.
 func TestCancelWhenAReplicaIsBehind(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, p := staleServer(t)
 	ctx := context.Background()
-	p, err := producer.New(ctx, ts.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.StaleRuns(t)
 	var c counter
 	startWorker(t, ts, &c)
 	startScheduler(t, ts, "s1", 0)
@@ -179,13 +189,8 @@ var parented = jetflow.Define[tick]("sched.parent")
 // repair sweep is kept out (an hour), so only the release can start them.
 func TestChildrenOfASuccessfulAttemptRunWhenAReplicaIsBehind(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, p := staleServer(t)
 	ctx := context.Background()
-	p, err := producer.New(ctx, ts.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.StaleRuns(t)
 	var c counter
 	_, wjs := ts.Connect()
 	w, err := worker.New(ctx, wjs, worker.Config{})
@@ -239,12 +244,8 @@ func TestChildrenOfASuccessfulAttemptRunWhenAReplicaIsBehind(t *testing.T) {
 // wait for the hourly full sweep) before the leader says so.
 func TestRepairAfterATakeoverWhenAReplicaIsBehind(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, p := newServer(t)
 	ctx := context.Background()
-	p, err := producer.New(ctx, ts.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	start := func(id string, every time.Duration) *scheduler.Scheduler {
 		_, js := ts.Connect()
 		s, err := scheduler.New(ctx, js, scheduler.Config{ID: id, LeaseTTL: time.Second, RepairInterval: every,
