@@ -101,6 +101,11 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Producer, er
 		err := streams.Check(ctx, js, cfg.Streams)
 		if errors.Is(err, streams.ErrNotProvisioned) && cfg.Provision == ProvisionAuto {
 			if perr := streams.Provision(ctx, js, cfg.Streams); perr != nil {
+				if apiErr := (*jetstream.APIError)(nil); errors.As(perr, &apiErr) && apiErr.Code >= 500 {
+					// The server failed (a store it could not create): no
+					// other user would do better.
+					return fmt.Errorf("provisioning (%v): %w", err, perr)
+				}
 				return fmt.Errorf("provisioning (%v): %w; provision with a user allowed to create streams: jetflow provision, or streams.Provision", err, perr)
 			}
 			err = nil
