@@ -530,56 +530,67 @@ func (e *StaleSeconds) Unwrap() error { return ErrStaleRead }
 // one it was told of before it takes it as removed meanwhile.
 const delayedQuiet = 2 * time.Second
 
-// A read is an ordered consumer, which the server may place on a replica
-// behind the stream's leader (a moment behind, or more after a restart): an
-// entry written just before would be missed, and its run left to the repair
-// sweep. So the leader is asked first for the last revision under the
-// filter, and the read is made again until it has seen it (staleReads times
-// staleReadWait apart, then an error: the caller reads again later). A
-// scheduler without permission to ask the leader reads once, and so does the
-// read of the whole bucket (fresh false).
-const (
-	staleReads    = 20
-	staleReadWait = 50 * time.Millisecond
-)
-
-// ErrStaleRead: every read came from a replica behind the stream's leader.
-var ErrStaleRead = errors.New("kv: read behind the stream's leader")
-
-func (s *Store) readDelayed(ctx context.Context, filter, pfx string, fresh bool, visit func(key string, rev uint64, data []byte)) error {
-	for try := 0; ; try++ {
-		// Asked on every try: an entry removed meanwhile (a purge leaves no
-		// marker) lowers it.
+// ReadCaughtUp runs read, a read through a consumer of what stream holds
+// under filter that returns the highest revision it saw (markers
+// included), until that revision is at least the last one the stream's
+// leader has under filter. A consumer may be placed on a replica behind the
+// leader (a moment behind, or more after a restart), and a read there
+// misses what was written last. The leader is asked before each try (a
+// purge, which leaves no marker, lowers its answer); after tries reads
+// wait apart that stayed behind, the error matches ErrStaleRead. Where the
+// leader cannot be asked (no permission, no leader) read runs once. read
+// starts afresh on each call.
+func ReadCaughtUp(ctx context.Context, js jetstream.JetStream, stream, filter string, tries int, wait time.Duration, read func() (uint64, error)) error {
+	for try := 1; ; try++ {
 		var want uint64
-		if fresh {
-			if m, err := LastFromLeader(ctx, s.js, streams.KVStream(s.cfg.DelayedBucket()), filter); err == nil {
-				want = m.Sequence
-			}
+		if m, err := LastFromLeader(ctx, js, stream, filter); err == nil {
+			want = m.Sequence
 		}
-		var got []delayedEntry
-		seen, err := s.readDelayedOnce(ctx, filter, func(m jetstream.Msg, seq uint64) {
-			if !isMarker(m.Headers()) && strings.HasPrefix(m.Subject(), pfx) {
-				got = append(got, delayedEntry{m.Subject()[len(pfx):], seq, m.Data()})
-			}
-		})
-		if err != nil {
+		seen, err := read()
+		if err != nil || seen >= want {
 			return err
 		}
-		if seen >= want {
-			for _, e := range got {
-				visit(e.key, e.rev, e.data)
-			}
-			return nil
-		}
-		if try == staleReads {
+		if try >= tries {
 			return fmt.Errorf("%w: %s read to revision %d, the leader has %d", ErrStaleRead, filter, seen, want)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(staleReadWait):
+		case <-time.After(wait):
 		}
 	}
+}
+
+// ErrStaleRead: every read came from a replica behind the stream's leader.
+var ErrStaleRead = errors.New("kv: read behind the stream's leader")
+
+// A second of delayed entries is read until it holds the leader's last
+// revision (ReadCaughtUp): an entry written just before would otherwise be
+// left to the repair sweep. The read of the whole bucket (fresh false),
+// during which entries come and go, is made once.
+func (s *Store) readDelayed(ctx context.Context, filter, pfx string, fresh bool, visit func(key string, rev uint64, data []byte)) error {
+	var got []delayedEntry
+	read := func() (uint64, error) {
+		got = got[:0]
+		return s.readDelayedOnce(ctx, filter, func(m jetstream.Msg, seq uint64) {
+			if !isMarker(m.Headers()) && strings.HasPrefix(m.Subject(), pfx) {
+				got = append(got, delayedEntry{m.Subject()[len(pfx):], seq, m.Data()})
+			}
+		})
+	}
+	var err error
+	if fresh {
+		err = ReadCaughtUp(ctx, s.js, streams.KVStream(s.cfg.DelayedBucket()), filter, 21, 50*time.Millisecond, read)
+	} else {
+		_, err = read()
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range got {
+		visit(e.key, e.rev, e.data)
+	}
+	return nil
 }
 
 type delayedEntry struct {

@@ -210,61 +210,35 @@ func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
 // scan visits the current entries of keys matching filter, in revision order.
 //
 // The watch behind it is a consumer, which the server may place on a
-// replica that is behind its leader (a moment behind, or up to 10% after a
-// restart): a journal read there would miss a step that ended (it would run
-// again) or an event sent (the workflow would wait for it forever). So scan
-// first asks the stream's leader for the last revision under filter, and
-// reads again until it has seen it (staleReads times, then the segment is
-// retried). Without permission to ask the leader it reads once.
+// replica behind its leader: a journal read there would miss a step that
+// ended (it would run again) or an event sent (the workflow would wait for
+// it forever). So it is read until it holds the leader's last revision
+// under filter (kv.ReadCaughtUp; 51 reads 20 ms apart, then the segment is
+// retried).
 func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.KeyValueEntry) error) error {
-	for try := 0; ; try++ {
-		// Asked on every try: a purge (a finished workflow's journal)
-		// lowers it.
-		want := j.lastRevision(ctx, filter)
-		entries, seen, err := j.read(ctx, filter)
-		if err != nil {
+	var entries []jetstream.KeyValueEntry
+	err := kv.ReadCaughtUp(ctx, j.js, streams.KVStream(j.bucket), streams.KVSubject(j.bucket, filter), 51, 20*time.Millisecond,
+		func() (seen uint64, err error) {
+			entries, seen, err = j.read(ctx, filter)
+			return seen, err
+		})
+	if errors.Is(err, kv.ErrStaleRead) {
+		return jetflow.RetryAfter(100*time.Millisecond, fmt.Errorf("%w: %w", errStaleJournal, err))
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := visit(e); err != nil {
 			return err
 		}
-		if seen >= want {
-			for _, e := range entries {
-				if err := visit(e); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		if try == staleReads {
-			return jetflow.RetryAfter(100*time.Millisecond, fmt.Errorf("%w: read revision %d under %s, the leader has %d", errStaleJournal, seen, filter, want))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(staleReadWait):
-		}
 	}
+	return nil
 }
-
-// staleReads is how often scan reads a journal again that is behind its
-// leader, staleReadWait apart.
-const (
-	staleReads    = 50
-	staleReadWait = 20 * time.Millisecond
-)
 
 // errStaleJournal: every read of the journal came from a replica behind the
 // stream's leader.
 var errStaleJournal = errors.New("workflow: journal read behind its leader")
-
-// lastRevision is the revision of the last write under filter (deletes
-// included) at the journal stream's leader; 0 when there is none or the
-// leader cannot be asked.
-func (j *journal) lastRevision(ctx context.Context, filter string) uint64 {
-	m, err := kv.LastFromLeader(ctx, j.js, streams.KVStream(j.bucket), streams.KVSubject(j.bucket, filter))
-	if err != nil {
-		return 0
-	}
-	return m.Sequence
-}
 
 // read returns the current entries of keys matching filter, deletes left
 // out, and the highest revision it saw, deletes included.
