@@ -615,7 +615,10 @@ const (
 func (c *Crons) awaitStart(ctx context.Context, id string, d time.Duration) (prevRun, error) {
 	deadline := time.Now().Add(d)
 	for {
-		run, err := c.latest(ctx, id)
+		// From the runs stream's leader (GetConfirmed): a replica behind
+		// would show the previous run missing (two runs at once) or not
+		// yet ended (a skipped time).
+		run, err := c.store.GetConfirmed(ctx, id)
 		if errors.Is(err, jetflow.ErrNotFound) {
 			return prevEnded, nil
 		}
@@ -638,23 +641,10 @@ func (c *Crons) awaitStart(ctx context.Context, id string, d time.Duration) (pre
 	}
 }
 
-// latest reads run id's record from the runs stream's leader: a direct get
-// may be answered by a replica that is behind, which would show the previous
-// run missing (two runs at once) or not yet ended (a skipped time). If the
-// leader cannot be asked (no leader, or no permission), the direct get's
-// answer is taken.
-func (c *Crons) latest(ctx context.Context, id string) (*jetflow.Run, error) {
-	run, err := c.store.GetLatest(ctx, id)
-	if err == nil || errors.Is(err, jetflow.ErrNotFound) {
-		return run, err
-	}
-	c.log.Debug("cron: read the previous run from the stream leader", "run_id", id, "error", err)
-	return c.p.Get(ctx, id)
-}
-
 // runActive reports whether run id is pending or in progress.
 func (c *Crons) runActive(ctx context.Context, id string) (bool, error) {
-	run, err := c.latest(ctx, id)
+	// From the leader, as in awaitStart.
+	run, err := c.store.GetConfirmed(ctx, id)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		return false, nil
 	}
