@@ -16,6 +16,21 @@
 // retention period, so JetStream itself removes them; a pending record never
 // expires.
 //
+// # Reads from a replica behind its leader
+//
+// Get is a direct get, which any replica of a bucket may answer, and on a
+// cluster a replica may be behind its leader (a moment, or up to 10% of the
+// stream after a restart). Writes never depend on it (they are
+// compare-and-swap on the leader), but a decision that would drop, skip or
+// forget work must: GetLatest reads a record from the stream's leader
+// (LastFromLeader, $JS.API.STREAM.MSG.GET), GetConfirmed does so where the
+// leader can answer and falls back to Get otherwise, and Transition asks
+// the leader where a direct get found no record, nothing to change, or a
+// replaced revision. A read through a consumer, which the server may place
+// on a replica, is made again until it holds the leader's last revision
+// (ReadCaughtUp; the delayed seconds the scheduler reads). These reads need
+// permissions that are optional (docs/permissions.md).
+//
 // # Delayed bucket
 //
 // <prefix>_delayed holds the runs due later under <due unix second>.<run
