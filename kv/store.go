@@ -498,9 +498,17 @@ func (s *Store) ReadDelayed(ctx context.Context, secs []int64, visit func(key st
 		// last revision moves on; the seconds near now are read fresh.
 		return s.readDelayed(ctx, pfx+">", pfx, false, visit)
 	}
+	// Many seconds (a term's start): if the leader cannot answer now (an
+	// election), each second is read once rather than waiting on it for
+	// each of them.
+	fresh := true
+	if len(secs) > 1 {
+		_, err := LastFromLeader(ctx, s.js, streams.KVStream(s.cfg.DelayedBucket()), pfx+">")
+		fresh = err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
+	}
 	var stale []int64
 	for _, sec := range secs {
-		err := s.readDelayed(ctx, pfx+strconv.FormatInt(sec, 10)+".*", pfx, true, visit)
+		err := s.readDelayed(ctx, pfx+strconv.FormatInt(sec, 10)+".*", pfx, fresh, visit)
 		if errors.Is(err, ErrStaleRead) {
 			stale = append(stale, sec)
 			continue
