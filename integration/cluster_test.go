@@ -13,8 +13,10 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -167,17 +169,10 @@ func runsLeader(t *testing.T, js jetstream.JetStream, scfg streams.Config, nodes
 
 // The function stream's consumer changes leader three times while two
 // workers run 300 runs: every run ends success, each handler once for its
-// attempt (claims first, the default on a cluster).
+// attempt (claimed late, the default, or on a redelivery before it starts).
 func TestClusterConsumerLeaderChanges(t *testing.T) {
 	t.Parallel()
-	nodes := startCluster(t)
-	url := clusterURL(nodes)
-	scfg := streams.Config{Replicas: 3}
-	nc, pjs := connect(t, url)
-	_, ljs := connect(t, url)
-	waitJetStream(t, pjs)
-	p := newProducer(t, pjs, scfg)
-	runs := watchRuns(t, ljs, scfg)
+	url, scfg, nc, p, runs := stepDownEnv(t)
 	fn := jetflow.Define[args]("it.stepdown")
 	wargs := func(id string) []string {
 		return []string{"--url", url, "--role", "worker", "--id", id, "--function", fn.Name(), "--replicas", "3",
@@ -189,11 +184,35 @@ func TestClusterConsumerLeaderChanges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stepDownWhileRunning(t, nc, scfg, fn.Name(), 3, 60, w1, w2)
+	runs.waitDone(t, 120*time.Second, ids)
+	waitMarkers(t, 30*time.Second, "SUCCESS", ids, w1, w2)
+	n1, n2 := markers("SUCCESS", w1), markers("SUCCESS", w2)
+	reportReruns(t, checkOnce(t, runs, ids, func(id string) int { return n1[id] + n2[id] }))
+}
+
+// stepDownEnv starts a 3-node cluster for a consumer leader change test:
+// its URL, R3 streams, a connection for the step-downs, a producer and the
+// runs' log.
+func stepDownEnv(t *testing.T) (string, streams.Config, *nats.Conn, *producer.Producer, *runLog) {
+	nodes := startCluster(t)
+	url := clusterURL(nodes)
+	scfg := streams.Config{Replicas: 3}
+	nc, pjs := connect(t, url)
+	_, ljs := connect(t, url)
+	waitJetStream(t, pjs)
+	return url, scfg, nc, newProducer(t, pjs, scfg), watchRuns(t, ljs, scfg)
+}
+
+// stepDownWhileRunning has the consumer leader of function fn step down
+// times times, after every each runs started on the workers.
+func stepDownWhileRunning(t *testing.T, nc *nats.Conn, scfg streams.Config, fn string, times, each int, workers ...*proc) {
+	t.Helper()
 	cfg := scfg.WithDefaults()
-	stepdown := "$JS.API.CONSUMER.LEADER.STEPDOWN." + cfg.FunctionStream() + "." + worker.ConsumerName(cfg.Prefix, fn.Name())
-	started := func() int { return len(markers("STARTED", w1, w2)) }
-	for i := 1; i <= 3; i++ {
-		testserver.Eventually(t, 60*time.Second, fmt.Sprintf("%d runs started", 60*i), func() bool { return started() >= 60*i })
+	stepdown := "$JS.API.CONSUMER.LEADER.STEPDOWN." + cfg.FunctionStream() + "." + worker.ConsumerName(cfg.Prefix, fn)
+	started := func() int { return len(markers("STARTED", workers...)) }
+	for i := 1; i <= times; i++ {
+		testserver.Eventually(t, 60*time.Second, fmt.Sprintf("%d runs started", each*i), func() bool { return started() >= each*i })
 		resp, err := nc.Request(stepdown, nil, 10*time.Second)
 		if err != nil {
 			t.Fatalf("stepdown %d: %v", i, err)
@@ -207,8 +226,40 @@ func TestClusterConsumerLeaderChanges(t *testing.T) {
 		}
 		t.Logf("consumer leader stepped down with %d runs started", started())
 	}
-	runs.waitDone(t, 120*time.Second, ids)
+}
+
+// On a cluster runs are claimed late by default (one record write per run),
+// so a consumer leader change that redelivers the messages in flight at
+// once finds their runs unclaimed, running on the other worker. Each
+// handler still runs once: the server counts those redeliveries (it sends a
+// message only once its delivery is replicated), and a worker holds back a
+// second delivery of an unclaimed run until the worker running it has
+// claimed it. The handlers here outlast neither ClaimAfter nor AckWait's
+// heartbeats: without the hold-back each redelivery to the other worker
+// runs its handler a second time. The runs wait longer than AckWait before
+// their delivery, so the new leader redelivers them at once.
+func TestClusterLateClaimsAcrossConsumerLeaderChanges(t *testing.T) {
+	t.Parallel()
+	url, scfg, nc, p, runs := stepDownEnv(t)
+	fn := jetflow.Define[args]("it.lateclaim")
+	wargs := func(id string) []string {
+		return []string{"--url", url, "--role", "worker", "--id", id, "--function", fn.Name(), "--replicas", "3",
+			"--ack-wait", "1s", "--concurrency", "5", "--work", "300ms", "--claim-after", "2s"}
+	}
+	ids, err := p.Batch(context.Background(), delayedItems(fn, "late", 150, time.Time{}, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1 := startProc(t, "worker-1", wargs("w1")...)
+	w2 := startProc(t, "worker-2", wargs("w2")...)
+	stepDownWhileRunning(t, nc, scfg, fn.Name(), 4, 25, w1, w2)
+	runs.waitDone(t, 180*time.Second, ids)
 	waitMarkers(t, 30*time.Second, "SUCCESS", ids, w1, w2)
-	n1, n2 := markers("SUCCESS", w1), markers("SUCCESS", w2)
-	reportReruns(t, checkOnce(t, runs, ids, func(id string) int { return n1[id] + n2[id] }))
+	s1, s2 := markers("STARTED", w1), markers("STARTED", w2)
+	reportReruns(t, checkOnce(t, runs, ids, func(id string) int { return s1[id] + s2[id] }))
+	for _, id := range ids {
+		if r, _ := runs.get(id); r.State == jetflow.Success && r.Attempts != 1 {
+			t.Errorf("run %s: %d attempts, want 1", id, r.Attempts)
+		}
+	}
 }

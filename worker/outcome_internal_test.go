@@ -45,3 +45,16 @@ func TestDeliveredFromAckSubjects(t *testing.T) {
 		}
 	}
 }
+
+// A worker claims late on a cluster only where the server counts a
+// consumer leader change's redeliveries (nats-server 2.12 on).
+func TestDeliversAfterQuorum(t *testing.T) {
+	for v, want := range map[string]bool{
+		"2.15.2": true, "2.12.0": true, "2.12.0-RC.1": true, "3.0.0": true, "2.13.1-beta": true,
+		"2.11.9": false, "2.10.22": false, "2.9.0": false, "": false, "2": false, "x.y.z": false, "2.x.0": false,
+	} {
+		if got := deliversAfterQuorum(v); got != want {
+			t.Errorf("deliversAfterQuorum(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -145,7 +145,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	// not): either may repeat a run still running, unclaimed, elsewhere.
 	replay := w.mayBeReplay(m)
 	if numDelivered > 1 || replay || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
-		ok := w.reconcile(ctx, j, m, replay)
+		ok := w.reconcile(ctx, j, m, replay, numDelivered)
 		if !ok {
 			return
 		}
@@ -204,12 +204,25 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 // (mayBeReplay). Unclaimed, its run may be running without a claim in
 // another worker, which claims it as soon as it is reconnected: it is
 // handed back until ReplayGrace after the reconnect.
-func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, replay bool) bool {
+//
+// numDelivered 2 on a replicated stream: the first delivery may still be
+// running unclaimed elsewhere, in its first ClaimAfter (a consumer leader
+// change redelivers the messages in flight at once, counted: see
+// deliversAfterQuorum). Unclaimed, it is handed back for ClaimAfter plus
+// ReplayGrace, the time that worker has to write its claim; the third
+// delivery finds the claim, or the outcome, or claims the run itself.
+func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, replay bool, numDelivered uint64) bool {
 	env := j.env
 	r, err := w.store.Get(ctx, env.ID)
-	if replay && j.fn.claimLate() && (errors.Is(err, jetflow.ErrNotFound) || err == nil && r.State == jetflow.Pending) {
-		if d := w.replayWait(); d > 0 {
+	if j.fn.claimLate() && (errors.Is(err, jetflow.ErrNotFound) || err == nil && r.State == jetflow.Pending) {
+		if d := w.replayWait(); replay && d > 0 {
 			w.log.Debug("possible replay: waiting for a claim elsewhere", "function", j.fn.name, "run_id", env.ID, "delay", d)
+			w.settle(m, nakAfter(d))
+			return false
+		}
+		if w.replicated && numDelivered == 2 {
+			d := j.fn.opts.ClaimAfter + w.cfg.ReplayGrace
+			w.log.Debug("redelivery on a replicated stream: waiting for a claim elsewhere", "function", j.fn.name, "run_id", env.ID, "delay", d)
 			w.settle(m, nakAfter(d))
 			return false
 		}

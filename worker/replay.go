@@ -192,3 +192,24 @@ func storedFrom(reply string) (int64, bool) {
 	n, err := strconv.ParseInt(tok, 10, 64)
 	return n, err == nil && n > 0
 }
+
+// deliversAfterQuorum reports whether a nats-server of version v sends a
+// replicated consumer's message only once its delivery is replicated
+// (nats-server 2.12 on; nats-io/nats-server#6792). A new consumer leader
+// then knows of every message sent before the change, and redelivers it
+// with a delivery count of 2 or more, never as a first delivery. v is
+// "major.minor.patch", with an optional suffix; anything unreadable is
+// taken as older.
+func deliversAfterQuorum(v string) bool {
+	v, _, _ = strings.Cut(v, "-")
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	major, err1 := strconv.Atoi(parts[0])
+	minor, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return major > 2 || major == 2 && minor >= 12
+}

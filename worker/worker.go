@@ -97,12 +97,15 @@ type Options struct {
 	// worker claims its runs in flight when it reconnects, and a possible
 	// replay elsewhere waits for that claim); a Cancel that lands before the
 	// claim cancels the handler's context when its notice arrives, and its
-	// outcome is discarded in any case. Negative: claim before the handler
-	// starts. Default: DefaultClaimAfter on a single server; claim first
-	// when the function stream is replicated (a cluster), where a consumer
-	// leader change redelivers the messages in flight at once, so that a
-	// handler never runs twice for one attempt there. AtMostOnce runs
-	// always claim before they start.
+	// outcome is discarded in any case. On a cluster (a replicated function
+	// stream) a consumer leader change redelivers the messages in flight at
+	// once, counted (nats-server 2.12 on sends a message only once its
+	// delivery is replicated): a second delivery of a run found unclaimed
+	// is handed back for ClaimAfter plus Config.ReplayGrace, the time the
+	// worker that may be running it has to claim it. Negative: claim
+	// before the handler starts. Default: DefaultClaimAfter; claim first on
+	// a cluster whose server (the one the worker is connected to at Start)
+	// is older than 2.12. AtMostOnce runs always claim before they start.
 	ClaimAfter time.Duration
 	// NoClaim never writes the claim of a retryable run (progress reports
 	// still move the record to inProgress). AtMostOnce runs always claim.
@@ -166,6 +169,9 @@ type Worker struct {
 	stopCh   chan struct{}
 	out      outcomes
 	replay   replayGuard
+	// replicated: the function stream has replicas (a cluster); set at
+	// Start, before the first delivery.
+	replicated bool
 }
 
 type fnEntry struct {
@@ -342,11 +348,17 @@ func (w *Worker) Start(ctx context.Context) error {
 		unsub()
 		return fmt.Errorf("worker: %w", err)
 	}
-	replicated := stream.CachedInfo().Config.Replicas > 1
+	// On a replicated stream a consumer leader change redelivers the
+	// messages in flight at once. A server that sends a message only once
+	// its delivery is replicated (deliversAfterQuorum) counts each such
+	// redelivery, which the worker holds back (reconcile); an older one may
+	// send it as a first delivery, so there every run is claimed first.
+	w.replicated = stream.CachedInfo().Config.Replicas > 1
+	lateOK := !w.replicated || deliversAfterQuorum(w.nc.ConnectedServerVersion())
 	for _, e := range fns {
 		if e.opts.ClaimAfter == 0 {
 			e.opts.ClaimAfter = DefaultClaimAfter
-			if replicated {
+			if !lateOK {
 				e.opts.ClaimAfter = -1
 			}
 		}
