@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -26,10 +27,71 @@ func decodeArgs(data []byte, v any) error {
 	return json.Unmarshal(data, v)
 }
 
+// delivery is a message on its way to a runner.
+type delivery struct {
+	m jetstream.Msg
+	// since: the message reached this process no earlier than this
+	// (arrivals.since).
+	since time.Time
+}
+
+// arrivals bounds how long a message waited in this process before its
+// runner took it. While every runner is busy, dispatch waits, and the
+// messages nats.go holds behind it wait too, their ack deadline running:
+// JetStream may redeliver one elsewhere meanwhile, where it is claimed and
+// run. Such a message is no first delivery any more when its runner takes
+// it, and must be claimed first too (process).
+//
+// nats.go's Consume holds at most PullMaxMessages (Options.Prefetch)
+// messages not yet handed over, and hands them to dispatch one at a time.
+// So a message dispatched now reached the process after the dispatch
+// 2*Prefetch calls ago started (a margin for pulls a reconnect resets),
+// and after the dispatch goroutine was last idle (a dispatch that started
+// more than a millisecond after the previous one ended found nothing
+// waiting).
+type arrivals struct {
+	mu       sync.Mutex
+	starts   []time.Time // ring of dispatch starts
+	next     int
+	busyFrom time.Time // the dispatch goroutine busy since
+	lastEnd  time.Time // when the last dispatch returned
+}
+
+// start notes a dispatch starting now and returns the bound for its message.
+func (a *arrivals) start(now time.Time, prefetch int) time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.starts == nil {
+		a.starts = make([]time.Time, 2*prefetch)
+	}
+	if now.Sub(a.lastEnd) > time.Millisecond {
+		a.busyFrom = now
+	}
+	since := a.busyFrom
+	if old := a.starts[a.next]; old.After(since) {
+		since = old
+	}
+	a.starts[a.next] = now
+	a.next = (a.next + 1) % len(a.starts)
+	return since
+}
+
+func (a *arrivals) end(now time.Time) {
+	a.mu.Lock()
+	a.lastEnd = now
+	a.mu.Unlock()
+}
+
+// heldLong reports whether a delivery may have waited here long enough for
+// JetStream to redeliver it elsewhere: half of AckWait.
+func (w *Worker) heldLong(d delivery) bool { return time.Since(d.since) >= w.cfg.AckWait/2 }
+
 // dispatch is called by the consumer for each message; it hands the message
 // to one of the function's Concurrency runner goroutines, waiting for one to
 // be free.
 func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
+	d := delivery{m: m, since: e.arrivals.start(time.Now(), e.opts.Prefetch)}
+	defer func() { e.arrivals.end(time.Now()) }()
 	w.mu.Lock()
 	if w.stopping || e.paused {
 		w.mu.Unlock()
@@ -39,7 +101,7 @@ func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
 	w.inflight.Add(1)
 	w.mu.Unlock()
 	select {
-	case e.work <- m:
+	case e.work <- d:
 	case <-w.stopCh:
 		w.settle(m, nakIt)
 		w.inflight.Done()
@@ -51,8 +113,8 @@ func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
 func (w *Worker) runner(e *fnEntry) {
 	for {
 		select {
-		case m := <-e.work:
-			w.process(e, m)
+		case d := <-e.work:
+			w.process(e, d.m, w.heldLong(d))
 			w.inflight.Done()
 		case <-w.stopCh:
 			return
@@ -70,7 +132,9 @@ func msgIDFits(mid string, env streams.Envelope) bool {
 // Metadata parse; it reports false for a subject of any other shape.
 func delivered(m jetstream.Msg) (uint64, bool) { return deliveredFrom(m.Reply()) }
 
-func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
+// process runs one delivery. held: it waited here long (heldLong), and may
+// have been redelivered elsewhere meanwhile.
+func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 	ctx := context.Background()
 	var md *jetstream.MsgMetadata
 	metadata := func() (*jetstream.MsgMetadata, error) {
@@ -144,7 +208,10 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	// delivery or as a redelivery (its consumer state reached the disk or
 	// not): either may repeat a run still running, unclaimed, elsewhere.
 	replay := w.mayBeReplay(m)
-	if numDelivered > 1 || replay || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
+	if held {
+		w.log.Debug("delivery held here long: claimed first", "function", e.name, "run_id", env.ID)
+	}
+	if numDelivered > 1 || replay || held || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
 		ok := w.reconcile(ctx, j, m, replay, numDelivered)
 		if !ok {
 			return
@@ -168,7 +235,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg) {
 	// crashed its worker before a late claim, and from here on each lost
 	// attempt counts (a handler that kills its process every time fails
 	// after MaxAttempts instead of being redelivered forever).
-	if e.claimFirst() || (numDelivered > 1 || replay) && !e.opts.NoClaim {
+	if e.claimFirst() || (numDelivered > 1 || replay || held) && !e.opts.NoClaim {
 		r := *j.rec
 		r.State = jetflow.InProgress
 		r.Attempts = env.Attempt

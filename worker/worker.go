@@ -73,6 +73,15 @@ type Config struct {
 type Options struct {
 	// Concurrency in this process. Default Config.Concurrency.
 	Concurrency int
+	// Prefetch is how many runs this process pulls ahead, waiting for a
+	// free runner (nats.go's PullMaxMessages). Default and minimum
+	// Concurrency. More keeps more deliveries on their way, which helps
+	// functions of short handlers on a cluster, where the server sends each
+	// message only once its delivery is replicated; with long handlers it
+	// only keeps runs waiting here that another worker could take. A run
+	// that may have waited here half of AckWait is claimed before it starts
+	// (JetStream may have redelivered it elsewhere meanwhile).
+	Prefetch int
 	// MaxParallel is the most runs of this function in flight across all
 	// workers (the consumer's MaxAckPending). Default 1000.
 	MaxParallel int
@@ -181,9 +190,11 @@ type fnEntry struct {
 	run  func(ctx context.Context, j *jobCore) error
 	// handle is run wrapped in the middleware, built at Start.
 	handle HandlerFunc
-	work   chan jetstream.Msg       // to the runners
-	cc     jetstream.ConsumeContext // nil while paused; guarded by Worker.mu after Start
-	cons   jetstream.Consumer
+	work   chan delivery // to the runners
+	// arrivals: how long deliveries may have waited for a runner.
+	arrivals arrivals
+	cc       jetstream.ConsumeContext // nil while paused; guarded by Worker.mu after Start
+	cons     jetstream.Consumer
 	// paused: the function is paused (kv.SetPaused): no pull; a delivery
 	// still buffered goes back to the stream at once.
 	paused bool
@@ -272,6 +283,9 @@ func Register[A any](w *Worker, fn jetflow.Function[A], h func(ctx context.Conte
 	if o.Concurrency <= 0 {
 		o.Concurrency = w.cfg.Concurrency
 	}
+	if o.Prefetch < o.Concurrency {
+		o.Prefetch = o.Concurrency
+	}
 	if o.MaxParallel <= 0 {
 		o.MaxParallel = 1000
 	}
@@ -279,7 +293,7 @@ func Register[A any](w *Worker, fn jetflow.Function[A], h func(ctx context.Conte
 		o.MaxAttempts = 5
 	}
 	o.Backoff = o.Backoff.WithDefaults()
-	e := &fnEntry{name: fn.Name(), kind: fn.Kind(), opts: o, work: make(chan jetstream.Msg), attr: telemetry.Fn(fn.Name())}
+	e := &fnEntry{name: fn.Name(), kind: fn.Kind(), opts: o, work: make(chan delivery), attr: telemetry.Fn(fn.Name())}
 	e.run = func(ctx context.Context, c *jobCore) error {
 		var args A
 		if err := decodeArgs(c.env.Args, &args); err != nil {
@@ -536,7 +550,7 @@ func (w *Worker) createConsumer(ctx context.Context, stream jetstream.Stream, e 
 // consume starts pulling e's runs.
 func (w *Worker) consume(e *fnEntry) (jetstream.ConsumeContext, error) {
 	return e.cons.Consume(func(m jetstream.Msg) { w.dispatch(e, m) },
-		jetstream.PullMaxMessages(e.opts.Concurrency),
+		jetstream.PullMaxMessages(e.opts.Prefetch),
 		// Pull requests renewed every 2 s, heartbeats every 500 ms: a
 		// pull lost or miscounted stalls the function for a second, not
 		// half a minute (see pullHeartbeat).

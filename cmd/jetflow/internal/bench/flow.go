@@ -34,8 +34,9 @@ func call(size int) jetflow.Call {
 }
 
 // handlerOptions are the worker options of every phase: enough concurrency
-// that the worker is never the bottleneck of a no-op.
-var handlerOptions = worker.Options{Concurrency: 256, MaxParallel: 10_000}
+// that the worker is never the bottleneck of a no-op, and runs pulled 1000
+// ahead, as raw's consumers pull (rawPull).
+var handlerOptions = worker.Options{Concurrency: 256, Prefetch: 1000, MaxParallel: 10_000}
 
 // batchSize is the number of runs per Batch call (producer.MaxBatch).
 const batchSize = producer.MaxBatch
