@@ -114,7 +114,9 @@ type Options struct {
 	// worker that may be running it has to claim it. Negative: claim
 	// before the handler starts. Default: DefaultClaimAfter; claim first on
 	// a cluster whose server (the one the worker is connected to at Start)
-	// is older than 2.12. AtMostOnce runs always claim before they start.
+	// is older than 2.12; while a cluster is upgraded from an older
+	// version, set -1 until every node runs 2.12 or later. AtMostOnce runs
+	// always claim before they start.
 	ClaimAfter time.Duration
 	// NoClaim never writes the claim of a retryable run (progress reports
 	// still move the record to inProgress). AtMostOnce runs always claim.
