@@ -16,6 +16,7 @@ import (
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -260,6 +261,86 @@ func TestClusterLateClaimsAcrossConsumerLeaderChanges(t *testing.T) {
 	for _, id := range ids {
 		if r, _ := runs.get(id); r.State == jetflow.Success && r.Attempts != 1 {
 			t.Errorf("run %s: %d attempts, want 1", id, r.Attempts)
+		}
+	}
+}
+
+// Workflows on a cluster, every consumer of the function stream changing
+// leader three times while their steps run, unclaimed: each workflow
+// succeeds, and each of its steps ran once and is journaled done once. (A
+// guard: the journal's own step records also keep a step from running
+// twice here, with or without the worker's hold-back of redeliveries.)
+func TestClusterWorkflowsAcrossConsumerLeaderChanges(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t)
+	url := clusterURL(nodes)
+	scfg := streams.Config{Replicas: 3}
+	e := newLoadEnv(t, url, scfg, "--replicas", "3")
+	nc, _ := connect(t, url)
+	// Steps that run unclaimed for all of their second (ClaimAfter 2 s),
+	// messages older than AckWait by then: a new consumer leader
+	// redelivers them at once.
+	wflags := []string{"--workflow", "--work", "1s", "--ack-wait", "1s", "--claim-after", "2s"}
+	e.worker("cw1", wflags...)
+	e.worker("cw2", wflags...)
+	e.scheduler("cs1")
+	ctx := context.Background()
+	const n = 40
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("cwf-%d", i)
+		retry(t, 30*time.Second, "start "+ids[i], func(ctx context.Context) error {
+			_, err := workflow.Start(ctx, e.p, flowDef, flowArgs{N: i}, workflow.WithID(ids[i]))
+			return err
+		})
+	}
+	fnStream := scfg.WithDefaults().FunctionStream()
+	for i := 1; i <= 3; i++ {
+		testserver.Eventually(t, 60*time.Second, fmt.Sprintf("%d steps run", 30*i), func() bool { return len(readLedger(t, e.ledger)) >= 30*i })
+		s, err := e.js.Stream(ctx, fnStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := s.ConsumerNames(ctx)
+		var stepped int
+		for name := range names.Name() {
+			resp, err := nc.Request("$JS.API.CONSUMER.LEADER.STEPDOWN."+fnStream+"."+name, nil, 10*time.Second)
+			if err == nil && strings.Contains(string(resp.Data), `"success":true`) {
+				stepped++
+			}
+		}
+		t.Logf("%d consumers stepped down with %d steps run", stepped, len(readLedger(t, e.ledger)))
+	}
+	ended := map[string]*workflow.Status{}
+	testserver.Eventually(t, 3*time.Minute, "every workflow ended", func() bool {
+		for _, id := range ids {
+			if ended[id] == nil {
+				if st, err := workflow.Get(ctx, e.p, id); err == nil && st.Run.State.Terminal() {
+					ended[id] = st
+				}
+			}
+		}
+		return len(ended) == n
+	})
+	execs := map[string]int{}
+	for _, l := range readLedger(t, e.ledger) {
+		execs[l.id]++
+	}
+	for _, id := range ids {
+		st := ended[id]
+		if st.Run.State != jetflow.Success || string(st.Run.Result) != `"abc"` {
+			t.Errorf("%s: %s %q %s, want success \"abc\"", id, st.Run.State, st.Run.Error, st.Run.Result)
+		}
+		done := map[string]int{}
+		for _, s := range st.Steps {
+			if s.State == workflow.StepDone {
+				done[s.Name]++
+			}
+		}
+		for _, step := range []string{"a", "b", "c"} {
+			if execs[id+"/"+step] != 1 || done[step] != 1 {
+				t.Errorf("%s: step %s ran %d times, journaled done %d times; want 1 and 1", id, step, execs[id+"/"+step], done[step])
+			}
 		}
 	}
 }
