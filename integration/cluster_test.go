@@ -170,7 +170,7 @@ func runsLeader(t *testing.T, js jetstream.JetStream, scfg streams.Config, nodes
 
 // The function stream's consumer changes leader three times while two
 // workers run 300 runs: every run ends success, each handler once for its
-// attempt (claimed late, the default, or on a redelivery before it starts).
+// attempt (claimed first, the default on a cluster).
 func TestClusterConsumerLeaderChanges(t *testing.T) {
 	t.Parallel()
 	url, scfg, nc, p, runs := stepDownEnv(t)
@@ -229,9 +229,9 @@ func stepDownWhileRunning(t *testing.T, nc *nats.Conn, scfg streams.Config, fn s
 	}
 }
 
-// On a cluster runs are claimed late by default (one record write per run),
-// so a consumer leader change that redelivers the messages in flight at
-// once finds their runs unclaimed, running on the other worker. Each
+// Runs given a ClaimAfter on a cluster are claimed late (one record write per
+// run), so a consumer leader change that redelivers the messages in flight
+// at once finds their runs unclaimed, running on the other worker. Each
 // handler still runs once: the server counts those redeliveries (it sends a
 // message only once its delivery is replicated), and a worker holds back a
 // second delivery of an unclaimed run until the worker running it has

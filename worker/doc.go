@@ -33,19 +33,21 @@
 // AtMostOnce functions are never retried: their run is claimed (written
 // inProgress) before the handler starts, and a worker lost mid-run leaves it
 // failed with jetflow.ErrWorkerLost. A retryable run is claimed once its
-// handler has run Options.ClaimAfter (default 100 ms), and a redelivered
-// one before it starts; a shorter run goes from pending straight to its
-// outcome, one write less. ClaimAfter < 0 claims every run first. After its
-// connection broke (a server crash redelivers the messages in flight at
-// once, as first deliveries), a worker claims the runs it has in flight as
-// soon as it reconnects, and claims first every delivery of a message
-// stored before the reconnect, waiting up to Config.ReplayGrace for an
-// unclaimed one, so that a run is never started twice for one attempt. On a
-// cluster a consumer leader change redelivers the messages in flight at
-// once, with a delivery count of 2 (the server sends a message only once
-// its delivery is replicated): a second delivery that finds its run
-// unclaimed waits ClaimAfter plus ReplayGrace for the worker that may be
-// running it to claim it.
+// handler has run Options.ClaimAfter (default 100 ms on a single server;
+// first, before it starts, when the function stream is replicated), and a
+// redelivered one before it starts; a shorter run goes from pending straight
+// to its outcome, one write less. ClaimAfter < 0 claims every run first.
+// After its connection broke (a server crash redelivers the messages in
+// flight at once, as first deliveries), a worker claims the runs it has in
+// flight as soon as it reconnects, and claims first every delivery of a
+// message stored before the reconnect, waiting up to Config.ReplayGrace for
+// an unclaimed one, so that a run is never started twice for one attempt. On
+// a cluster a consumer leader change redelivers the messages in flight at
+// once, with a delivery count of 2 (the server sends a message only once its
+// delivery is replicated): a second delivery that finds its run unclaimed
+// waits ClaimAfter plus ReplayGrace for the worker that may be running it to
+// claim it, when a cluster's functions are given a ClaimAfter (they are
+// claimed first by default there).
 //
 // The outcome is written with a compare-and-swap on the record's revision
 // (a success without waiting: the message is acknowledged when the server

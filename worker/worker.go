@@ -106,17 +106,18 @@ type Options struct {
 	// worker claims its runs in flight when it reconnects, and a possible
 	// replay elsewhere waits for that claim); a Cancel that lands before the
 	// claim cancels the handler's context when its notice arrives, and its
-	// outcome is discarded in any case. On a cluster (a replicated function
-	// stream) a consumer leader change redelivers the messages in flight at
-	// once, counted (nats-server 2.12 on sends a message only once its
-	// delivery is replicated): a second delivery of a run found unclaimed
-	// is handed back for ClaimAfter plus Config.ReplayGrace, the time the
-	// worker that may be running it has to claim it. Negative: claim
-	// before the handler starts. Default: DefaultClaimAfter; claim first on
-	// a cluster whose server (the one the worker is connected to at Start)
-	// is older than 2.12; while a cluster is upgraded from an older
-	// version, set -1 until every node runs 2.12 or later. AtMostOnce runs
-	// always claim before they start.
+	// outcome is discarded in any case. Negative: claim before the handler
+	// starts. Default: DefaultClaimAfter on a single server; claim first
+	// on a cluster (a replicated function stream), where a consumer leader
+	// change redelivers the messages in flight at once. Set on a cluster,
+	// runs are claimed late there too (one record write less per run), and
+	// a second delivery of a run found unclaimed is handed back for
+	// ClaimAfter plus Config.ReplayGrace, the time the worker that may be
+	// running it has to claim it (nats-server 2.12 or later counts every
+	// such redelivery); its limit: a run that ran while the runs bucket
+	// elected a leader may run again, its outcome not yet written (the
+	// fault suite found it; README, guarantee 3). AtMostOnce runs always
+	// claim before they start.
 	ClaimAfter time.Duration
 	// NoClaim never writes the claim of a retryable run (progress reports
 	// still move the record to inProgress). AtMostOnce runs always claim.
@@ -365,18 +366,24 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	// On a replicated stream a consumer leader change redelivers the
-	// messages in flight at once. A server that sends a message only once
-	// its delivery is replicated (deliversAfterQuorum) counts each such
-	// redelivery, which the worker holds back (reconcile); an older one may
-	// send it as a first delivery, so there every run is claimed first.
+	// messages in flight at once, while their runs may be running
+	// unclaimed elsewhere, or may have run with their outcome not yet
+	// written (the runs bucket electing a leader): every run is claimed
+	// first by default there. A function given a ClaimAfter is claimed
+	// late, and a second delivery of an unclaimed run is held back
+	// (reconcile); that is sound only where the server counts every such
+	// redelivery (deliversAfterQuorum).
 	w.replicated = stream.CachedInfo().Config.Replicas > 1
-	lateOK := !w.replicated || deliversAfterQuorum(w.nc.ConnectedServerVersion())
+	sv := w.nc.ConnectedServerVersion()
 	for _, e := range fns {
-		if e.opts.ClaimAfter == 0 {
+		switch {
+		case e.opts.ClaimAfter == 0 && w.replicated:
+			e.opts.ClaimAfter = -1
+		case e.opts.ClaimAfter == 0:
 			e.opts.ClaimAfter = DefaultClaimAfter
-			if !lateOK {
-				e.opts.ClaimAfter = -1
-			}
+		case e.claimLate() && w.replicated && !deliversAfterQuorum(sv):
+			w.log.Warn("late claims on a replicated stream need nats-server 2.12 or later: a consumer leader change may hand out a run running here again as a first delivery",
+				"function", e.name, "server_version", sv)
 		}
 	}
 	// Functions paused for every worker (kv.SetPaused), and a watch of

@@ -395,6 +395,14 @@ func EndToEndClaimFirst(ctx context.Context, url, prefix string, n, size int) (E
 	return endToEnd(ctx, url, prefix, n, size, o, false)
 }
 
+// EndToEndLateClaims is EndToEnd with runs claimed late (ClaimAfter 100
+// ms, set): the default on a single server, an opt-in on a cluster.
+func EndToEndLateClaims(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
+	o := handlerOptions
+	o.ClaimAfter = worker.DefaultClaimAfter
+	return endToEnd(ctx, url, prefix, n, size, o, false)
+}
+
 func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.Options, overlap bool) (E2E, error) {
 	var res E2E
 	var handled atomic.Int64
