@@ -5,4 +5,9 @@
 // mid-run, SIGSTOP it past its AckWait, kill the scheduler's leader, restart
 // the server under 1000 delayed runs, or kill a cluster node. The package
 // holds tests only; this file documents it.
+//
+// The fault suite (TestFault*) runs short by default; JETFLOW_FAULTS=long
+// runs its long versions (task faults). JETFLOW_FAULT_CLAIM_AFTER=<duration>
+// gives the cluster failover's workers that ClaimAfter: late claims on the
+// cluster, an opt-in there (docs/scaling.md, "Late claims on a cluster").
 package integration

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -80,7 +81,12 @@ func TestFaultClusterFailover(t *testing.T) {
 	nodes := startCluster(t)
 	url := clusterURL(nodes)
 	scfg := streams.Config{Replicas: 3}
-	e := newLoadEnv(t, url, scfg, "--replicas", "3")
+	extra := []string{"--replicas", "3"}
+	if ca := os.Getenv("JETFLOW_FAULT_CLAIM_AFTER"); ca != "" {
+		// Late claims on the cluster (an opt-in there): the workers' ClaimAfter.
+		extra = append(extra, "--claim-after", ca)
+	}
+	e := newLoadEnv(t, url, scfg, extra...)
 	workers := []*proc{e.worker("w1"), e.worker("w2")}
 	// The scheduler's defaults: lease, repair interval and grace.
 	sflags := []string{"--lease-ttl", "5s", "--repair-interval", "30s", "--repair-grace", "10s"}

@@ -1,7 +1,9 @@
 package worker
 
 import (
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -55,6 +57,35 @@ func TestDeliversAfterQuorum(t *testing.T) {
 	} {
 		if got := deliversAfterQuorum(v); got != want {
 			t.Errorf("deliversAfterQuorum(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// A redelivered unclaimed run on a cluster waits for a claim in its second
+// delivery, and for outcomes written again after the runs bucket's leader
+// changed, whatever its delivery count.
+func TestHoldBack(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	ca, grace := 100*time.Millisecond, 5*time.Second
+	settle := outcomeTimeout + grace + replaySlack // 21 s
+	for _, c := range []struct {
+		name  string
+		n     uint64
+		since time.Time
+		err   error
+		want  time.Duration
+	}{
+		{"second delivery, leader long in place", 2, now.Add(-time.Hour), nil, ca + grace},
+		{"third delivery, leader long in place", 3, now.Add(-time.Hour), nil, 0},
+		{"second delivery, leader new", 2, now.Add(-time.Second), nil, settle - time.Second},
+		{"fourth delivery, leader new", 4, now.Add(-10 * time.Second), nil, settle - 10*time.Second},
+		{"third delivery, just settled", 3, now.Add(-settle), nil, 0},
+		{"third delivery, no leader", 3, time.Time{}, errors.New("no leader"), time.Second},
+		{"second delivery, no leader", 2, time.Time{}, errors.New("no leader"), ca + grace},
+		{"third delivery, since unknown", 3, time.Time{}, nil, 0},
+	} {
+		if got := holdBack(c.n, ca, grace, c.since, c.err, now); got != c.want {
+			t.Errorf("%s: holdBack = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

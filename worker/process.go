@@ -264,6 +264,67 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 	w.execute(ctx, j, m)
 }
 
+// clusterHoldBack is how long a redelivery (numDelivered 2 or more) on a
+// replicated stream, of a run found unclaimed, is handed back before it may
+// be claimed here: 0 for none. Another worker may have run it:
+//
+//   - still running, unclaimed, in its first ClaimAfter (a consumer leader
+//     change redelivers the messages in flight at once): the second
+//     delivery waits ClaimAfter plus ReplayGrace for its claim;
+//   - ended, with its outcome not stored yet because the runs bucket was
+//     electing a leader (writes sent to a leader that died go unanswered,
+//     and the worker writes them again outcomeTimeout after it sent them,
+//     sweepOutcomes): no claim before outcomeTimeout plus ReplayGrace after
+//     the bucket's leader took over (leader_since in its stream info, the
+//     server's clock: replaySlack more). While the bucket cannot say (no
+//     leader), look again in a second.
+func (w *Worker) clusterHoldBack(ctx context.Context, j *jobCore, numDelivered uint64) time.Duration {
+	if !w.replicated || numDelivered < 2 {
+		return 0
+	}
+	since, err := w.runsLeaderSince(ctx)
+	return holdBack(numDelivered, j.fn.opts.ClaimAfter, w.cfg.ReplayGrace, since, err, time.Now())
+}
+
+// holdBack is clusterHoldBack's rule, given the runs bucket's leader_since
+// (or the error reading it) at now.
+func holdBack(numDelivered uint64, claimAfter, grace time.Duration, since time.Time, sinceErr error, now time.Time) time.Duration {
+	var d time.Duration
+	if numDelivered == 2 {
+		d = claimAfter + grace
+	}
+	switch {
+	case sinceErr != nil:
+		d = max(d, time.Second)
+	case !since.IsZero():
+		d = max(d, since.Add(outcomeTimeout+grace+replaySlack).Sub(now))
+	}
+	return d
+}
+
+// runsLeaderSince is when the runs bucket's leader took over (zero when its
+// stream info does not say), read at most once a second.
+func (w *Worker) runsLeaderSince(ctx context.Context) (time.Time, error) {
+	w.leaderMu.Lock()
+	defer w.leaderMu.Unlock()
+	if time.Since(w.leaderRead) < time.Second {
+		return w.leaderSince, w.leaderErr
+	}
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	w.leaderSince, w.leaderErr = time.Time{}, nil
+	s, err := w.js.Stream(ictx, streams.KVStream(w.scfg.RunsBucket()))
+	if err != nil {
+		w.leaderErr = err
+	} else if ci := s.CachedInfo().Cluster; ci == nil || ci.Leader == "" {
+		w.leaderErr = errors.New("the runs bucket has no leader")
+	} else if ci.LeaderSince != nil {
+		w.leaderSince = *ci.LeaderSince
+	}
+	w.leaderRead = time.Now()
+	return w.leaderSince, w.leaderErr
+}
+
 // reconcile reads the stored record and decides whether the message is to be
 // run. It acks and returns false for stale messages and runs already ended.
 //
@@ -287,9 +348,8 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 			w.settle(m, nakAfter(d))
 			return false
 		}
-		if w.replicated && numDelivered == 2 {
-			d := j.fn.opts.ClaimAfter + w.cfg.ReplayGrace
-			w.log.Debug("redelivery on a replicated stream: waiting for a claim elsewhere", "function", j.fn.name, "run_id", env.ID, "delay", d)
+		if d := w.clusterHoldBack(ctx, j, numDelivered); d > 0 {
+			w.log.Debug("redelivery on a replicated stream: waiting for a claim or an outcome elsewhere", "function", j.fn.name, "run_id", env.ID, "delay", d)
 			w.settle(m, nakAfter(d))
 			return false
 		}

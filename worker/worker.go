@@ -114,10 +114,11 @@ type Options struct {
 	// a second delivery of a run found unclaimed is handed back for
 	// ClaimAfter plus Config.ReplayGrace, the time the worker that may be
 	// running it has to claim it (nats-server 2.12 or later counts every
-	// such redelivery); its limit: a run that ran while the runs bucket
-	// elected a leader may run again, its outcome not yet written (the
-	// fault suite found it; README, guarantee 3). AtMostOnce runs always
-	// claim before they start.
+	// such redelivery), and any redelivery of an unclaimed run waits until
+	// the runs bucket's leader has been in place 21 s, for outcomes written
+	// to a leader that died (README, guarantee 3): up to about 20 s more
+	// lateness after a failover. AtMostOnce runs always claim before they
+	// start.
 	ClaimAfter time.Duration
 	// NoClaim never writes the claim of a retryable run (progress reports
 	// still move the record to inProgress). AtMostOnce runs always claim.
@@ -184,6 +185,11 @@ type Worker struct {
 	// replicated: the function stream has replicas (a cluster); set at
 	// Start, before the first delivery.
 	replicated bool
+	// The runs bucket's leader_since as last read (runsLeaderSince).
+	leaderMu    sync.Mutex
+	leaderRead  time.Time
+	leaderSince time.Time
+	leaderErr   error
 }
 
 type fnEntry struct {
