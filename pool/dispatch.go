@@ -49,6 +49,9 @@ type DispatcherStats struct {
 	Dropped    int64
 	Superseded int64
 	Debounced  int64
+	// Collapsed is the number of items now collapsed into a later one of
+	// their key that waits out its debounce window (they go with it).
+	Collapsed int
 }
 
 // Start runs the pool's dispatcher in the background and returns at once.
@@ -94,7 +97,7 @@ func (pl *Pool) run(ctx context.Context) {
 					s.Leader = true
 					s.Terms++
 				} else {
-					s.Leader, s.Loaded, s.Queued = false, false, 0
+					s.Leader, s.Loaded, s.Queued, s.Collapsed = false, false, 0, 0
 				}
 			})
 		}}
@@ -438,8 +441,13 @@ func (d *dispatcher) loop(ctx context.Context) error {
 }
 
 func (d *dispatcher) publishStats(loaded bool) {
-	n, k := len(d.index), len(d.keys)
-	d.pl.stat(func(s *DispatcherStats) { s.Loaded, s.Queued, s.Keys = loaded, n, k })
+	n, k, c := len(d.index), len(d.keys), 0
+	for _, kq := range d.keys {
+		if kq.deb != nil {
+			c += len(kq.deb.collapsed)
+		}
+	}
+	d.pl.stat(func(s *DispatcherStats) { s.Loaded, s.Queued, s.Keys, s.Collapsed = loaded, n, k, c })
 }
 
 // pass starts what can start now and returns how long to wait before the

@@ -701,9 +701,10 @@ func TestKeyDebounceCancelWinner(t *testing.T) {
 	for i := range 5 {
 		ids = append(ids, enqueue(t, pl, fmt.Sprintf("w-%d", i), WorkArgs{Group: "W", N: i}))
 	}
+	// All four collapsed into w-4 (Queued 1 alone may be w-0 seen first).
 	testserver.Eventually(t, 10*time.Second, "the burst collapsed", func() bool {
 		s := pl.Stats()
-		return s.Loaded && s.Queued == 1
+		return s.Loaded && s.Queued == 1 && s.Collapsed == 4
 	})
 	if err := pl.Cancel(ctx, "w-4"); err != nil {
 		t.Fatal(err)
