@@ -5,7 +5,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -63,7 +65,29 @@ type Options struct {
 	// certificates: with it set (and TLSCert), every client must present a
 	// certificate signed by one of them (mutual TLS).
 	TLSCA string
+	// Warnings, when set, receives the server's warnings and errors, one
+	// line each. Default: the server logs nothing.
+	Warnings io.Writer
 }
+
+// warnLog is a nats-server logger that writes warnings and errors only.
+type warnLog struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *warnLog) line(level, format string, v []any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fmt.Fprintf(l.w, "nats-server %s: %s\n", level, fmt.Sprintf(format, v...))
+}
+
+func (l *warnLog) Noticef(string, ...any)         {}
+func (l *warnLog) Debugf(string, ...any)          {}
+func (l *warnLog) Tracef(string, ...any)          {}
+func (l *warnLog) Warnf(format string, v ...any)  { l.line("warning", format, v) }
+func (l *warnLog) Errorf(format string, v ...any) { l.line("error", format, v) }
+func (l *warnLog) Fatalf(format string, v ...any) { l.line("fatal", format, v) }
 
 // Secured reports whether clients must log in or present a certificate.
 func (o Options) Secured() bool { return o.User != "" || o.Token != "" || o.TLSCA != "" }
@@ -159,6 +183,9 @@ func Start(o Options) (*Server, error) {
 	s, err := server.NewServer(so)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: %w", err)
+	}
+	if o.Warnings != nil {
+		s.SetLogger(&warnLog{w: o.Warnings}, false, false)
 	}
 	go s.Start()
 	if !s.ReadyForConnections(o.ReadyTimeout) {

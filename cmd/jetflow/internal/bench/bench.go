@@ -252,11 +252,16 @@ func Summary(results []Result) string {
 
 func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int, dir string, out io.Writer) (Result, error) {
 	res := Result{Mode: mode, N: n}
-	s, err := embedded.Start(embedded.Options{Dir: dir, Sync: mode, SyncEvery: cmp.Or(o.SyncEvery, time.Duration(syncEvery.Load()))})
+	// The server's warnings go to stderr: a phase that fails on the server
+	// (a stream it could not create) shows the server's reason there.
+	s, err := embedded.Start(embedded.Options{Dir: dir, Sync: mode, SyncEvery: cmp.Or(o.SyncEvery, time.Duration(syncEvery.Load())), Warnings: os.Stderr})
 	if err != nil {
 		return res, err
 	}
 	defer s.Stop()
+	if err := keep(s.ClientURL()); err != nil {
+		return res, err
+	}
 	tag := fmt.Sprintf("mode=%-9s", mode.String())
 	line := func(format string, a ...any) { fmt.Fprintf(out, tag+" "+format+"\n", a...) }
 	phase := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, o.Timeout) }
@@ -528,6 +533,29 @@ func connect(url, name string, opts ...jetstream.JetStreamOpt) (*nats.Conn, jets
 
 // dropStreams deletes every stream of the server, so that one phase's data
 // does not weigh on the next.
+// keepStream is a stream each mode's server keeps while the phases delete
+// theirs. nats-server v2.15.2 removes an account's streams directory in a
+// goroutine once its last stream is deleted (stream.go, "no op if not
+// empty"), which races with the next phase creating its first stream: the
+// create failed with "could not create storage directory ... no such file
+// or directory" (10049) in 2 of 3 runs of the SyncAlways phases.
+const keepStream = "BENCH_KEEP"
+
+// keep creates keepStream.
+func keep(url string) error {
+	nc, js, err := connect(url, "bench-keep")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: keepStream, Subjects: []string{"bench.keep"}, Storage: jetstream.FileStorage}); err != nil {
+		return fmt.Errorf("bench: stream %s: %w", keepStream, err)
+	}
+	return nil
+}
+
 func dropStreams(url string) error {
 	nc, js, err := connect(url, "bench-cleanup")
 	if err != nil {
@@ -545,6 +573,9 @@ func dropStreams(url string) error {
 		return fmt.Errorf("bench: list streams: %w", err)
 	}
 	for _, n := range all {
+		if n == keepStream {
+			continue
+		}
 		if err := js.DeleteStream(ctx, n); err != nil {
 			return fmt.Errorf("bench: delete stream %s: %w", n, err)
 		}
