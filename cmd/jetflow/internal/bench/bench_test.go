@@ -303,16 +303,23 @@ func TestWhereTheTimeGoes(t *testing.T) {
 	if err != nil {
 		t.Skipf("no profile: %v", err) // go test -cpuprofile holds the profiler
 	}
-	sum, js := 0.0, 0.0
+	// Under -race the runtime's share (the race detector's, the
+	// scheduler's, what else the process runs) took 48-76% of the samples:
+	// encoding/json must be named, and lead every other named component.
+	sum, js, other := 0.0, 0.0, 0.0
 	for _, s := range sh {
 		sum += s.Fraction
-		if s.Component == "encoding/json" {
+		switch s.Component {
+		case "encoding/json":
 			js = s.Fraction
+		case "Go runtime":
+		default:
+			other = max(other, s.Fraction)
 		}
 	}
 	t.Logf("shares %s", fmtShares(sh))
-	if len(sh) == 0 || sum < 0.999 || sum > 1.001 || js < 0.3 {
-		t.Fatalf("shares %s (sum %.3f), want encoding/json at least 30%%", fmtShares(sh), sum)
+	if len(sh) == 0 || sum < 0.999 || sum > 1.001 || js < 0.15 || js <= other {
+		t.Fatalf("shares %s (sum %.3f), want encoding/json at least 15%% and ahead of every other named component", fmtShares(sh), sum)
 	}
 }
 
