@@ -1,9 +1,7 @@
 package embedded_test
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,28 +9,11 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // Options.Warnings receives the server's warnings (here: a password in
 // plain text), and nothing of its notices.
 func TestWarnings(t *testing.T) {
 	t.Parallel()
-	var buf lockedBuffer
+	var buf testserver.Buffer
 	start(t, embedded.Options{User: "app", Password: "pa55word", Warnings: &buf})
 	testserver.Eventually(t, 10*time.Second, "the plaintext password warning", func() bool {
 		return strings.Contains(buf.String(), "nats-server warning: Plaintext passwords detected")

@@ -200,19 +200,8 @@ func TestRunInFlightElsewhereWhenTheConsumerIsRecreatedRunsOnce(t *testing.T) {
 	}
 	recv(t, started, "the first worker's handler")
 
-	_, js2 := e.Connect()
-	second, err := worker.New(ctx, js2, worker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker.Handle(second, goneFn, handler, worker.Options{Concurrency: 8})
-	if err := second.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = second.Stop(ctx)
+	e.another(t, worker.Config{}, func(w *worker.Worker) {
+		worker.Handle(w, goneFn, handler, worker.Options{Concurrency: 8})
 	})
 
 	deleteConsumer(t, e)

@@ -55,6 +55,27 @@ func (e *env) start(t *testing.T) {
 	})
 }
 
+// another starts a second worker on a connection of its own, with what
+// register adds to it, stopped when the test ends.
+func (e *env) another(t *testing.T, cfg worker.Config, register func(*worker.Worker)) *worker.Worker {
+	t.Helper()
+	_, js := e.Connect()
+	w, err := worker.New(context.Background(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(w)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	return w
+}
+
 // wait waits for run id to be terminal and returns its record.
 func (e *env) wait(t *testing.T, id string) *jetflow.Run {
 	t.Helper()

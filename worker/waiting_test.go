@@ -44,19 +44,8 @@ func TestRunWaitingForARunnerLongerThanAckWaitRunsOnce(t *testing.T) {
 		ids = append(ids, id)
 	}
 	// A second worker, free while the first one's runner is busy.
-	_, js2 := e.Connect()
-	second, err := worker.New(ctx, js2, worker.Config{AckWait: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	worker.Handle(second, slowFn, handler, worker.Options{Concurrency: 6})
-	if err := second.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = second.Stop(ctx)
+	e.another(t, worker.Config{AckWait: time.Second}, func(w *worker.Worker) {
+		worker.Handle(w, slowFn, handler, worker.Options{Concurrency: 6})
 	})
 	for _, id := range ids {
 		if r := e.wait(t, id); r.State != jetflow.Success {

@@ -8,8 +8,6 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
-	"github.com/jetflow-dev/jetflow/internal/testserver"
-	"github.com/jetflow-dev/jetflow/producer"
 )
 
 // The journal's janitor purges a workflow's journal once its record is gone
@@ -18,16 +16,8 @@ import (
 // the leader, and the journal of every live workflow stays.
 func TestJanitorKeepsALiveJournalWhenAReplicaIsBehind(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, p, jr := journalEnv(t)
 	ctx := context.Background()
-	p, err := producer.New(ctx, ts.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jr, err := openJournal(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ts.StaleRuns(t)
 	const n = 20
 	now := time.Now().UTC()

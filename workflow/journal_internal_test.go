@@ -12,6 +12,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
+// journalEnv starts a server with jetflow's streams provisioned and returns
+// it, a producer on it and the journal.
+func journalEnv(t *testing.T) (*testserver.Env, *producer.Producer, *journal) {
+	t.Helper()
+	ts := testserver.Start(t)
+	p, err := producer.New(context.Background(), ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jr, err := openJournal(context.Background(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts, p, jr
+}
+
 // A journal read from a replica behind its leader is read again, and a read
 // that never catches up is an error to retry, never a snapshot with a step
 // left out (the step would run again). The replica here is a mirror of the
@@ -19,16 +35,8 @@ import (
 // handle of its own.
 func TestJournalReadBehindItsLeaderIsNotUsed(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, _, jr := journalEnv(t)
 	ctx := context.Background()
-	p, err := producer.New(ctx, ts.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jr, err := openJournal(ctx, p)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, k := range []string{"wfa.s.1", "wfa.s.2", "wfa.wf"} {
 		if _, err := jr.kv.Put(ctx, k, []byte(`{}`)); err != nil {
 			t.Fatal(err)
