@@ -119,14 +119,15 @@ func startSecuredNATS(t *testing.T, conf string) string {
 }
 
 // connectAs connects as role (its password from rolePasswords, or pw).
-func connectAs(t *testing.T, url, role string) (*nats.Conn, jetstream.JetStream) {
+func connectAs(t *testing.T, url, role string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	pw, ok := rolePasswords[role]
 	if !ok {
 		pw = rolePasswords["producer"]
 	}
-	nc, err := nats.Connect(url, nats.UserInfo(role, pw), nats.Name(role),
-		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
+	opts = append([]nats.Option{nats.UserInfo(role, pw), nats.Name(role),
+		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})}, opts...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("connect as %s: %v", role, err)
 	}
@@ -568,5 +569,73 @@ func TestRolesWithoutLeaderReads(t *testing.T) {
 	testserver.Eventually(t, 30*time.Second, "every delayed run handled", func() bool { return ran.Load() >= n })
 	if got := ran.Load(); got != n {
 		t.Fatalf("%d runs handled, want %d", got, n)
+	}
+}
+
+// Users whose replies are narrowed to an inbox prefix of their own
+// (nats.CustomInboxPrefix, as docs/permissions.md advises) work as the
+// others do, and are denied nothing: the worker takes the replies to its
+// claims and outcomes under that prefix too.
+func TestRolesWithNarrowedInboxes(t *testing.T) {
+	const prefix = "_INBOX_jf"
+	conf := strings.ReplaceAll(permissionsConf(t), `"_INBOX.>"`, `"`+prefix+`.>"`)
+	url := startSecuredNATS(t, conf)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var denials atomic.Int64
+	var lastDenial atomic.Value
+	opts := []nats.Option{nats.CustomInboxPrefix(prefix), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			denials.Add(1)
+			lastDenial.Store(err.Error())
+		}
+	})}
+	_, ajs := connectAs(t, url, "admin", opts...)
+	if err := streams.Provision(ctx, ajs, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	_, wjs := connectAs(t, url, "worker", opts...)
+	w, err := worker.New(ctx, wjs, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var late, first atomic.Int64
+	worker.Handle(w, permFn, func(context.Context, *worker.Job[permArgs]) error { late.Add(1); return nil })
+	worker.Handle(w, permChild, func(context.Context, *worker.Job[permArgs]) error { first.Add(1); return nil },
+		worker.Options{ClaimAfter: -1})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopWithin(w.Stop) })
+	_, pjs := connectAs(t, url, "producer", opts...)
+	p, err := producer.New(ctx, pjs, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	var ids []string
+	for i := range n {
+		for _, fn := range []jetflow.Function[permArgs]{permFn, permChild} {
+			id, err := p.Enqueue(ctx, fn.With(permArgs{N: i}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		r, err := p.Wait(ctx, id)
+		if err != nil {
+			t.Fatalf("run %s: %v", id, err)
+		}
+		if r.State != jetflow.Success {
+			t.Fatalf("run %s ended %s: %s", id, r.State, r.Error)
+		}
+	}
+	if late.Load() != n || first.Load() != n {
+		t.Fatalf("handled %d claimed late and %d claimed first, want %d each", late.Load(), first.Load(), n)
+	}
+	if d := denials.Load(); d != 0 {
+		t.Fatalf("%d permission violations; the last: %v", d, lastDenial.Load())
 	}
 }

@@ -47,7 +47,7 @@ type Store struct {
 	runs    jetstream.KeyValue
 	delayed jetstream.KeyValue
 	runsPfx string
-	ttl     time.Duration // of terminal records
+	ttlText string // Nats-TTL of terminal records: the retention
 	dstream jetstream.Stream
 	fstream jetstream.Stream
 	rstream jetstream.Stream
@@ -80,7 +80,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg streams.Config) (*Sto
 		cfg: cfg, nc: js.Conn(), js: js, runs: runs, delayed: delayed,
 		dstream: dstream, fstream: fstream, rstream: rstream,
 		runsPfx: streams.KVSubject(cfg.RunsBucket(), ""),
-		ttl:     cfg.Retention,
+		ttlText: cfg.Retention.String(),
 	}, nil
 }
 
@@ -271,24 +271,33 @@ func (s *Store) RecordMsg(r *jetflow.Run, expect uint64, from jetflow.State) (*n
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
 	}
-	opts := []PutOption{PutExpect(expect)}
-	if r.State.Terminal() {
-		opts = append(opts, PutTTL(s.ttl))
+	// Every run writes a record or two: the header values share one backing
+	// array, and the TTL's text is made once (PutMsg's options would
+	// allocate each).
+	h := make(nats.Header, 8)
+	vals := make([]string, 0, 8)
+	set := func(k, v string) {
+		vals = append(vals, v)
+		h[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	m := PutMsg(s.cfg.RunsBucket(), r.ID, data, opts...)
-	m.Header[HeaderState] = []string{string(r.State)}
-	m.Header[HeaderFunction] = []string{r.Name}
-	m.Header[HeaderDue] = []string{strconv.FormatInt(r.ScheduledTime.UnixMilli(), 10)}
+	exp := strconv.FormatUint(expect, 10)
+	set(hdrExpectSubjSeq, exp)
+	if r.State.Terminal() {
+		set(hdrTTL, s.ttlText)
+	}
+	set(HeaderState, string(r.State))
+	set(HeaderFunction, r.Name)
+	set(HeaderDue, strconv.FormatInt(r.ScheduledTime.UnixMilli(), 10))
 	if from != "" {
-		m.Header[HeaderFrom] = []string{string(from)}
+		set(HeaderFrom, string(from))
 	}
 	if expect != 0 {
-		m.Header[HeaderPrev] = []string{strconv.FormatUint(expect, 10)}
+		set(HeaderPrev, exp)
 	}
 	if r.State.Terminal() && r.OnComplete != nil {
-		m.Header[HeaderNotify] = []string{strconv.FormatInt(r.CompletedTime.UnixMilli(), 10)}
+		set(HeaderNotify, strconv.FormatInt(r.CompletedTime.UnixMilli(), 10))
 	}
-	return m, nil
+	return &nats.Msg{Subject: s.runsPfx + r.ID, Header: h, Data: data}, nil
 }
 
 // Create writes a new record; ErrExists when the id is taken.

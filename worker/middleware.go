@@ -103,14 +103,14 @@ var (
 
 func telemetryCount(ctx context.Context, j *jobCore, next HandlerFunc, run Run) error {
 	met := telemetry.M()
-	met.Started.Add(ctx, 1, j.fn.attr)
-	met.QueueWait.Record(ctx, j.started.Sub(j.env.Scheduled).Seconds(), j.fn.attr)
+	met.Started.Add(ctx, 1, j.fn.addAttr...)
+	met.QueueWait.Record(ctx, j.started.Sub(j.env.Scheduled).Seconds(), j.fn.recAttr...)
 	start := time.Now()
 	err := next(ctx, run)
-	outcome := outcomeSuccess
+	outcome := j.fn.recOK
 	if err != nil {
-		outcome = outcomeError
+		outcome = j.fn.recErr
 	}
-	met.Duration.Record(ctx, time.Since(start).Seconds(), j.fn.attr, outcome)
+	met.Duration.Record(ctx, time.Since(start).Seconds(), outcome...)
 	return err
 }

@@ -49,7 +49,7 @@ type outcomes struct {
 const outcomeTimeout = 15 * time.Second
 
 func (w *Worker) startOutcomes() (*nats.Subscription, error) {
-	w.out.inbox = nats.NewInbox()
+	w.out.inbox = w.nc.NewInbox()
 	w.out.pending = make(map[uint64]*outcomeWrite)
 	w.out.reconnects = w.nc.Stats().Reconnects
 	return w.nc.Subscribe(w.out.inbox+".*", w.outcomeReply)
@@ -139,7 +139,7 @@ func storedSeq(msg *nats.Msg) (uint64, bool) {
 func (w *Worker) succeeded(ow *outcomeWrite) {
 	ctx := context.Background()
 	j := ow.j
-	telemetry.M().Succeeded.Add(ctx, 1, j.fn.attr)
+	telemetry.M().Succeeded.Add(ctx, 1, j.fn.addAttr...)
 	w.releaseHeld(ctx, j, true)
 	w.complete(ctx, ow.r)
 	w.settle(w.finish(j, ow.m), ackIt)

@@ -242,7 +242,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 		r.StartedTime = j.started
 		r.Owner = w.cfg.ID
 		r.Heartbeat = j.started
-		rev, err := w.writeRecord(ctx, engine.Claim, j.rec.State, &r, j.rev)
+		rev, err := w.claim(ctx, j.rec.State, &r, j.rev)
 		if err != nil {
 			// Canceled, or another worker claimed it: not ours to run.
 			w.log.Debug("claim lost", "function", e.name, "run_id", env.ID, "error", err)

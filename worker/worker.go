@@ -181,6 +181,7 @@ type Worker struct {
 	stopping bool
 	stopCh   chan struct{}
 	out      outcomes
+	claims   claims
 	replay   replayGuard
 	// replicated: the function stream has replicas (a cluster); set at
 	// Start, before the first delivery.
@@ -208,6 +209,10 @@ type fnEntry struct {
 	// still buffered goes back to the stream at once.
 	paused bool
 	attr   metric.MeasurementOption
+	// The options of the hot path's measurements, built once: a variadic
+	// call through an interface allocates its slice each time.
+	addAttr                []metric.AddOption
+	recAttr, recOK, recErr []metric.RecordOption
 	// checking: a look for a consumer gone is under way; consumeStopped:
 	// nats.go said the consumer was deleted and stopped its Consume
 	// (consumer.go).
@@ -303,6 +308,10 @@ func Register[A any](w *Worker, fn jetflow.Function[A], h func(ctx context.Conte
 	}
 	o.Backoff = o.Backoff.WithDefaults()
 	e := &fnEntry{name: fn.Name(), kind: fn.Kind(), opts: o, work: make(chan delivery), attr: telemetry.Fn(fn.Name())}
+	e.addAttr = []metric.AddOption{e.attr}
+	e.recAttr = []metric.RecordOption{e.attr}
+	e.recOK = []metric.RecordOption{e.attr, outcomeSuccess}
+	e.recErr = []metric.RecordOption{e.attr, outcomeError}
 	e.run = func(ctx context.Context, c *jobCore) error {
 		var args A
 		if err := decodeArgs(c.env.Args, &args); err != nil {
@@ -363,9 +372,15 @@ func (w *Worker) Start(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("worker: outcome replies: %w", err)
 	}
+	csub, err := w.startClaims()
+	if err != nil {
+		_ = sub.Unsubscribe()
+		_ = osub.Unsubscribe()
+		return fmt.Errorf("worker: claim replies: %w", err)
+	}
 	watchDone := make(chan struct{})
 	w.watchConnection(w.nc, watchDone)
-	unsub := func() { _ = sub.Unsubscribe(); _ = osub.Unsubscribe(); close(watchDone) }
+	unsub := func() { _ = sub.Unsubscribe(); _ = osub.Unsubscribe(); _ = csub.Unsubscribe(); close(watchDone) }
 	stream, err := w.js.Stream(ctx, w.scfg.FunctionStream())
 	if err != nil {
 		unsub()
