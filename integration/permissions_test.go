@@ -575,7 +575,8 @@ func TestRolesWithoutLeaderReads(t *testing.T) {
 // Users whose replies are narrowed to an inbox prefix of their own
 // (nats.CustomInboxPrefix, as docs/permissions.md advises) work as the
 // others do, and are denied nothing: the worker takes the replies to its
-// claims and outcomes under that prefix too.
+// claims and outcomes under that prefix too, and the scheduler starts
+// delayed runs.
 func TestRolesWithNarrowedInboxes(t *testing.T) {
 	const prefix = "_INBOX_jf"
 	conf := strings.ReplaceAll(permissionsConf(t), `"_INBOX.>"`, `"`+prefix+`.>"`)
@@ -612,11 +613,26 @@ func TestRolesWithNarrowedInboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 20
+	_, sjs := connectAs(t, url, "scheduler", opts...)
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopWithin(s.Stop) })
+	const n = 20 // of each function, half of them delayed
 	var ids []string
 	for i := range n {
 		for _, fn := range []jetflow.Function[permArgs]{permFn, permChild} {
-			id, err := p.Enqueue(ctx, fn.With(permArgs{N: i}))
+			var id string
+			var err error
+			if i%2 == 0 {
+				id, err = p.Enqueue(ctx, fn.With(permArgs{N: i}))
+			} else {
+				id, err = p.RunAfter(ctx, 200*time.Millisecond, fn.With(permArgs{N: i}))
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
