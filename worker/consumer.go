@@ -124,3 +124,94 @@ func (w *Worker) recoverConsumer(e *fnEntry) (done bool, err error) {
 	w.log.Info("consumer of a function created again", "function", e.name)
 	return true, nil
 }
+
+// A Consume can stop pulling while runs wait for it: nats.go's count of
+// messages its pull requests still owe it outlives the requests, and it
+// pulls again only after two heartbeats go missing, a second later (see
+// pullHeartbeat). The bench shows it about once in ten runs of 100,000:
+// deliveries stop at once, the server has no pull request waiting, and
+// tens of thousands of runs pending. So the worker looks sooner: when a
+// function's deliveries stop after a busy spell, it asks the consumer once
+// whether runs are pending with no pull waiting and acknowledgements to
+// spare; if so, it consumes anew (the old Consume drains, so that nothing
+// it holds waits out AckWait). A function that runs dry costs one consumer
+// info; an idle one nothing.
+
+// stallCheck is how often watchPulls looks at a function's deliveries.
+const stallCheck = 100 * time.Millisecond
+
+// watchPulls watches e's deliveries until the worker stops.
+func (w *Worker) watchPulls(e *fnEntry) {
+	t := time.NewTicker(stallCheck)
+	defer t.Stop()
+	burst := uint64(max(e.opts.Prefetch/4, 16))
+	var last uint64
+	var lastCheck time.Time
+	active := false
+	for {
+		select {
+		case <-w.stopCh:
+			return
+		case now := <-t.C:
+			n, busy := e.arrivals.snapshot()
+			if stalled(n, last, burst, busy, &active) && now.Sub(lastCheck) >= time.Second {
+				lastCheck = now
+				w.unstall(e)
+			}
+			last = n
+		}
+	}
+}
+
+// stalled decides, at one look, whether deliveries just stopped after a
+// busy spell: n dispatches so far, last at the look before, burst the
+// dispatches between two looks that make a spell busy, busy that a
+// dispatch waits for a runner. active carries "busy since the last
+// stop" from look to look. A trickle of runs is no busy spell: nats.go's
+// counts only drift while it pulls again and again.
+func stalled(n, last, burst uint64, busy bool, active *bool) bool {
+	switch {
+	case n-last >= burst:
+		*active = true
+		return false
+	case n != last || busy || !*active:
+		// Still moving, or every runner busy (the Consume is not what
+		// holds the runs back), or no busy spell to end.
+		return false
+	}
+	*active = false
+	return true
+}
+
+// unstall consumes e anew if its consumer has runs pending and no pull
+// request waiting for them.
+func (w *Worker) unstall(e *fnEntry) {
+	w.mu.Lock()
+	cons, cc := e.cons, e.cc
+	skip := w.stopping || e.paused || cons == nil || cc == nil
+	w.mu.Unlock()
+	if skip {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	info, err := cons.Info(ctx)
+	cancel()
+	if err != nil || info.NumPending == 0 || info.NumWaiting > 0 ||
+		info.Config.MaxAckPending > 0 && info.NumAckPending >= info.Config.MaxAckPending {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopping || e.paused || e.cc != cc {
+		return
+	}
+	ncc, err := w.consume(e)
+	if err != nil {
+		w.log.Debug("consuming anew after a stall failed; nats.go pulls again by itself", "function", e.name, "error", err)
+		return
+	}
+	cc.Drain()
+	e.cc = ncc
+	w.log.Debug("deliveries stopped with runs pending and no pull waiting: consuming anew",
+		"function", e.name, "pending", info.NumPending)
+}

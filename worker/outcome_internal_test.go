@@ -89,3 +89,36 @@ func TestHoldBack(t *testing.T) {
 		}
 	}
 }
+
+// TestStalled: a consumer is looked at once when a busy spell of
+// deliveries stops, never during a trickle, while runs still move, or
+// while every runner is busy.
+func TestStalled(t *testing.T) {
+	type look struct {
+		n    uint64
+		busy bool
+		want bool
+	}
+	cases := []struct {
+		name  string
+		looks []look
+	}{
+		{"a busy spell that stops is looked at once", []look{{100, false, false}, {200, false, false}, {200, false, true}, {200, false, false}}},
+		{"a trickle is never looked at", []look{{3, false, false}, {6, false, false}, {6, false, false}, {9, false, false}, {9, false, false}}},
+		{"slowing down to a trickle, then stopping", []look{{100, false, false}, {103, false, false}, {103, false, true}}},
+		{"every runner busy is no stall", []look{{100, false, false}, {100, true, false}, {100, true, false}, {100, false, true}}},
+		{"a second spell is looked at again", []look{{100, false, false}, {100, false, true}, {200, false, false}, {200, false, true}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var last uint64
+			active := false
+			for i, l := range tc.looks {
+				if got := stalled(l.n, last, 16, l.busy, &active); got != l.want {
+					t.Fatalf("look %d (%d dispatches, busy %v): stalled %v, want %v", i, l.n, l.busy, got, l.want)
+				}
+				last = l.n
+			}
+		})
+	}
+}

@@ -55,6 +55,17 @@ type arrivals struct {
 	next     int
 	busyFrom time.Time // the dispatch goroutine busy since
 	lastEnd  time.Time // when the last dispatch returned
+	// For watchPulls: dispatches started, and whether one is under way.
+	count      uint64
+	inDispatch bool
+}
+
+// snapshot returns the number of dispatches started and whether one is
+// under way (waiting for a runner).
+func (a *arrivals) snapshot() (count uint64, inDispatch bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.count, a.inDispatch
 }
 
 // start notes a dispatch starting now and returns the bound for its message.
@@ -73,12 +84,15 @@ func (a *arrivals) start(now time.Time, prefetch int) time.Time {
 	}
 	a.starts[a.next] = now
 	a.next = (a.next + 1) % len(a.starts)
+	a.count++
+	a.inDispatch = true
 	return since
 }
 
 func (a *arrivals) end(now time.Time) {
 	a.mu.Lock()
 	a.lastEnd = now
+	a.inDispatch = false
 	a.mu.Unlock()
 }
 

@@ -471,6 +471,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		for range e.opts.Concurrency {
 			go w.runner(e)
 		}
+		go w.watchPulls(e)
 	}
 	if err := w.register(ctx, fns); err != nil {
 		w.log.Warn("function registry", "error", err)

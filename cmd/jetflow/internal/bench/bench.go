@@ -147,6 +147,14 @@ type Result struct {
 	EndToEndClaimFirstCPU time.Duration
 	CostClaimFirst        Cost
 
+	// The same end to end with a scheduler leading meanwhile (its run
+	// indexer following every record write), as in a deployment; zero
+	// when skipped. SchedIndexed: from the first enqueue to the index
+	// covering the last record.
+	EndToEndSched    float64
+	EndToEndSchedCPU time.Duration
+	SchedIndexed     time.Duration
+
 	// Floor is the CPU of a raw record write, measured in the same run:
 	// with raw's CPU per message, the least a run can cost. Zero in
 	// SyncAlways mode, where the disk is the limit.
@@ -238,6 +246,9 @@ func Summary(results []Result) string {
 		claimFirst := ""
 		if r.EndToEndClaimFirst > 0 {
 			claimFirst = fmt.Sprintf(" e2e-claimfirst %.2f", ratio(r.EndToEndClaimFirst, r.RawPublishConsume))
+		}
+		if r.EndToEndSched > 0 {
+			claimFirst += fmt.Sprintf(" e2e-sched %.2f", ratio(r.EndToEndSched, r.RawPublishConsume))
 		}
 		floor := ""
 		if r.Floor.Write > 0 {
@@ -416,6 +427,24 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 			fmtRate(res.EndToEndClaimFirst), fmtRate(res.RawPublishConsume), ratio(res.EndToEndClaimFirst, res.RawPublishConsume),
 			fmtDur(res.EndToEndClaimFirstCPU), ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndClaimFirstCPU)))
 		line("cost ClaimFirst: %s", res.CostClaimFirst)
+	}
+
+	// The same with a scheduler leading, as a deployment runs one: its
+	// run indexer follows the runs bucket and stores an entry per write.
+	if !o.Quick {
+		if err := clean(); err != nil {
+			return res, err
+		}
+		pctx, cancel = phase()
+		sc, err := EndToEndWithScheduler(pctx, s.ClientURL(), "benchsched", n, o.ArgsSize)
+		cancel()
+		if err != nil {
+			return res, fmt.Errorf("end to end, with a scheduler: %w", err)
+		}
+		res.EndToEndSched, res.EndToEndSchedCPU, res.SchedIndexed = rate(n, sc.Elapsed), per(sc.CPU, n), sc.Indexed
+		line("e2e with a scheduler      %10s runs/s   raw publish+consume %s/s   ratio %.2f   cpu %s/run (its run indexer following every record write; index caught up %s after the first enqueue, runs done at %s)",
+			fmtRate(res.EndToEndSched), fmtRate(res.RawPublishConsume), ratio(res.EndToEndSched, res.RawPublishConsume),
+			fmtDur(res.EndToEndSchedCPU), fmtDur(sc.Indexed), fmtDur(sc.Elapsed))
 	}
 
 	// The floor: what a run's record writes cost before any jetflow code.

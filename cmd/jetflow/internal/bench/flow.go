@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
@@ -220,6 +222,37 @@ type E2E struct {
 	CPU time.Duration
 	// Cost is what a run put on the wire.
 	Cost Cost
+	// Indexed is from the first enqueue to the run indexer's checkpoint
+	// covering the last record write (EndToEndWithScheduler only).
+	Indexed time.Duration
+}
+
+// startLeader starts a scheduler on a connection of its own and waits
+// until it leads (and so runs the run indexer); stop stops it.
+func startLeader(ctx context.Context, url, prefix string) (stop func(), err error) {
+	snc, sjs, err := connect(url, "bench-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: benchStreams(prefix)})
+	if err == nil {
+		err = s.Start(ctx)
+	}
+	if err != nil {
+		snc.Close()
+		return nil, fmt.Errorf("bench: scheduler: %w", err)
+	}
+	stop = func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.Stop(sctx)
+		cancel()
+		snc.Close()
+	}
+	if err := poolBenchWait(ctx, time.Minute, s.IsLeader); err != nil {
+		stop()
+		return nil, fmt.Errorf("%w: scheduler never became leader: %w", ErrBench, err)
+	}
+	return stop, nil
 }
 
 // flow is a producer and a worker on their own connections, and an observer
@@ -378,13 +411,13 @@ func waitSuccess(ctx context.Context, o *role, prefix string, n int) (int, error
 // (the runs stream's last message time); the streams tell how many messages
 // a run cost.
 func EndToEnd(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
-	return endToEnd(ctx, url, prefix, n, size, handlerOptions, false)
+	return endToEnd(ctx, url, prefix, n, size, handlerOptions, false, false)
 }
 
 // EndToEndOverlapped is EndToEnd with the worker running while the runs
 // are enqueued: producer and worker compete for the same two cores.
 func EndToEndOverlapped(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
-	return endToEnd(ctx, url, prefix, n, size, handlerOptions, true)
+	return endToEnd(ctx, url, prefix, n, size, handlerOptions, true, false)
 }
 
 // EndToEndClaimFirst is EndToEnd with every run claimed before its handler
@@ -392,7 +425,7 @@ func EndToEndOverlapped(ctx context.Context, url, prefix string, n, size int) (E
 func EndToEndClaimFirst(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
 	o := handlerOptions
 	o.ClaimAfter = -1
-	return endToEnd(ctx, url, prefix, n, size, o, false)
+	return endToEnd(ctx, url, prefix, n, size, o, false, false)
 }
 
 // EndToEndLateClaims is EndToEnd with runs claimed late (ClaimAfter 100
@@ -400,10 +433,18 @@ func EndToEndClaimFirst(ctx context.Context, url, prefix string, n, size int) (E
 func EndToEndLateClaims(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
 	o := handlerOptions
 	o.ClaimAfter = worker.DefaultClaimAfter
-	return endToEnd(ctx, url, prefix, n, size, o, false)
+	return endToEnd(ctx, url, prefix, n, size, o, false, false)
 }
 
-func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.Options, overlap bool) (E2E, error) {
+// EndToEndWithScheduler is EndToEnd with a scheduler leading meanwhile, as
+// in a deployment: its run indexer follows every record write and stores
+// an index entry for each (docs/runindex.md). E2E.Indexed says when the
+// indexer's checkpoint covered the last record.
+func EndToEndWithScheduler(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
+	return endToEnd(ctx, url, prefix, n, size, handlerOptions, false, true)
+}
+
+func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.Options, overlap, sched bool) (E2E, error) {
 	var res E2E
 	var handled atomic.Int64
 	var handledAt atomic.Int64
@@ -421,6 +462,13 @@ func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.
 		return res, err
 	}
 	defer f.close()
+	if sched {
+		stop, err := startLeader(ctx, url, prefix)
+		if err != nil {
+			return res, err
+		}
+		defer stop()
+	}
 	c := call(size)
 	before := f.wire()
 	start, cpu := time.Now(), cpuTime()
@@ -456,6 +504,17 @@ func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.
 	res.Elapsed = runs.LastTime.Sub(start)
 	if res.Elapsed < res.Handled {
 		res.Elapsed = res.Handled
+	}
+	if sched {
+		rd := runindex.NewReader(engine.Of(f.obs.p).Store())
+		err := poolBenchWait(ctx, 5*time.Minute, func() bool {
+			cp, err := rd.Checkpoint(ctx)
+			return err == nil && !cp.Rebuilding && cp.Seq >= runs.LastSeq
+		})
+		if err != nil {
+			return res, fmt.Errorf("bench: the indexer did not catch up: %w", err)
+		}
+		res.Indexed = time.Since(start)
 	}
 	res.Cost = Cost{
 		RecordWrites: float64(runs.LastSeq) / float64(n),
