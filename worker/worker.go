@@ -139,7 +139,8 @@ type Options struct {
 // count then but does not pull again, nats-io/nats.go#2063) ends the same
 // way. Heartbeats every 500 ms (the shortest nats.go allows) bound such a stall
 // to about a second, for two small messages a second per function and
-// worker while idle.
+// worker while idle; a stall that ends a busy spell is cut shorter still
+// (watchPulls, consumer.go).
 const (
 	pullExpiry    = 2 * time.Second
 	pullHeartbeat = 500 * time.Millisecond
