@@ -335,3 +335,17 @@ func TestRunTriggerQuick(t *testing.T) {
 	}
 	t.Log(out.String())
 }
+
+// BenchmarkEndToEndWithScheduler is BenchmarkEndToEnd with a scheduler
+// leading meanwhile: its run indexer follows every record write.
+func BenchmarkEndToEndWithScheduler(b *testing.B) {
+	url := benchServer(b)
+	b.ResetTimer()
+	e, err := EndToEndWithScheduler(context.Background(), url, "benche2e", b.N, 100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate(b.N, e.Elapsed), "runs/s")
+	b.ReportMetric(rate(b.N, e.Indexed), "indexed/s")
+	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
+}
