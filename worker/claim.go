@@ -28,10 +28,6 @@ type claims struct {
 	pending map[uint64]chan *nats.Msg
 }
 
-// claimTimeout is how long a claim may go unanswered: the client's default
-// request timeout, as the write it replaces had.
-const claimTimeout = 5 * time.Second
-
 func (w *Worker) startClaims() (*nats.Subscription, error) {
 	w.claims.inbox = w.nc.NewInbox()
 	w.claims.pending = make(map[uint64]chan *nats.Msg)
@@ -81,7 +77,13 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 		w.takeClaim(tok)
 		return w.writeRecord(ctx, engine.Claim, from, r, rev) // nothing was sent
 	}
-	t := time.NewTimer(claimTimeout)
+	// As long as the JetStream handle's requests wait (its
+	// DefaultTimeout, 5 s unless the user set another).
+	wait := w.js.Options().DefaultTimeout
+	if wait <= 0 {
+		wait = 5 * time.Second
+	}
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case reply := <-ch:

@@ -133,9 +133,12 @@ func (w *Worker) recoverConsumer(e *fnEntry) (done bool, err error) {
 // tens of thousands of runs pending. So the worker looks sooner: when a
 // function's deliveries stop after a busy spell, it asks the consumer once
 // whether runs are pending with no pull waiting and acknowledgements to
-// spare; if so, it consumes anew (the old Consume drains, so that nothing
-// it holds waits out AckWait). A function that runs dry costs one consumer
-// info; an idle one nothing.
+// spare, and again stallConfirm later; if so, with nothing delivered
+// meanwhile, it consumes anew (the old Consume drains, so that nothing it
+// holds waits out AckWait). A function that runs dry costs one consumer
+// info (at most one a second); an idle one no traffic. Several workers
+// share a consumer: another worker's waiting pull hides this one's stall,
+// which nats.go's heartbeats then end.
 
 // stallCheck is how often watchPulls looks at a function's deliveries.
 const stallCheck = 100 * time.Millisecond
@@ -154,38 +157,46 @@ func (w *Worker) watchPulls(e *fnEntry) {
 			return
 		case now := <-t.C:
 			n, busy := e.arrivals.snapshot()
-			if stalled(n, last, burst, busy, &active) && now.Sub(lastCheck) >= time.Second {
-				lastCheck = now
-				w.unstall(e)
+			// A look held back by the once-a-second bound stays due.
+			if stalled(n, last, burst, busy, active, &active) && now.Sub(lastCheck) >= time.Second {
+				active, lastCheck = false, now
+				w.unstall(e, n)
 			}
 			last = n
 		}
 	}
 }
 
-// stalled decides, at one look, whether deliveries just stopped after a
+// stalled decides, at one look, whether deliveries have stopped after a
 // busy spell: n dispatches so far, last at the look before, burst the
 // dispatches between two looks that make a spell busy, busy that a
-// dispatch waits for a runner. active carries "busy since the last
-// stop" from look to look. A trickle of runs is no busy spell: nats.go's
+// dispatch waits for a runner, active that a busy spell has not been
+// looked at since it ended (set here when a spell is busy; the caller
+// clears it once it looks). A trickle of runs is no busy spell: nats.go's
 // counts only drift while it pulls again and again.
-func stalled(n, last, burst uint64, busy bool, active *bool) bool {
+func stalled(n, last, burst uint64, busy, active bool, setActive *bool) bool {
 	switch {
 	case n-last >= burst:
-		*active = true
+		*setActive = true
 		return false
-	case n != last || busy || !*active:
+	case n != last || busy || !active:
 		// Still moving, or every runner busy (the Consume is not what
 		// holds the runs back), or no busy spell to end.
 		return false
 	}
-	*active = false
 	return true
 }
 
+// stallConfirm is how long a suspected stall must last, the consumer
+// still showing runs pending, no pull request waiting and nothing more
+// delivered, before the worker consumes anew: a pull request the server
+// has received but not yet queued is not counted as waiting.
+const stallConfirm = 250 * time.Millisecond
+
 // unstall consumes e anew if its consumer has runs pending and no pull
-// request waiting for them.
-func (w *Worker) unstall(e *fnEntry) {
+// request waiting for them, and still so stallConfirm later with nothing
+// delivered meanwhile (n: e's dispatches at the look).
+func (w *Worker) unstall(e *fnEntry, n uint64) {
 	w.mu.Lock()
 	cons, cc := e.cons, e.cc
 	skip := w.stopping || e.paused || cons == nil || cc == nil
@@ -193,11 +204,25 @@ func (w *Worker) unstall(e *fnEntry) {
 	if skip {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	info, err := cons.Info(ctx)
-	cancel()
-	if err != nil || info.NumPending == 0 || info.NumWaiting > 0 ||
-		info.Config.MaxAckPending > 0 && info.NumAckPending >= info.Config.MaxAckPending {
+	look := func() (*jetstream.ConsumerInfo, bool) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		info, err := cons.Info(ctx)
+		stuck := err == nil && info.NumPending > 0 && info.NumWaiting == 0 &&
+			(info.Config.MaxAckPending <= 0 || info.NumAckPending < info.Config.MaxAckPending)
+		return info, stuck
+	}
+	first, stuck := look()
+	if !stuck {
+		return
+	}
+	select {
+	case <-w.stopCh:
+		return
+	case <-time.After(stallConfirm):
+	}
+	info, stuck := look()
+	if now, _ := e.arrivals.snapshot(); !stuck || now != n || info.Delivered.Consumer != first.Delivered.Consumer {
 		return
 	}
 	w.mu.Lock()

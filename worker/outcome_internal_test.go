@@ -92,30 +92,37 @@ func TestHoldBack(t *testing.T) {
 
 // TestStalled: a consumer is looked at once when a busy spell of
 // deliveries stops, never during a trickle, while runs still move, or
-// while every runner is busy.
+// while every runner is busy; a look held back (the once-a-second bound)
+// stays due.
 func TestStalled(t *testing.T) {
 	type look struct {
 		n    uint64
 		busy bool
 		want bool
+		held bool // the caller does not look now (throttled)
 	}
 	cases := []struct {
 		name  string
 		looks []look
 	}{
-		{"a busy spell that stops is looked at once", []look{{100, false, false}, {200, false, false}, {200, false, true}, {200, false, false}}},
-		{"a trickle is never looked at", []look{{3, false, false}, {6, false, false}, {6, false, false}, {9, false, false}, {9, false, false}}},
-		{"slowing down to a trickle, then stopping", []look{{100, false, false}, {103, false, false}, {103, false, true}}},
-		{"every runner busy is no stall", []look{{100, false, false}, {100, true, false}, {100, true, false}, {100, false, true}}},
-		{"a second spell is looked at again", []look{{100, false, false}, {100, false, true}, {200, false, false}, {200, false, true}}},
+		{"a busy spell that stops is looked at once", []look{{100, false, false, false}, {200, false, false, false}, {200, false, true, false}, {200, false, false, false}}},
+		{"a trickle is never looked at", []look{{3, false, false, false}, {6, false, false, false}, {6, false, false, false}, {9, false, false, false}, {9, false, false, false}}},
+		{"slowing down to a trickle, then stopping", []look{{100, false, false, false}, {103, false, false, false}, {103, false, true, false}}},
+		{"every runner busy is no stall", []look{{100, false, false, false}, {100, true, false, false}, {100, true, false, false}, {100, false, true, false}}},
+		{"a second spell is looked at again", []look{{100, false, false, false}, {100, false, true, false}, {200, false, false, false}, {200, false, true, false}}},
+		{"a look held back stays due", []look{{100, false, false, false}, {100, false, true, true}, {100, false, true, true}, {100, false, true, false}, {100, false, false, false}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var last uint64
 			active := false
 			for i, l := range tc.looks {
-				if got := stalled(l.n, last, 16, l.busy, &active); got != l.want {
+				got := stalled(l.n, last, 16, l.busy, active, &active)
+				if got != l.want {
 					t.Fatalf("look %d (%d dispatches, busy %v): stalled %v, want %v", i, l.n, l.busy, got, l.want)
+				}
+				if got && !l.held {
+					active = false
 				}
 				last = l.n
 			}

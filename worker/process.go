@@ -55,9 +55,10 @@ type arrivals struct {
 	next     int
 	busyFrom time.Time // the dispatch goroutine busy since
 	lastEnd  time.Time // when the last dispatch returned
-	// For watchPulls: dispatches started, and whether one is under way.
+	// For watchPulls: dispatches started, and how many are under way (two
+	// Consumes dispatch at once for a moment after one replaces another).
 	count      uint64
-	inDispatch bool
+	inDispatch int
 }
 
 // snapshot returns the number of dispatches started and whether one is
@@ -65,7 +66,7 @@ type arrivals struct {
 func (a *arrivals) snapshot() (count uint64, inDispatch bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.count, a.inDispatch
+	return a.count, a.inDispatch > 0
 }
 
 // start notes a dispatch starting now and returns the bound for its message.
@@ -85,14 +86,14 @@ func (a *arrivals) start(now time.Time, prefetch int) time.Time {
 	a.starts[a.next] = now
 	a.next = (a.next + 1) % len(a.starts)
 	a.count++
-	a.inDispatch = true
+	a.inDispatch++
 	return since
 }
 
 func (a *arrivals) end(now time.Time) {
 	a.mu.Lock()
 	a.lastEnd = now
-	a.inDispatch = false
+	a.inDispatch--
 	a.mu.Unlock()
 }
 
