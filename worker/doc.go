@@ -12,7 +12,10 @@
 // runs at once and Options.MaxParallel those in flight across all workers.
 // A consumer deleted while the worker runs (nats consumer rm, the function
 // stream deleted and provisioned again) is created again, and the messages
-// stored before then are handled as after a reconnect.
+// stored before then are handled as after a reconnect. A pull that stops
+// while runs wait (nats.go's Consume can stall so, until two heartbeats go
+// missing) is renewed when the deliveries stop after a busy spell and the
+// consumer shows runs pending with no pull waiting.
 // Handle registers a handler and panics on a registration error (for program
 // start-up, like http.Handle); Register returns the error instead.
 //
