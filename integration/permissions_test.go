@@ -488,6 +488,21 @@ func TestRolePermissions(t *testing.T) {
 	}
 }
 
+// startSchedulerAs starts a scheduler as the scheduler user, stopped when
+// the test ends.
+func startSchedulerAs(ctx context.Context, t *testing.T, url string, opts ...nats.Option) {
+	t.Helper()
+	_, sjs := connectAs(t, url, "scheduler", opts...)
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopWithin(s.Stop) })
+}
+
 func stopWithin(stop func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -551,15 +566,7 @@ func TestRolesWithoutLeaderReads(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stopWithin(w.Stop) })
-	_, sjs := connectAs(t, url, "scheduler")
-	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopWithin(s.Stop) })
+	startSchedulerAs(ctx, t, url)
 	const n = 20
 	for i := range n {
 		if _, err := p.RunAfter(ctx, 300*time.Millisecond, permFn.With(permArgs{N: i})); err != nil {
@@ -613,15 +620,7 @@ func TestRolesWithNarrowedInboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, sjs := connectAs(t, url, "scheduler", opts...)
-	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { stopWithin(s.Stop) })
+	startSchedulerAs(ctx, t, url, opts...)
 	const n = 20 // of each function, half of them delayed
 	var ids []string
 	for i := range n {

@@ -3,8 +3,6 @@ package worker
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -20,37 +18,14 @@ import (
 // stored nothing: the claim is then written again the usual way, which
 // tells why.
 
-// claims tracks the claims in flight, by reply token.
-type claims struct {
-	mu      sync.Mutex
-	inbox   string // <inbox>.<token> is a claim's reply subject
-	next    uint64
-	pending map[uint64]chan *nats.Msg
-}
+// claims tracks the claims in flight, by reply token: each runner waits on
+// a channel of its own for its claim's reply.
+type claims = replies[chan *nats.Msg]
 
 func (w *Worker) startClaims() (*nats.Subscription, error) {
-	w.claims.inbox = w.nc.NewInbox()
-	w.claims.pending = make(map[uint64]chan *nats.Msg)
-	return w.nc.Subscribe(w.claims.inbox+".*", w.claimReply)
-}
-
-// claimReply hands the server's reply to a claim to its runner.
-func (w *Worker) claimReply(msg *nats.Msg) {
-	tok, err := strconv.ParseUint(msg.Subject[len(w.claims.inbox)+1:], 10, 64)
-	if err != nil {
-		return
-	}
-	if ch := w.takeClaim(tok); ch != nil {
-		ch <- msg // buffered: never blocks
-	}
-}
-
-func (w *Worker) takeClaim(tok uint64) chan *nats.Msg {
-	w.claims.mu.Lock()
-	defer w.claims.mu.Unlock()
-	ch := w.claims.pending[tok]
-	delete(w.claims.pending, tok)
-	return ch
+	return w.claims.start(w.nc, func(ch chan *nats.Msg, reply *nats.Msg) {
+		ch <- reply // buffered: never blocks
+	})
 }
 
 // claim writes r, the claim of a run whose record was in state from at
@@ -67,14 +42,10 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 		return 0, err
 	}
 	ch := make(chan *nats.Msg, 1)
-	w.claims.mu.Lock()
-	w.claims.next++
-	tok := w.claims.next
-	w.claims.pending[tok] = ch
-	w.claims.mu.Unlock()
-	msg.Reply = w.claims.inbox + "." + strconv.FormatUint(tok, 10)
+	var tok uint64
+	msg.Reply, tok = w.claims.add(ch)
 	if err := w.nc.PublishMsg(msg); err != nil {
-		w.takeClaim(tok)
+		w.claims.take(tok)
 		return w.writeRecord(ctx, engine.Claim, from, r, rev) // nothing was sent
 	}
 	// As long as the JetStream handle's requests wait (its
@@ -94,10 +65,10 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 		// Refused or unanswered (no responders): nothing was stored.
 		return w.writeRecord(ctx, engine.Claim, from, r, rev)
 	case <-t.C:
-		w.takeClaim(tok)
+		w.claims.take(tok)
 		return 0, fmt.Errorf("kv: write run %s: %w", r.ID, nats.ErrTimeout)
 	case <-ctx.Done():
-		w.takeClaim(tok)
+		w.claims.take(tok)
 		return 0, fmt.Errorf("kv: write run %s: %w", r.ID, ctx.Err())
 	}
 }

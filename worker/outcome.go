@@ -3,8 +3,6 @@ package worker
 import (
 	"bytes"
 	"context"
-	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -32,10 +30,7 @@ type outcomeWrite struct {
 
 // outcomes tracks the success writes in flight, by reply token.
 type outcomes struct {
-	mu      sync.Mutex
-	inbox   string // <inbox>.<token> is a write's reply subject
-	next    uint64
-	pending map[uint64]*outcomeWrite
+	replies[*outcomeWrite]
 	// reconnects is the connection's reconnect count at the last sweep
 	// (read and written by the sweep only).
 	reconnects uint64
@@ -49,10 +44,8 @@ type outcomes struct {
 const outcomeTimeout = 15 * time.Second
 
 func (w *Worker) startOutcomes() (*nats.Subscription, error) {
-	w.out.inbox = w.nc.NewInbox()
-	w.out.pending = make(map[uint64]*outcomeWrite)
 	w.out.reconnects = w.nc.Stats().Reconnects
-	return w.nc.Subscribe(w.out.inbox+".*", w.outcomeReply)
+	return w.out.start(w.nc, w.outcomeReply)
 }
 
 // succeedAsync publishes the success record r over revision rev of j's run.
@@ -66,37 +59,18 @@ func (w *Worker) succeedAsync(j *jobCore, m jetstream.Msg, from jetflow.State, r
 		go w.outcomeFallback(ow)
 		return
 	}
-	w.out.mu.Lock()
-	w.out.next++
-	tok := w.out.next
-	w.out.pending[tok] = ow
-	w.out.mu.Unlock()
-	msg.Reply = w.out.inbox + "." + strconv.FormatUint(tok, 10)
+	var tok uint64
+	msg.Reply, tok = w.out.add(ow)
 	if err := w.nc.PublishMsg(msg); err != nil {
-		if w.takeOutcome(tok) != nil {
+		if _, ok := w.out.take(tok); ok {
 			go w.outcomeFallback(ow)
 		}
 	}
 }
 
-func (w *Worker) takeOutcome(tok uint64) *outcomeWrite {
-	w.out.mu.Lock()
-	defer w.out.mu.Unlock()
-	ow := w.out.pending[tok]
-	delete(w.out.pending, tok)
-	return ow
-}
-
-// outcomeReply handles the server's reply to a success write.
-func (w *Worker) outcomeReply(msg *nats.Msg) {
-	tok, err := strconv.ParseUint(msg.Subject[len(w.out.inbox)+1:], 10, 64)
-	if err != nil {
-		return
-	}
-	ow := w.takeOutcome(tok)
-	if ow == nil {
-		return // timed out and handed to the fallback
-	}
+// outcomeReply handles the server's reply to a success write (one timed
+// out and handed to the fallback gets none).
+func (w *Worker) outcomeReply(ow *outcomeWrite, msg *nats.Msg) {
 	seq, ok := storedSeq(msg)
 	if !ok {
 		go w.outcomeFallback(ow)
@@ -170,15 +144,7 @@ func (w *Worker) sweepOutcomes() {
 		// now may be lost.
 		w.out.reconnects, cut = rc, w.now()
 	}
-	var late []*outcomeWrite
-	w.out.mu.Lock()
-	for tok, ow := range w.out.pending {
-		if ow.sent.Before(cut) {
-			delete(w.out.pending, tok)
-			late = append(late, ow)
-		}
-	}
-	w.out.mu.Unlock()
+	late := w.out.takeIf(func(ow *outcomeWrite) bool { return ow.sent.Before(cut) })
 	for _, ow := range late {
 		go w.outcomeFallback(ow)
 	}
