@@ -75,7 +75,11 @@ func TestConsumeThatStopsPullingIsReplaced(t *testing.T) {
 		defer scancel()
 		_ = w.Stop(sctx)
 	})
-	<-stopped
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		t.Fatalf("the Consume was never stopped: %d runs handled, want %d first", handled.Load(), stopAt)
+	}
 	testserver.Eventually(t, 45*time.Second, "every run handled after the Consume stopped", func() bool { return handled.Load() >= n })
 	mu.Lock()
 	defer mu.Unlock()
