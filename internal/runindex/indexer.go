@@ -1,11 +1,13 @@
 package runindex
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,14 +21,28 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Header names of an index entry (its body is empty).
+// An index message holds the entries of one subject (state and function)
+// that the indexer read together: its body is one line per entry, oldest
+// first, "<revision> <run id>\n", and its HeaderRev the newest entry's
+// revision. A message written before batches (no body) holds one entry in
+// its headers: HeaderRun and HeaderRev.
 const (
-	// HeaderRun is the run id.
+	// HeaderRun is the run id of a one-entry message.
 	HeaderRun = "Jetflow-Run"
 	// HeaderRev is the runs stream sequence (the record's revision) of the
-	// write the entry stands for.
+	// write the entry stands for; of a batch, the newest entry's.
 	HeaderRev = "Jetflow-Rev"
 )
+
+// maxBatch bounds the entries of one index message (about 30 bytes each).
+const maxBatch = 512
+
+// batch is the entries of one index subject not published yet.
+type batch struct {
+	body []byte
+	n    int
+	top  uint64 // newest revision
+}
 
 // Indexer follows the runs stream and keeps the run index: an entry per
 // record write on <prefix>.idx.<state>.<function>, and the counts per
@@ -222,13 +238,63 @@ type state struct {
 	// served is the checkpoint readers get while the counts are rebuilt:
 	// the last exact one, marked.
 	served *Checkpoint
+	// batches holds the entries read and not published yet, by subject.
+	batches map[string]*batch
+	queued  int // entries in batches
+}
+
+// add queues the entry of the write at rev for subject.
+func (st *state) add(subject, id string, rev uint64) {
+	if st.batches == nil {
+		st.batches = map[string]*batch{}
+	}
+	b := st.batches[subject]
+	if b == nil {
+		b = &batch{body: make([]byte, 0, 1024)}
+		st.batches[subject] = b
+	}
+	b.body = strconv.AppendUint(b.body, rev, 10)
+	b.body = append(b.body, ' ')
+	b.body = append(b.body, id...)
+	b.body = append(b.body, '\n')
+	b.n++
+	b.top = rev
+	st.queued++
+}
+
+// flush publishes the queued entries, a message per subject, the subject
+// with the oldest newest entry first: the index's last message then names
+// the newest write indexed, and every write before it is indexed (readers
+// take the writes after it from the runs stream).
+func (ix *Indexer) flush(js jetstream.JetStream, st *state) error {
+	if st.queued == 0 {
+		return nil
+	}
+	subjects := make([]string, 0, len(st.batches))
+	for subj, b := range st.batches {
+		if b.n > 0 {
+			subjects = append(subjects, subj)
+		}
+	}
+	slices.SortFunc(subjects, func(a, b string) int { return cmp.Compare(st.batches[a].top, st.batches[b].top) })
+	for _, subj := range subjects {
+		b := st.batches[subj]
+		m := &nats.Msg{Subject: subj, Header: nats.Header{HeaderRev: []string{strconv.FormatUint(b.top, 10)}}, Data: b.body}
+		if _, err := js.PublishMsgAsync(m); err != nil {
+			return fmt.Errorf("runindex: index entries: %w", err)
+		}
+		// The message keeps the body: the next batch gets a new one.
+		st.batches[subj] = &batch{body: make([]byte, 0, max(1024, len(b.body)))}
+	}
+	st.queued = 0
+	return nil
 }
 
 func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // also ends a delivery blocked on msgs when the term returns
 	js, err := jetstream.New(ix.js.Conn(), jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-		e := fmt.Errorf("runindex: index entry %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
+		e := fmt.Errorf("runindex: index entries up to revision %s: %w", m.Header.Get(HeaderRev), err)
 		ix.pubErr.CompareAndSwap(nil, &e)
 	}), jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -332,10 +398,19 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			if err != nil {
 				continue
 			}
-			if err := ix.apply(ctx, js, &st, m, md); err != nil {
+			if err := ix.apply(&st, m, md); err != nil {
 				return err
 			}
 			dirty = true
+			// Entries go out when the indexer has read all it was given
+			// (one message per subject for everything read meanwhile: at
+			// a trickle, one entry each; under load, hundreds), or when a
+			// subject's batch is full.
+			if len(msgs) == 0 || md.NumPending == 0 || st.queued >= maxBatch {
+				if err := ix.flush(js, &st); err != nil {
+					return err
+				}
+			}
 			if md.NumPending == 0 {
 				caughtUp = true
 				if st.cp.Rebuilding {
@@ -362,8 +437,8 @@ func (ix *Indexer) setCaughtUp(v bool) {
 	ix.mu.Unlock()
 }
 
-// apply counts one message of the runs stream and publishes its index entry.
-func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
+// apply counts one message of the runs stream and queues its index entry.
+func (ix *Indexer) apply(st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
 	seq := md.Sequence.Stream
 	id := m.Subject()[len(ix.pfx):]
 	h := m.Headers()
@@ -439,13 +514,12 @@ func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state,
 	}
 	st.cp.Seq, ix.stats.Seq = seq, seq
 	if seq > st.cp.IndexSeq {
-		e := nats.NewMsg(ix.cfg.IndexSubject(string(to), fn))
-		e.Header.Set(HeaderRun, id)
-		e.Header.Set(HeaderRev, strconv.FormatUint(seq, 10))
-		e.Header.Set(jetstream.MsgIDHeader, "idx-"+strconv.FormatUint(seq, 10))
-		if _, err := js.PublishMsgAsync(e); err != nil {
-			return fmt.Errorf("runindex: index entry: %w", err)
-		}
+		// Queued; the checkpoint publishes what is queued before it
+		// stores IndexSeq. A term that ends without one leaves the
+		// entries after the last checkpoint to the next term, which
+		// publishes them again: readers skip an entry that repeats one
+		// (see Reader).
+		st.add(ix.cfg.IndexSubject(string(to), fn), id, seq)
 		st.cp.IndexSeq = seq
 	}
 	return nil
@@ -453,6 +527,9 @@ func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state,
 
 // checkpoint stores the counts once every index entry up to them is stored.
 func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *state) error {
+	if err := ix.flush(js, st); err != nil {
+		return err
+	}
 	select {
 	case <-js.PublishAsyncComplete():
 	case <-time.After(ix.ackWait):

@@ -1,6 +1,7 @@
 package runindex
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -303,7 +304,44 @@ func newer(a, b pos) bool {
 	if a.class != b.class {
 		return a.class > b.class
 	}
-	return a.seq > b.seq
+	if a.seq != b.seq {
+		return a.seq > b.seq
+	}
+	return a.rev > b.rev // two entries of one index message
+}
+
+// entry is one index entry: a run and the revision of its write.
+type entry struct {
+	rev uint64
+	id  string
+}
+
+// entries reads the entries of an index message, oldest first: a batch's
+// body, or the headers of a message written before batches. A line it
+// cannot read is skipped (an entry only points at a record, which is
+// read and checked before it is shown).
+func entries(m jetstream.Msg) []entry {
+	data := m.Data()
+	if len(data) == 0 {
+		h := m.Headers()
+		rev, err := strconv.ParseUint(h.Get(HeaderRev), 10, 64)
+		if id := h.Get(HeaderRun); err == nil && id != "" {
+			return []entry{{rev, id}}
+		}
+		return nil
+	}
+	es := make([]entry, 0, bytes.Count(data, []byte{'\n'}))
+	for len(data) > 0 {
+		line, rest, _ := bytes.Cut(data, []byte{'\n'})
+		data = rest
+		r, id, ok := bytes.Cut(line, []byte{' '})
+		rev, err := strconv.ParseUint(string(r), 10, 64)
+		if !ok || err != nil || len(id) == 0 {
+			continue
+		}
+		es = append(es, entry{rev, string(id)})
+	}
+	return es
 }
 
 type row struct {
@@ -519,38 +557,52 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			return Page{}, err
 		}
 	}
-	// Index entries.
+	// Index entries. The indexer writes them in revision order; a new
+	// term writes again the entries after its checkpoint, so an entry
+	// that is not older than every entry after it repeats one: walking
+	// toward the past, only entries older than all visited count (and
+	// older than the writes shown from the tail).
 	if !full() && p.idx != nil && p.lastIndexed > 0 {
 		top := idxLast + 1
-		var revBelow uint64 // skip entries of writes shown from the tail
+		below := p.lastIndexed + 1 // revisions at or above: from the tail
 		if after != nil && after.class == classIndex {
-			top = after.seq
+			top = after.seq + 1 // the cursor's message may hold older entries
+			below = min(below, after.rev)
 		}
 		if after != nil && after.class == classTail {
-			revBelow = after.seq
+			below = min(below, after.seq)
 		}
 		pre := func(ms []jetstream.Msg) {
-			ids := make([]string, len(ms))
-			for i, m := range ms {
-				if rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64); revBelow == 0 || rev < revBelow {
-					ids[i] = m.Headers().Get(HeaderRun)
+			var ids []string
+			for _, m := range ms {
+				for _, e := range entries(m) {
+					if e.rev < below {
+						ids = append(ids, e.id)
+					}
 				}
 			}
 			p.prefetch(ctx, ids, want-len(rows))
 		}
 		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
-			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
-			if revBelow != 0 && rev >= revBelow {
-				return true, nil
+			es := entries(m)
+			for i := len(es) - 1; i >= 0; i-- {
+				e := es[i]
+				if e.rev >= below {
+					continue
+				}
+				below = e.rev
+				run, err := p.record(ctx, e.id, e.rev)
+				if err != nil {
+					return false, err
+				}
+				if run != nil {
+					rows = append(rows, row{pos{class: classIndex, seq: seq, rev: e.rev}, run})
+					if full() {
+						return false, nil
+					}
+				}
 			}
-			run, err := p.record(ctx, m.Headers().Get(HeaderRun), rev)
-			if err != nil {
-				return false, err
-			}
-			if run != nil {
-				rows = append(rows, row{pos{class: classIndex, seq: seq, rev: rev}, run})
-			}
-			return !full(), nil
+			return true, nil
 		})
 		if err != nil {
 			return Page{}, err
@@ -577,19 +629,30 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 	var rows []row // oldest first
 	full := func() bool { return len(rows) >= want }
 	if before.class == classIndex && p.idx != nil {
-		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq+1, func(seq uint64, m jetstream.Msg) (bool, error) {
-			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
-			if rev > p.lastIndexed {
-				return false, nil // newer than the index's end as read: the tail has it
+		// Toward the present, only entries newer than all visited count
+		// (see forward), from the cursor's message on.
+		above := before.rev
+		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq, func(seq uint64, m jetstream.Msg) (bool, error) {
+			for _, e := range entries(m) {
+				if e.rev <= above {
+					continue
+				}
+				if e.rev > p.lastIndexed {
+					return false, nil // newer than the index's end as read: the tail has it
+				}
+				above = e.rev
+				run, err := p.record(ctx, e.id, e.rev)
+				if err != nil {
+					return false, err
+				}
+				if run != nil {
+					rows = append(rows, row{pos{class: classIndex, seq: seq, rev: e.rev}, run})
+					if full() {
+						return false, nil
+					}
+				}
 			}
-			run, err := p.record(ctx, m.Headers().Get(HeaderRun), rev)
-			if err != nil {
-				return false, err
-			}
-			if run != nil {
-				rows = append(rows, row{pos{class: classIndex, seq: seq, rev: rev}, run})
-			}
-			return !full(), nil
+			return true, nil
 		})
 		if err != nil {
 			return Page{}, err
@@ -786,14 +849,15 @@ func (r *Reader) drop(st jetstream.Stream, c jetstream.Consumer) {
 }
 
 // consumer is a short-lived consumer of stream on filter from sequence
-// from, headers only (the server removes it when idle).
+// from (the server removes it when idle): headers only on the runs
+// stream, whole messages on the index (a batch's entries are its body).
 func (r *Reader) consumer(ctx context.Context, st jetstream.Stream, filter string, from uint64) (jetstream.Consumer, error) {
 	return st.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubject:     filter,
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       from,
 		AckPolicy:         jetstream.AckNonePolicy,
-		HeadersOnly:       true,
+		HeadersOnly:       st.CachedInfo().Config.Name != r.cfg.IndexStream(),
 		MemoryStorage:     true,
 		InactiveThreshold: 5 * time.Second,
 		Replicas:          1,

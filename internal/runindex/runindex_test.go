@@ -1,8 +1,11 @@
 package runindex_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +15,8 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 type env struct {
@@ -344,4 +349,119 @@ func TestPageCostFollowsThePageNotTheBucket(t *testing.T) {
 		t.Fatalf("a page of 10 among 3,010 failed runs under 20,000 others read %d messages", n)
 	}
 	t.Logf("a page of 10 among 3,010 failed runs under 20,000 others read %d messages", n)
+}
+
+// A term that ends without a checkpoint leaves the next to publish the
+// entries after the last one again; an index written before batches holds
+// one entry per message. Pages show each run once, in order, either way.
+func TestPagesSkipEntriesWrittenAgain(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	idx, err := e.ts.JS.Stream(ctx, e.cfg.WithDefaults().IndexStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An index written before batches: one entry per message, in headers.
+	failed := e.write("x", jetflow.Failed, 5)
+	for _, id := range failed {
+		r, err := e.st.Get(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := nats.NewMsg(e.cfg.WithDefaults().IndexSubject(string(jetflow.Failed), "x"))
+		m.Header.Set(runindex.HeaderRun, id)
+		m.Header.Set(runindex.HeaderRev, strconv.FormatUint(r.Revision, 10))
+		if _, err := e.ts.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No checkpoint: the indexer counts from the start and publishes the
+	// five entries again, in a batch.
+	_, stop := e.startIndexer("one")
+	failed = append(failed, e.write("x", jetflow.Failed, 40)...)
+	e.caughtUp()
+	cp, err := idx.GetLastMsgForSubject(ctx, e.cfg.WithDefaults().IndexCheckpointSubject())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 6 {
+		failed = append(failed, e.write("x", jetflow.Failed, 7)...)
+		e.write("y", jetflow.Failed, 3) // another subject, same state
+		e.caughtUp()
+	}
+	stop()
+	// As if the term had ended after the first checkpoint: the next one
+	// resumes from it and publishes the 60 entries after it again.
+	old := nats.NewMsg(cp.Subject)
+	old.Data = cp.Data
+	old.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if _, err := e.ts.JS.PublishMsg(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	e.startIndexer("two")
+	e.caughtUp()
+	failed = append(failed, e.write("x", jetflow.Failed, 4)...) // the tail
+
+	// The index does hold repeats, old entries and batches.
+	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.WithDefaults().IndexFilter("", "x")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, msgs, oldStyle, batches := 0, 0, 0, 0
+	for msgs < 1000 {
+		m, err := c.Next(jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			break
+		}
+		msgs++
+		switch n := bytes.Count(m.Data(), []byte{'\n'}); {
+		case n == 0:
+			oldStyle++
+			entries++
+		case n > 1:
+			batches++
+			entries += n
+		default:
+			entries++
+		}
+	}
+	t.Logf("index of x: %d entries in %d messages (%d of one entry in headers, %d of several) for %d runs indexed", entries, msgs, oldStyle, batches, len(failed)-4)
+	if oldStyle != 5 || batches == 0 || entries < len(failed)-4+5+40 {
+		t.Fatalf("index of x: %d entries in %d messages (%d of one entry in headers, %d of several): not the index this test needs", entries, msgs, oldStyle, batches)
+	}
+
+	rd := runindex.NewReader(e.st)
+	want := slices.Clone(failed)
+	slices.Reverse(want)
+	for _, limit := range []int{1, 3, 7, 50} {
+		q := runindex.Query{State: jetflow.Failed, Function: "x", Limit: limit}
+		var got []string
+		var pages []runindex.Page
+		for len(pages) <= len(want) {
+			p, err := rd.List(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages = append(pages, p)
+			got = append(got, ids(p.Runs)...)
+			if p.Next == "" {
+				break
+			}
+			q.After = p.Next
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("limit %d: pages show %v, want %v", limit, got, want)
+		}
+		q.After = ""
+		for i := len(pages) - 1; i > 0; i-- {
+			q.Before = pages[i].Prev
+			p, err := rd.List(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(pages[i-1].Runs)) {
+				t.Fatalf("limit %d: page %d backward %v, forward %v", limit, i-1, ids(p.Runs), ids(pages[i-1].Runs))
+			}
+		}
+	}
 }
