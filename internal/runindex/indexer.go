@@ -34,8 +34,13 @@ const (
 	HeaderRev = "Jetflow-Rev"
 )
 
-// maxBatch bounds the entries of one index message (about 30 bytes each).
-const maxBatch = 512
+// maxBatch bounds the entries of one index message (about 30 bytes each,
+// at most 222 with a run id of 200 characters), and maxBatchBytes the
+// bytes of all queued (and of the connection's max payload, half).
+const (
+	maxBatch      = 512
+	maxBatchBytes = 16 << 10
+)
 
 // batch is the entries of one index subject not published yet.
 type batch struct {
@@ -241,6 +246,7 @@ type state struct {
 	// batches holds the entries read and not published yet, by subject.
 	batches map[string]*batch
 	queued  int // entries in batches
+	bytes   int // bytes of their bodies
 }
 
 // add queues the entry of the write at rev for subject.
@@ -260,6 +266,7 @@ func (st *state) add(subject, id string, rev uint64) {
 	b.n++
 	b.top = rev
 	st.queued++
+	st.bytes += len(id) + 22
 }
 
 // flush publishes the queued entries, a message per subject, the subject
@@ -286,7 +293,7 @@ func (ix *Indexer) flush(js jetstream.JetStream, st *state) error {
 		// The message keeps the body: the next batch gets a new one.
 		st.batches[subj] = &batch{body: make([]byte, 0, max(1024, len(b.body)))}
 	}
-	st.queued = 0
+	st.queued, st.bytes = 0, 0
 	return nil
 }
 
@@ -381,6 +388,10 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			_ = ix.checkpoint(fctx, js, &st)
 		}
 	}()
+	maxBytes := maxBatchBytes
+	if mp := int(js.Conn().MaxPayload()); mp > 0 {
+		maxBytes = min(maxBytes, mp/2)
+	}
 	tick := time.NewTicker(ix.Every)
 	defer tick.Stop()
 	dirty, lastWrite := true, time.Time{}
@@ -406,7 +417,7 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			// (one message per subject for everything read meanwhile: at
 			// a trickle, one entry each; under load, hundreds), or when a
 			// subject's batch is full.
-			if len(msgs) == 0 || md.NumPending == 0 || st.queued >= maxBatch {
+			if len(msgs) == 0 || md.NumPending == 0 || st.queued >= maxBatch || st.bytes >= maxBytes {
 				if err := ix.flush(js, &st); err != nil {
 					return err
 				}

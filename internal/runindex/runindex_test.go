@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -26,6 +28,7 @@ type env struct {
 	st   *kv.Store
 	cfg  streams.Config
 	n    int
+	pad  string // appended to the ids write names
 }
 
 func setup(t *testing.T) *env { return setupWith(t, streams.Config{}) }
@@ -62,7 +65,7 @@ func (e *env) write(fn string, s jetflow.State, n int) []string {
 			wait()
 		}
 		e.n++
-		id := fmt.Sprintf("r%06d", e.n)
+		id := fmt.Sprintf("r%06d", e.n) + e.pad
 		now := time.Now().UTC()
 		r := &jetflow.Run{ID: id, Name: fn, State: s, ScheduledTime: now, CreationTime: now}
 		if s.Terminal() {
@@ -464,4 +467,57 @@ func TestPagesSkipEntriesWrittenAgain(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A server whose max payload is small still takes every batch: a batch is
+// bounded by bytes (run ids are up to 200 characters) as well as entries.
+func TestBatchesFitTheServersMaxPayload(t *testing.T) {
+	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), MaxPayload: 8 << 10, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(s.Shutdown)
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := streams.Provision(ctx, js, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Open(ctx, js, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, ts: &testserver.Env{T: t, NC: nc, JS: js}, runs: engine.New(st), st: st, pad: strings.Repeat("x", 193)}
+	failed := e.write("x", jetflow.Failed, 300) // 300 entries of 222 bytes: 66 KB
+	e.startIndexer("one")
+	e.caughtUp()
+	rd := runindex.NewReader(e.st)
+	p, err := rd.List(ctx, runindex.Query{State: jetflow.Failed, Limit: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(failed)
+	if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(failed) {
+		t.Fatalf("page of %d runs, want the %d written", len(p.Runs), len(failed))
+	}
+	idx, err := js.Stream(ctx, streams.Config{}.WithDefaults().IndexStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := idx.Info(ctx, jetstream.WithSubjectFilter(streams.Config{}.WithDefaults().IndexFilter("", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("300 entries of 222 bytes in %d index messages", info.State.Msgs-1)
 }
