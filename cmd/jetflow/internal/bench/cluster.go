@@ -51,7 +51,8 @@ type ClusterOptions struct {
 // jetflow end to end (the worker's default on a replicated stream: every
 // run claimed before it starts), raw again (the ratios are against the mean
 // of both raw runs), jetflow with runs claimed late (ClaimAfter set, an
-// opt-in on a cluster), and delayed-run lateness. Started in this process,
+// opt-in on a cluster), jetflow with a scheduler leading (its run indexer
+// following every record write), and delayed-run lateness. Started in this process,
 // the three servers share this machine's cores with the clients: the
 // ratio, not the rate, is the figure to compare with a real cluster.
 func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
@@ -106,6 +107,14 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 	}
 	line("e2e late claims (ClaimAfter set, opt-in) runs/s %s   raw R3 publish+consume %s/s   ratio %.2f   cpu %s/run",
 		fmtRate(rate(o.N, lc.Elapsed)), fmtRate(rawRate), ratio(rate(o.N, lc.Elapsed), rawRate), fmtDur(per(lc.CPU, o.N)))
+	// With a scheduler leading, as a deployment runs one: its run indexer
+	// reads every record write and stores index entries (in batches).
+	sc, err := EndToEndWithScheduler(ctx, url, "benchclsched", o.N, o.ArgsSize)
+	if err != nil {
+		return fmt.Errorf("cluster end to end with a scheduler: %w", err)
+	}
+	line("e2e with a scheduler (claimed first, the default) runs/s %s   raw R3 publish+consume %s/s   ratio %.2f   cpu %s/run, the scheduler's included (the index caught up %s after the first enqueue, the runs were done at %s)",
+		fmtRate(rate(o.N, sc.Elapsed)), fmtRate(rawRate), ratio(rate(o.N, sc.Elapsed), rawRate), fmtDur(per(sc.CPU, o.N)), fmtDur(sc.Indexed), fmtDur(sc.Elapsed))
 	floor, err := measureFloor(ctx, url, o.N, o.ArgsSize)
 	if err != nil {
 		return fmt.Errorf("cluster floor: %w", err)
