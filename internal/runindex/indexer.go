@@ -247,6 +247,10 @@ type state struct {
 	batches map[string]*batch
 	queued  int // entries in batches
 	bytes   int // bytes of their bodies
+	// have holds the revisions after IndexSeq whose entries are stored
+	// already (published by the term before, after its last checkpoint):
+	// not published again.
+	have map[uint64]bool
 }
 
 // add queues the entry of the write at rev for subject.
@@ -335,6 +339,13 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		ix.mu.Lock()
 		ix.stats.Rebuilds++
 		ix.mu.Unlock()
+	}
+	var from uint64 // index messages after the checkpoint
+	if cp != nil {
+		from = cp.stored + 1
+	}
+	if st.have, err = ix.stored(ctx, js, from, st.cp.IndexSeq); err != nil {
+		return err
 	}
 	st.at = st.cp.At
 	st.base = st.cp.Seq
@@ -526,14 +537,75 @@ func (ix *Indexer) apply(st *state, m jetstream.Msg, md *jetstream.MsgMetadata) 
 	st.cp.Seq, ix.stats.Seq = seq, seq
 	if seq > st.cp.IndexSeq {
 		// Queued; the checkpoint publishes what is queued before it
-		// stores IndexSeq. A term that ends without one leaves the
-		// entries after the last checkpoint to the next term, which
-		// publishes them again: readers skip an entry that repeats one
-		// (see Reader).
-		st.add(ix.cfg.IndexSubject(string(to), fn), id, seq)
+		// stores IndexSeq. The entries a term published after its last
+		// checkpoint are in st.have for the next.
+		if !st.have[seq] {
+			st.add(ix.cfg.IndexSubject(string(to), fn), id, seq)
+		}
+		delete(st.have, seq)
 		st.cp.IndexSeq = seq
 	}
 	return nil
+}
+
+// maxStored bounds the index messages a term reads at its start.
+const maxStored = 1 << 20
+
+// stored reads the index messages from sequence from on (those after the
+// last checkpoint: the term before published them and ended without
+// another) and returns the revisions after indexSeq they hold, so that
+// this term does not publish them again. An index of more than maxStored
+// messages without a checkpoint (none is read: from 0) is not read, and
+// its entries may be published again (readers show an entry once per
+// page).
+func (ix *Indexer) stored(ctx context.Context, js jetstream.JetStream, from, indexSeq uint64) (map[uint64]bool, error) {
+	idx, err := js.Stream(ctx, ix.cfg.IndexStream())
+	if err != nil {
+		return nil, err
+	}
+	info, err := idx.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	last := info.State.LastSeq
+	if last < max(from, 1) || last-max(from, info.State.FirstSeq) > maxStored {
+		return nil, nil
+	}
+	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{ix.cfg.IndexFilter("", "")},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    max(from, 1),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if c.CachedInfo().NumPending == 0 {
+		return nil, nil
+	}
+	have := map[uint64]bool{}
+	it, err := c.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, err
+	}
+	defer it.Stop()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return nil, err
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range entries(m) {
+			if e.rev > indexSeq {
+				have[e.rev] = true
+			}
+		}
+		if md.Sequence.Stream >= last || md.NumPending == 0 {
+			return have, nil
+		}
+	}
 }
 
 // checkpoint stores the counts once every index entry up to them is stored.
@@ -556,6 +628,10 @@ func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *s
 	serve := &st.cp
 	if st.cp.Rebuilding {
 		serve = st.served
+		if serve != nil {
+			// The last exact counts, with the entries stored so far.
+			serve.IndexSeq = st.cp.IndexSeq
+		}
 	} else {
 		st.cp.At = st.at
 	}
@@ -612,6 +688,7 @@ func readCheckpoint(ctx context.Context, st jetstream.Stream, cfg streams.Config
 		return nil, fmt.Errorf("runindex: checkpoint: %w", err)
 	}
 	cp.AsOf = m.Time.UTC()
+	cp.stored = m.Sequence
 	if cp.At.IsZero() {
 		cp.At = cp.AsOf
 	}

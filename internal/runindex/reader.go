@@ -557,17 +557,15 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			return Page{}, err
 		}
 	}
-	// Index entries. The indexer writes them in revision order; a new
-	// term writes again the entries after its checkpoint, so an entry
-	// that is not older than every entry after it repeats one: walking
-	// toward the past, only entries older than all visited count (and
-	// older than the writes shown from the tail).
+	// Index entries, newest message first and, in a message, newest
+	// entry first.
 	if !full() && p.idx != nil && p.lastIndexed > 0 {
 		top := idxLast + 1
 		below := p.lastIndexed + 1 // revisions at or above: from the tail
+		var cur *pos
 		if after != nil && after.class == classIndex {
 			top = after.seq + 1 // the cursor's message may hold older entries
-			below = min(below, after.rev)
+			cur = after
 		}
 		if after != nil && after.class == classTail {
 			below = min(below, after.seq)
@@ -587,10 +585,9 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			es := entries(m)
 			for i := len(es) - 1; i >= 0; i-- {
 				e := es[i]
-				if e.rev >= below {
+				if e.rev >= below || cur != nil && seq == cur.seq && e.rev >= cur.rev {
 					continue
 				}
-				below = e.rev
 				run, err := p.record(ctx, e.id, e.rev)
 				if err != nil {
 					return false, err
@@ -629,18 +626,16 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 	var rows []row // oldest first
 	full := func() bool { return len(rows) >= want }
 	if before.class == classIndex && p.idx != nil {
-		// Toward the present, only entries newer than all visited count
-		// (see forward), from the cursor's message on.
-		above := before.rev
+		// Oldest message first and, in a message, oldest entry first,
+		// from the entry after the cursor.
 		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq, func(seq uint64, m jetstream.Msg) (bool, error) {
 			for _, e := range entries(m) {
-				if e.rev <= above {
+				if seq == before.seq && e.rev <= before.rev {
 					continue
 				}
 				if e.rev > p.lastIndexed {
 					return false, nil // newer than the index's end as read: the tail has it
 				}
-				above = e.rev
 				run, err := p.record(ctx, e.id, e.rev)
 				if err != nil {
 					return false, err

@@ -3,6 +3,7 @@ package runindex_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -354,13 +355,29 @@ func TestPageCostFollowsThePageNotTheBucket(t *testing.T) {
 	t.Logf("a page of 10 among 3,010 failed runs under 20,000 others read %d messages", n)
 }
 
-// A term that ends without a checkpoint leaves the next to publish the
-// entries after the last one again; an index written before batches holds
-// one entry per message. Pages show each run once, in order, either way.
-func TestPagesSkipEntriesWrittenAgain(t *testing.T) {
+// startCrashable runs an indexer checkpointing every every; crash stops it
+// as a crash would, without a last checkpoint.
+func (e *env) startCrashable(name string, every time.Duration) (crash func()) {
+	ix := runindex.New(e.ts.JS, e.cfg)
+	ix.Name, ix.Every = name, every
+	ctx, cancel := context.WithCancelCause(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ix.Run(ctx) }()
+	crash = func() { cancel(errors.New("crash")); <-done }
+	e.t.Cleanup(crash)
+	return crash
+}
+
+// A term that ends without a checkpoint leaves entries after the last one;
+// the next term does not publish them again. An index written before
+// batches holds one entry per message, in headers. Pages read both, show
+// each run once, and page both ways alike, also where the entries of two
+// functions interleave.
+func TestIndexEntriesAfterACrashAreNotWrittenAgain(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	idx, err := e.ts.JS.Stream(ctx, e.cfg.WithDefaults().IndexStream())
+	cfg := e.cfg.WithDefaults()
+	idx, err := e.ts.JS.Stream(ctx, cfg.IndexStream())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,52 +388,56 @@ func TestPagesSkipEntriesWrittenAgain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := nats.NewMsg(e.cfg.WithDefaults().IndexSubject(string(jetflow.Failed), "x"))
+		m := nats.NewMsg(cfg.IndexSubject(string(jetflow.Failed), "x"))
 		m.Header.Set(runindex.HeaderRun, id)
 		m.Header.Set(runindex.HeaderRev, strconv.FormatUint(r.Revision, 10))
 		if _, err := e.ts.JS.PublishMsg(ctx, m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// No checkpoint: the indexer counts from the start and publishes the
-	// five entries again, in a batch.
+	// No checkpoint: the first term counts from the start, and finds the
+	// five entries stored.
 	_, stop := e.startIndexer("one")
 	failed = append(failed, e.write("x", jetflow.Failed, 40)...)
 	e.caughtUp()
-	cp, err := idx.GetLastMsgForSubject(ctx, e.cfg.WithDefaults().IndexCheckpointSubject())
+	stop() // a last checkpoint
+	// A term that publishes entries and crashes before its checkpoint.
+	crash := e.startCrashable("two", time.Hour)
+	all := slices.Clone(failed)
+	rs, err := e.ts.JS.Stream(ctx, streams.KVStream(cfg.RunsBucket()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 6 {
 		failed = append(failed, e.write("x", jetflow.Failed, 7)...)
-		e.write("y", jetflow.Failed, 3) // another subject, same state
-		e.caughtUp()
+		all = append(all, failed[len(failed)-7:]...)
+		all = append(all, e.write("y", jetflow.Failed, 3)...)
+		info, err := rs.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		testserver.Eventually(t, 30*time.Second, "entries of every write published", func() bool {
+			m, err := idx.GetLastMsgForSubject(ctx, cfg.IndexFilter("", ""))
+			return err == nil && m.Header.Get(runindex.HeaderRev) == strconv.FormatUint(info.State.LastSeq, 10)
+		})
 	}
-	stop()
-	// As if the term had ended after the first checkpoint: the next one
-	// resumes from it and publishes the 60 entries after it again.
-	old := nats.NewMsg(cp.Subject)
-	old.Data = cp.Data
-	old.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := e.ts.JS.PublishMsg(ctx, old); err != nil {
-		t.Fatal(err)
-	}
-	e.startIndexer("two")
+	crash()
+	e.startIndexer("three")
+	failed = append(failed, e.write("x", jetflow.Failed, 4)...)
+	all = append(all, failed[len(failed)-4:]...)
 	e.caughtUp()
-	failed = append(failed, e.write("x", jetflow.Failed, 4)...) // the tail
 
-	// The index does hold repeats, old entries and batches.
-	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{e.cfg.WithDefaults().IndexFilter("", "x")}})
+	// Every write indexed once: the five old entries, the batches.
+	entries, oldStyle, batches := 0, 0, 0
+	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{cfg.IndexFilter("", "")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, msgs, oldStyle, batches := 0, 0, 0, 0
-	for msgs < 1000 {
-		m, err := c.Next(jetstream.FetchMaxWait(time.Second))
+	for left := c.CachedInfo().NumPending; left > 0; left-- {
+		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
 		if err != nil {
-			break
+			t.Fatal(err)
 		}
-		msgs++
 		switch n := bytes.Count(m.Data(), []byte{'\n'}); {
 		case n == 0:
 			oldStyle++
@@ -428,43 +449,56 @@ func TestPagesSkipEntriesWrittenAgain(t *testing.T) {
 			entries++
 		}
 	}
-	t.Logf("index of x: %d entries in %d messages (%d of one entry in headers, %d of several) for %d runs indexed", entries, msgs, oldStyle, batches, len(failed)-4)
-	if oldStyle != 5 || batches == 0 || entries < len(failed)-4+5+40 {
-		t.Fatalf("index of x: %d entries in %d messages (%d of one entry in headers, %d of several): not the index this test needs", entries, msgs, oldStyle, batches)
+	t.Logf("index: %d entries for %d writes (%d messages of one entry in headers, %d batches of several)", entries, len(all), oldStyle, batches)
+	if oldStyle != 5 || batches == 0 || entries != len(all) {
+		t.Fatalf("index: %d entries for %d writes (%d messages of one entry in headers, %d batches of several)", entries, len(all), oldStyle, batches)
 	}
 
 	rd := runindex.NewReader(e.st)
-	want := slices.Clone(failed)
-	slices.Reverse(want)
-	for _, limit := range []int{1, 3, 7, 50} {
-		q := runindex.Query{State: jetflow.Failed, Function: "x", Limit: limit}
+	pages := func(q runindex.Query) ([]string, []runindex.Page) {
+		t.Helper()
 		var got []string
-		var pages []runindex.Page
-		for len(pages) <= len(want) {
+		var ps []runindex.Page
+		for len(ps) <= len(all) {
 			p, err := rd.List(ctx, q)
 			if err != nil {
 				t.Fatal(err)
 			}
-			pages = append(pages, p)
+			ps = append(ps, p)
 			got = append(got, ids(p.Runs)...)
 			if p.Next == "" {
 				break
 			}
 			q.After = p.Next
 		}
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("limit %d: pages show %v, want %v", limit, got, want)
-		}
 		q.After = ""
-		for i := len(pages) - 1; i > 0; i-- {
-			q.Before = pages[i].Prev
+		for i := len(ps) - 1; i > 0; i-- {
+			q.Before = ps[i].Prev
 			p, err := rd.List(ctx, q)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(pages[i-1].Runs)) {
-				t.Fatalf("limit %d: page %d backward %v, forward %v", limit, i-1, ids(p.Runs), ids(pages[i-1].Runs))
+			if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(ps[i-1].Runs)) {
+				t.Fatalf("%+v: page %d backward %v, forward %v", q, i-1, ids(p.Runs), ids(ps[i-1].Runs))
 			}
+		}
+		return got, ps
+	}
+	for _, limit := range []int{1, 3, 7, 50} {
+		// One function: newest first, exactly.
+		got, _ := pages(runindex.Query{State: jetflow.Failed, Function: "x", Limit: limit})
+		want := slices.Clone(failed)
+		slices.Reverse(want)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("function x, limit %d: pages show %v, want %v", limit, got, want)
+		}
+		// Two functions whose entries interleave: each run once.
+		got, _ = pages(runindex.Query{State: jetflow.Failed, Limit: limit})
+		slices.Sort(got)
+		want = slices.Clone(all)
+		slices.Sort(want)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("state failed, limit %d: pages show %v, want %v", limit, got, want)
 		}
 	}
 }
