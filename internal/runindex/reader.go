@@ -570,11 +570,18 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 		if after != nil && after.class == classTail {
 			below = min(below, after.seq)
 		}
+		skip := func(seq uint64, e entry) bool {
+			return e.rev >= below || cur != nil && seq == cur.seq && e.rev >= cur.rev
+		}
 		pre := func(ms []jetstream.Msg) {
 			var ids []string
 			for _, m := range ms {
+				md, err := m.Metadata()
+				if err != nil {
+					continue
+				}
 				for _, e := range entries(m) {
-					if e.rev < below {
+					if !skip(md.Sequence.Stream, e) {
 						ids = append(ids, e.id)
 					}
 				}
@@ -585,7 +592,7 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			es := entries(m)
 			for i := len(es) - 1; i >= 0; i-- {
 				e := es[i]
-				if e.rev >= below || cur != nil && seq == cur.seq && e.rev >= cur.rev {
+				if skip(seq, e) {
 					continue
 				}
 				run, err := p.record(ctx, e.id, e.rev)
@@ -630,11 +637,13 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 		// from the entry after the cursor.
 		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq, func(seq uint64, m jetstream.Msg) (bool, error) {
 			for _, e := range entries(m) {
-				if seq == before.seq && e.rev <= before.rev {
+				if seq == before.seq && e.rev <= before.rev || e.rev > p.lastIndexed {
+					// At or before the cursor, or newer than the index's
+					// end as read (the tail has it; a later message may
+					// still hold older entries: those a term publishes
+					// when the one before it crashed having stored only
+					// part of its last batches).
 					continue
-				}
-				if e.rev > p.lastIndexed {
-					return false, nil // newer than the index's end as read: the tail has it
 				}
 				run, err := p.record(ctx, e.id, e.rev)
 				if err != nil {
