@@ -583,26 +583,29 @@ func (ix *Indexer) stored(ctx context.Context, js jetstream.JetStream, from, ind
 		return nil, nil
 	}
 	have := map[uint64]bool{}
-	it, err := c.Messages(jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return nil, err
-	}
-	defer it.Stop()
 	for {
-		m, err := it.Next()
+		b, err := c.Fetch(1024, jetstream.FetchMaxWait(2*time.Second))
 		if err != nil {
 			return nil, err
 		}
-		md, err := m.Metadata()
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries(m) {
-			if e.rev > indexSeq {
-				have[e.rev] = true
+		got, done := 0, false
+		for m := range b.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
 			}
+			for _, e := range entries(m) {
+				if e.rev > indexSeq {
+					have[e.rev] = true
+				}
+			}
+			done = done || md.Sequence.Stream >= last || md.NumPending == 0
 		}
-		if md.Sequence.Stream >= last || md.NumPending == 0 {
+		if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		if done || got == 0 { // got none: removed meanwhile (max age)
 			return have, nil
 		}
 	}
