@@ -37,9 +37,6 @@ type Checkpoint struct {
 	// AsOf is when the checkpoint was stored (the server's time), set when
 	// read.
 	AsOf time.Time `json:"-"`
-	// stored is the checkpoint's sequence in the index stream, set when
-	// read: the index messages after it hold only entries after IndexSeq.
-	stored uint64
 }
 
 // FunctionCounts are one function's runs in each state. Terminal runs are

@@ -1,13 +1,11 @@
 package runindex
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,18 +33,20 @@ const (
 )
 
 // maxBatch bounds the entries of one index message (about 30 bytes each,
-// at most 222 with a run id of 200 characters), and maxBatchBytes the
-// bytes of all queued (and of the connection's max payload, half).
+// at most 222 with a run id of 200 characters), and maxBatchBytes its
+// bytes (and half the connection's max payload).
 const (
 	maxBatch      = 512
 	maxBatchBytes = 16 << 10
 )
 
-// batch is the entries of one index subject not published yet.
+// batch is the entries of one index subject not published yet: writes
+// read one after the other.
 type batch struct {
-	body []byte
-	n    int
-	top  uint64 // newest revision
+	subject string
+	body    []byte
+	n       int
+	top     uint64 // newest revision
 }
 
 // Indexer follows the runs stream and keeps the run index: an entry per
@@ -243,61 +243,47 @@ type state struct {
 	// served is the checkpoint readers get while the counts are rebuilt:
 	// the last exact one, marked.
 	served *Checkpoint
-	// batches holds the entries read and not published yet, by subject.
-	batches map[string]*batch
-	queued  int // entries in batches
-	bytes   int // bytes of their bodies
-	// have holds the revisions after IndexSeq whose entries are stored
-	// already (published by the term before, after its last checkpoint):
-	// not published again.
-	have map[uint64]bool
+	// batch holds the entries read and not published yet: consecutive
+	// writes of one subject.
+	batch batch
 }
 
-// add queues the entry of the write at rev for subject.
-func (st *state) add(subject, id string, rev uint64) {
-	if st.batches == nil {
-		st.batches = map[string]*batch{}
+// add queues the entry of the write at rev for subject, publishing the
+// entries queued first when they are of another subject: the index holds
+// every entry in the order of the writes.
+func (ix *Indexer) add(js jetstream.JetStream, st *state, subject, id string, rev uint64) error {
+	b := &st.batch
+	if b.n > 0 && b.subject != subject {
+		if err := ix.flush(js, st); err != nil {
+			return err
+		}
 	}
-	b := st.batches[subject]
-	if b == nil {
-		b = &batch{body: make([]byte, 0, 1024)}
-		st.batches[subject] = b
+	if b.body == nil {
+		b.body = make([]byte, 0, 1024)
 	}
+	b.subject = subject
 	b.body = strconv.AppendUint(b.body, rev, 10)
 	b.body = append(b.body, ' ')
 	b.body = append(b.body, id...)
 	b.body = append(b.body, '\n')
 	b.n++
 	b.top = rev
-	st.queued++
-	st.bytes += len(id) + 22
+	return nil
 }
 
-// flush publishes the queued entries, a message per subject, the subject
-// with the oldest newest entry first: the index's last message then names
-// the newest write indexed, and every write before it is indexed (readers
-// take the writes after it from the runs stream).
+// flush publishes the queued entries: one message, whose HeaderRev is
+// its newest entry's revision. Every entry before it was published before.
 func (ix *Indexer) flush(js jetstream.JetStream, st *state) error {
-	if st.queued == 0 {
+	b := &st.batch
+	if b.n == 0 {
 		return nil
 	}
-	subjects := make([]string, 0, len(st.batches))
-	for subj, b := range st.batches {
-		if b.n > 0 {
-			subjects = append(subjects, subj)
-		}
+	m := &nats.Msg{Subject: b.subject, Header: nats.Header{HeaderRev: []string{strconv.FormatUint(b.top, 10)}}, Data: b.body}
+	if _, err := js.PublishMsgAsync(m); err != nil {
+		return fmt.Errorf("runindex: index entries: %w", err)
 	}
-	slices.SortFunc(subjects, func(a, b string) int { return cmp.Compare(st.batches[a].top, st.batches[b].top) })
-	for _, subj := range subjects {
-		b := st.batches[subj]
-		m := &nats.Msg{Subject: subj, Header: nats.Header{HeaderRev: []string{strconv.FormatUint(b.top, 10)}}, Data: b.body}
-		if _, err := js.PublishMsgAsync(m); err != nil {
-			return fmt.Errorf("runindex: index entries: %w", err)
-		}
-		// The message keeps the body: the next batch gets a new one.
-		st.batches[subj] = &batch{body: make([]byte, 0, max(1024, len(b.body)))}
-	}
-	st.queued, st.bytes = 0, 0
+	// The message keeps the body: the next batch gets a new one.
+	*b = batch{body: make([]byte, 0, max(1024, len(b.body)))}
 	return nil
 }
 
@@ -339,13 +325,6 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		ix.mu.Lock()
 		ix.stats.Rebuilds++
 		ix.mu.Unlock()
-	}
-	var from uint64 // index messages after the checkpoint
-	if cp != nil {
-		from = cp.stored + 1
-	}
-	if st.have, err = ix.stored(ctx, js, from, st.cp.IndexSeq); err != nil {
-		return err
 	}
 	st.at = st.cp.At
 	st.base = st.cp.Seq
@@ -420,15 +399,15 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			if err != nil {
 				continue
 			}
-			if err := ix.apply(&st, m, md); err != nil {
+			if err := ix.apply(js, &st, m, md); err != nil {
 				return err
 			}
 			dirty = true
 			// Entries go out when the indexer has read all it was given
-			// (one message per subject for everything read meanwhile: at
-			// a trickle, one entry each; under load, hundreds), or when a
-			// subject's batch is full.
-			if len(msgs) == 0 || md.NumPending == 0 || st.queued >= maxBatch || st.bytes >= maxBytes {
+			// (at a trickle, one entry a message; under load, the writes
+			// of one subject read one after the other), when the batch is
+			// full, or when a write of another subject comes (add).
+			if len(msgs) == 0 || md.NumPending == 0 || st.batch.n >= maxBatch || len(st.batch.body) >= maxBytes {
 				if err := ix.flush(js, &st); err != nil {
 					return err
 				}
@@ -460,7 +439,7 @@ func (ix *Indexer) setCaughtUp(v bool) {
 }
 
 // apply counts one message of the runs stream and queues its index entry.
-func (ix *Indexer) apply(st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
+func (ix *Indexer) apply(js jetstream.JetStream, st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
 	seq := md.Sequence.Stream
 	id := m.Subject()[len(ix.pfx):]
 	h := m.Headers()
@@ -537,78 +516,16 @@ func (ix *Indexer) apply(st *state, m jetstream.Msg, md *jetstream.MsgMetadata) 
 	st.cp.Seq, ix.stats.Seq = seq, seq
 	if seq > st.cp.IndexSeq {
 		// Queued; the checkpoint publishes what is queued before it
-		// stores IndexSeq. The entries a term published after its last
-		// checkpoint are in st.have for the next.
-		if !st.have[seq] {
-			st.add(ix.cfg.IndexSubject(string(to), fn), id, seq)
+		// stores IndexSeq. A term that ends without one leaves the
+		// entries after the last checkpoint to the next term, which
+		// publishes them again: readers skip an entry that repeats one
+		// (see Reader).
+		if err := ix.add(js, st, ix.cfg.IndexSubject(string(to), fn), id, seq); err != nil {
+			return err
 		}
-		delete(st.have, seq)
 		st.cp.IndexSeq = seq
 	}
 	return nil
-}
-
-// maxStored bounds the index messages a term reads at its start.
-const maxStored = 1 << 20
-
-// stored reads the index messages from sequence from on (those after the
-// last checkpoint: the term before published them and ended without
-// another) and returns the revisions after indexSeq they hold, so that
-// this term does not publish them again. An index of more than maxStored
-// messages without a checkpoint (none is read: from 0) is not read, and
-// its entries may be published again (readers show an entry once per
-// page).
-func (ix *Indexer) stored(ctx context.Context, js jetstream.JetStream, from, indexSeq uint64) (map[uint64]bool, error) {
-	idx, err := js.Stream(ctx, ix.cfg.IndexStream())
-	if err != nil {
-		return nil, err
-	}
-	info, err := idx.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	last := info.State.LastSeq
-	if last < max(from, 1) || last-max(from, info.State.FirstSeq) > maxStored {
-		return nil, nil
-	}
-	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{ix.cfg.IndexFilter("", "")},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    max(from, 1),
-	})
-	if err != nil {
-		return nil, err
-	}
-	if c.CachedInfo().NumPending == 0 {
-		return nil, nil
-	}
-	have := map[uint64]bool{}
-	for {
-		b, err := c.Fetch(1024, jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		got, done := 0, false
-		for m := range b.Messages() {
-			got++
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range entries(m) {
-				if e.rev > indexSeq {
-					have[e.rev] = true
-				}
-			}
-			done = done || md.Sequence.Stream >= last || md.NumPending == 0
-		}
-		if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
-			return nil, err
-		}
-		if done || got == 0 { // got none: removed meanwhile (max age)
-			return have, nil
-		}
-	}
 }
 
 // checkpoint stores the counts once every index entry up to them is stored.
@@ -691,7 +608,6 @@ func readCheckpoint(ctx context.Context, st jetstream.Stream, cfg streams.Config
 		return nil, fmt.Errorf("runindex: checkpoint: %w", err)
 	}
 	cp.AsOf = m.Time.UTC()
-	cp.stored = m.Sequence
 	if cp.At.IsZero() {
 		cp.At = cp.AsOf
 	}

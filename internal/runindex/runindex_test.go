@@ -368,12 +368,12 @@ func (e *env) startCrashable(name string, every time.Duration) (crash func()) {
 	return crash
 }
 
-// A term that ends without a checkpoint leaves entries after the last one;
-// the next term does not publish them again. An index written before
-// batches holds one entry per message, in headers. Pages read both, show
-// each run once, and page both ways alike, also where the entries of two
-// functions interleave.
-func TestIndexEntriesAfterACrashAreNotWrittenAgain(t *testing.T) {
+// A term that ends without a checkpoint leaves entries after the last one,
+// and the next term publishes them again; an index written before batches
+// holds one entry per message, in headers. Pages read both, show each run
+// once, newest first, and page both ways alike, also where the entries of
+// two functions interleave.
+func TestPagesShowAnEntryWrittenAgainOnce(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
 	cfg := e.cfg.WithDefaults()
@@ -395,8 +395,8 @@ func TestIndexEntriesAfterACrashAreNotWrittenAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// No checkpoint: the first term counts from the start, and finds the
-	// five entries stored.
+	// No checkpoint: the first term counts from the start, and publishes
+	// the five entries again.
 	_, stop := e.startIndexer("one")
 	failed = append(failed, e.write("x", jetflow.Failed, 40)...)
 	e.caughtUp()
@@ -427,7 +427,8 @@ func TestIndexEntriesAfterACrashAreNotWrittenAgain(t *testing.T) {
 	all = append(all, failed[len(failed)-4:]...)
 	e.caughtUp()
 
-	// Every write indexed once: the five old entries, the batches.
+	// Every write indexed, some twice: the five old entries and the 60
+	// after the crashed term's checkpoint.
 	entries, oldStyle, batches := 0, 0, 0
 	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{cfg.IndexFilter("", "")}})
 	if err != nil {
@@ -450,7 +451,7 @@ func TestIndexEntriesAfterACrashAreNotWrittenAgain(t *testing.T) {
 		}
 	}
 	t.Logf("index: %d entries for %d writes (%d messages of one entry in headers, %d batches of several)", entries, len(all), oldStyle, batches)
-	if oldStyle != 5 || batches == 0 || entries != len(all) {
+	if oldStyle != 5 || batches == 0 || entries != len(all)+5+60 {
 		t.Fatalf("index: %d entries for %d writes (%d messages of one entry in headers, %d batches of several)", entries, len(all), oldStyle, batches)
 	}
 
@@ -492,11 +493,10 @@ func TestIndexEntriesAfterACrashAreNotWrittenAgain(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("function x, limit %d: pages show %v, want %v", limit, got, want)
 		}
-		// Two functions whose entries interleave: each run once.
+		// Two functions whose entries interleave.
 		got, _ = pages(runindex.Query{State: jetflow.Failed, Limit: limit})
-		slices.Sort(got)
 		want = slices.Clone(all)
-		slices.Sort(want)
+		slices.Reverse(want)
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("state failed, limit %d: pages show %v, want %v", limit, got, want)
 		}
@@ -554,4 +554,61 @@ func TestBatchesFitTheServersMaxPayload(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("300 entries of 222 bytes in %d index messages", info.State.Msgs-1)
+}
+
+// Pages read while the indexer lags (from the runs stream's tail) and
+// after it has caught up (from the index) follow on from each other, both
+// ways: the writes of two functions interleaved, each run once, newest
+// first.
+func TestPagesAcrossTheIndexCatchingUp(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	all := e.write("x", jetflow.Failed, 3)
+	_, stop := e.startIndexer("one")
+	e.caughtUp()
+	stop()
+	// Not indexed yet: x and y interleaved.
+	for range 4 {
+		all = append(all, e.write("x", jetflow.Failed, 1)...)
+		all = append(all, e.write("y", jetflow.Failed, 2)...)
+	}
+	want := slices.Clone(all)
+	slices.Reverse(want)
+	rd := runindex.NewReader(e.st)
+	q := runindex.Query{State: jetflow.Failed, Limit: 2}
+	var pages []runindex.Page
+	var got []string
+	for range 2 { // from the tail
+		p, err := rd.List(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, p)
+		got = append(got, ids(p.Runs)...)
+		q.After = p.Next
+	}
+	e.startIndexer("two")
+	e.caughtUp()
+	for q.After != "" { // from the index
+		p, err := rd.List(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, p)
+		got = append(got, ids(p.Runs)...)
+		q.After = p.Next
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pages show %v, want %v", got, want)
+	}
+	// Back: the first pages' cursors were in the tail, now indexed.
+	for i := len(pages) - 1; i > 0; i-- {
+		p, err := rd.List(ctx, runindex.Query{State: jetflow.Failed, Limit: 2, Before: pages[i].Prev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(pages[i-1].Runs)) {
+			t.Fatalf("page %d backward (cursor %s) %v, forward %v", i-1, pages[i].Prev, ids(p.Runs), ids(pages[i-1].Runs))
+		}
+	}
 }
