@@ -246,6 +246,12 @@ type state struct {
 	// batch holds the entries read and not published yet: consecutive
 	// writes of one subject.
 	batch batch
+	// have holds the revisions after IndexSeq whose entries are stored
+	// already (published by a term before, after its last checkpoint):
+	// not published again. from is the index sequence they were read
+	// from: while have holds some, each checkpoint says so (IndexFrom).
+	have map[uint64]bool
+	from uint64
 }
 
 // add queues the entry of the write at rev for subject, publishing the
@@ -325,6 +331,17 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		ix.mu.Lock()
 		ix.stats.Rebuilds++
 		ix.mu.Unlock()
+	}
+	if cp != nil {
+		// The index messages after the checkpoint, or after the one a
+		// term before read from (it had not reached all it found).
+		st.from = cp.stored + 1
+		if cp.IndexFrom != 0 {
+			st.from = min(st.from, cp.IndexFrom)
+		}
+	}
+	if st.have, err = ix.stored(ctx, js, st.from, st.cp.IndexSeq); err != nil {
+		return err
 	}
 	st.at = st.cp.At
 	st.base = st.cp.Seq
@@ -516,16 +533,82 @@ func (ix *Indexer) apply(js jetstream.JetStream, st *state, m jetstream.Msg, md 
 	st.cp.Seq, ix.stats.Seq = seq, seq
 	if seq > st.cp.IndexSeq {
 		// Queued; the checkpoint publishes what is queued before it
-		// stores IndexSeq. A term that ends without one leaves the
-		// entries after the last checkpoint to the next term, which
-		// publishes them again: readers skip an entry that repeats one
-		// (see Reader).
-		if err := ix.add(js, st, ix.cfg.IndexSubject(string(to), fn), id, seq); err != nil {
-			return err
+		// stores IndexSeq. The entries a term published after its last
+		// checkpoint are in st.have for the next: not published again.
+		if !st.have[seq] {
+			if err := ix.add(js, st, ix.cfg.IndexSubject(string(to), fn), id, seq); err != nil {
+				return err
+			}
 		}
+		delete(st.have, seq)
 		st.cp.IndexSeq = seq
 	}
 	return nil
+}
+
+// maxStored bounds the index messages a term reads at its start.
+const maxStored = 1 << 20
+
+// stored reads the index messages from sequence from on (those after the
+// last checkpoint: the term before published them and ended without
+// another) and returns the revisions after indexSeq they hold, so that
+// this term does not publish them again. An index of more than maxStored
+// messages without a checkpoint (none is read: from 0) is not read, and
+// its entries may be published again (readers show an entry once per
+// page).
+func (ix *Indexer) stored(ctx context.Context, js jetstream.JetStream, from, indexSeq uint64) (map[uint64]bool, error) {
+	idx, err := js.Stream(ctx, ix.cfg.IndexStream())
+	if err != nil {
+		return nil, err
+	}
+	info, err := idx.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	last := info.State.LastSeq
+	if last < max(from, 1) || last-max(from, info.State.FirstSeq) > maxStored {
+		return nil, nil
+	}
+	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{ix.cfg.IndexFilter("", "")},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    max(from, 1),
+	})
+	if err != nil {
+		return nil, err
+	}
+	left := c.CachedInfo().NumPending
+	if left == 0 {
+		return nil, nil
+	}
+	have := map[uint64]bool{}
+	for {
+		b, err := c.Fetch(int(min(max(left, 1), 1024)), jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		got, done := 0, false
+		for m := range b.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range entries(m) {
+				if e.rev > indexSeq {
+					have[e.rev] = true
+				}
+			}
+			done = done || md.Sequence.Stream >= last || md.NumPending == 0
+			left = md.NumPending
+		}
+		if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		if done || got == 0 { // got none: removed meanwhile (max age)
+			return have, nil
+		}
+	}
 }
 
 // checkpoint stores the counts once every index entry up to them is stored.
@@ -544,13 +627,17 @@ func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *s
 		return *e
 	}
 	ix.mu.Lock()
+	st.cp.IndexFrom = 0
+	if len(st.have) > 0 {
+		st.cp.IndexFrom = st.from
+	}
 	st.cp.prune(time.Now())
 	serve := &st.cp
 	if st.cp.Rebuilding {
 		serve = st.served
 		if serve != nil {
 			// The last exact counts, with the entries stored so far.
-			serve.IndexSeq = st.cp.IndexSeq
+			serve.IndexSeq, serve.IndexFrom = st.cp.IndexSeq, st.cp.IndexFrom
 		}
 	} else {
 		st.cp.At = st.at
@@ -560,7 +647,7 @@ func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *s
 	if serve != nil {
 		data, err = json.Marshal(serve)
 	} else {
-		data, err = json.Marshal(&Checkpoint{Rebuilding: true, IndexSeq: st.cp.IndexSeq, Leader: ix.Name, Retention: ix.cfg.Retention})
+		data, err = json.Marshal(&Checkpoint{Rebuilding: true, IndexSeq: st.cp.IndexSeq, IndexFrom: st.cp.IndexFrom, Leader: ix.Name, Retention: ix.cfg.Retention})
 	}
 	ix.mu.Unlock()
 	if err != nil {
@@ -608,6 +695,7 @@ func readCheckpoint(ctx context.Context, st jetstream.Stream, cfg streams.Config
 		return nil, fmt.Errorf("runindex: checkpoint: %w", err)
 	}
 	cp.AsOf = m.Time.UTC()
+	cp.stored = m.Sequence
 	if cp.At.IsZero() {
 		cp.At = cp.AsOf
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -557,24 +558,59 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			return Page{}, err
 		}
 	}
-	// Index entries. The indexer publishes them in the order of the
-	// writes; a term after a crash publishes again those after its
-	// checkpoint, so an entry that is not older than every entry after it
-	// repeats one: walking toward the past, a page takes only entries older
-	// than all it has passed, and than its cursor.
+	// Index entries, newest message first and, in a message, newest
+	// entry first.
 	if !full() && p.idx != nil && p.lastIndexed > 0 {
 		top := idxLast + 1
 		below := p.lastIndexed + 1 // revisions at or above: from the tail
+		var cur *pos
 		if after != nil && after.class == classIndex {
-			top = after.seq + 1 // the cursor's message may hold older entries
-			below = min(below, after.rev)
+			// The cursor's message may hold older entries; the messages
+			// before it hold older writes, none shown from the tail.
+			top = after.seq + 1
+			cur = after
+			below = math.MaxUint64
 		}
 		if after != nil && after.class == classTail {
 			below = min(below, after.seq)
 		}
-		err := p.indexBack(ctx, top, &below, func() int { return want - len(rows) }, func(seq uint64, e entry, run *jetflow.Run) bool {
-			rows = append(rows, row{pos{class: classIndex, seq: seq, rev: e.rev}, run})
-			return !full()
+		skip := func(seq uint64, e entry) bool {
+			return e.rev >= below || cur != nil && seq == cur.seq && e.rev >= cur.rev
+		}
+		pre := func(ms []jetstream.Msg) {
+			var ids []string
+			for _, m := range ms {
+				md, err := m.Metadata()
+				if err != nil {
+					continue
+				}
+				for _, e := range entries(m) {
+					if !skip(md.Sequence.Stream, e) {
+						ids = append(ids, e.id)
+					}
+				}
+			}
+			p.prefetch(ctx, ids, want-len(rows))
+		}
+		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
+			es := entries(m)
+			for i := len(es) - 1; i >= 0; i-- {
+				e := es[i]
+				if skip(seq, e) {
+					continue
+				}
+				run, err := p.record(ctx, e.id, e.rev)
+				if err != nil {
+					return false, err
+				}
+				if run != nil {
+					rows = append(rows, row{pos{class: classIndex, seq: seq, rev: e.rev}, run})
+					if full() {
+						return false, nil
+					}
+				}
+			}
+			return true, nil
 		})
 		if err != nil {
 			return Page{}, err
@@ -594,51 +630,6 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 	return page, nil
 }
 
-// indexBack visits the index entries of the page's filter in index
-// messages below top, newest first, that are older than *below and than
-// every entry visited before them (a repeat is skipped), and whose run's
-// record is still that write (visit gets the record); until visit returns
-// false. need says how many more visits are wanted (nil: unknown), to size
-// the reads.
-func (p *pager) indexBack(ctx context.Context, top uint64, below *uint64, need func() int, visit func(seq uint64, e entry, run *jetflow.Run) bool) error {
-	wanted := func() int { return 16 }
-	if need != nil {
-		wanted = need
-	}
-	pre := func(ms []jetstream.Msg) {
-		if need == nil {
-			return
-		}
-		var ids []string
-		for _, m := range ms {
-			for _, e := range entries(m) {
-				if e.rev < *below {
-					ids = append(ids, e.id)
-				}
-			}
-		}
-		p.prefetch(ctx, ids, need())
-	}
-	return p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, wanted, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
-		es := entries(m)
-		for i := len(es) - 1; i >= 0; i-- {
-			e := es[i]
-			if e.rev >= *below {
-				continue
-			}
-			*below = e.rev
-			run, err := p.record(ctx, e.id, e.rev)
-			if err != nil {
-				return false, err
-			}
-			if run != nil && !visit(seq, e, run) {
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-}
-
 // backward is the page of runs just newer than cursor before, newest
 // first.
 func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, runsLast, idxLast uint64) (Page, error) {
@@ -646,15 +637,18 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 	var rows []row // oldest first
 	full := func() bool { return len(rows) >= want }
 	if before.class == classIndex && p.idx != nil {
-		// Toward the present, entries newer than all passed (see
-		// forward), from the cursor's message on.
-		above := before.rev
+		// Oldest message first and, in a message, oldest entry first,
+		// from the entry after the cursor.
 		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq, func(seq uint64, m jetstream.Msg) (bool, error) {
 			for _, e := range entries(m) {
-				if e.rev <= above || e.rev > p.lastIndexed {
-					continue // passed, or newer than the index's end as read (the tail has it)
+				if seq == before.seq && e.rev <= before.rev || e.rev > p.lastIndexed {
+					// At or before the cursor, or newer than the index's
+					// end as read (the tail has it; a later message may
+					// still hold older entries: those a term publishes
+					// when the one before it crashed having stored only
+					// part of its last batches).
+					continue
 				}
-				above = e.rev
 				run, err := p.record(ctx, e.id, e.rev)
 				if err != nil {
 					return false, err
@@ -675,22 +669,39 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 	if before.class == classTail && before.seq < p.lastIndexed && p.idx != nil {
 		// The cursor was in the runs stream's tail and the index has
 		// caught up past it since: the writes after it and up to the
-		// index's end are index entries now, read newest first down to
-		// the cursor.
-		var newer []row
-		below := p.lastIndexed + 1
-		err := p.indexBack(ctx, idxLast+1, &below, nil, func(seq uint64, e entry, run *jetflow.Run) bool {
-			if e.rev <= before.seq {
-				return false
+		// index's end are index entries now. They are the newest
+		// entries: read from the end back to the cursor (what was
+		// written since the cursor's page), then oldest first.
+		type found struct {
+			seq uint64
+			e   entry
+		}
+		var newer []found
+		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), idxLast+1, 0, func() int { return want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
+			es := entries(m)
+			for i := len(es) - 1; i >= 0; i-- {
+				if es[i].rev <= before.seq {
+					return false, nil
+				}
+				if es[i].rev <= p.lastIndexed {
+					newer = append(newer, found{seq, es[i]})
+				}
 			}
-			newer = append(newer, row{pos{class: classIndex, seq: seq, rev: e.rev}, run})
-			return true
+			return true, nil
 		})
 		if err != nil {
 			return Page{}, err
 		}
-		slices.Reverse(newer)
-		rows = append(rows, newer[:min(len(newer), want)]...)
+		for i := len(newer) - 1; i >= 0 && !full(); i-- {
+			f := newer[i]
+			run, err := p.record(ctx, f.e.id, f.e.rev)
+			if err != nil {
+				return Page{}, err
+			}
+			if run != nil {
+				rows = append(rows, row{pos{class: classIndex, seq: f.seq, rev: f.e.rev}, run})
+			}
+		}
 	}
 	if !full() && before.class <= classTail {
 		start := p.lastIndexed + 1
