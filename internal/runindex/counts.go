@@ -16,11 +16,6 @@ type Checkpoint struct {
 	// IndexSeq is the runs stream sequence up to which index entries are
 	// stored.
 	IndexSeq uint64 `json:"indexSeq"`
-	// IndexFrom, when set, is the index sequence from which entries after
-	// IndexSeq may be stored (a term found some after the checkpoint it
-	// started from and had not reached them all): the next term reads
-	// from there rather than from after this checkpoint.
-	IndexFrom uint64 `json:"indexFrom,omitempty"`
 	// Rebuilding is true while the indexer recounts every record: the
 	// counts are then the last exact ones, true at At.
 	Rebuilding bool `json:"rebuilding,omitempty"`
@@ -42,10 +37,6 @@ type Checkpoint struct {
 	// AsOf is when the checkpoint was stored (the server's time), set when
 	// read.
 	AsOf time.Time `json:"-"`
-	// stored is the checkpoint's sequence in the index stream, set when
-	// read: the index messages after it hold only entries after IndexSeq
-	// (and those from IndexFrom).
-	stored uint64
 }
 
 // FunctionCounts are one function's runs in each state. Terminal runs are

@@ -19,35 +19,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// An index message holds the entries of one subject (state and function)
-// that the indexer read together: its body is one line per entry, oldest
-// first, "<revision> <run id>\n", and its HeaderRev the newest entry's
-// revision. A message written before batches (no body) holds one entry in
-// its headers: HeaderRun and HeaderRev.
+// Header names of an index entry (its body is empty).
 const (
-	// HeaderRun is the run id of a one-entry message.
+	// HeaderRun is the run id.
 	HeaderRun = "Jetflow-Run"
 	// HeaderRev is the runs stream sequence (the record's revision) of the
-	// write the entry stands for; of a batch, the newest entry's.
+	// write the entry stands for.
 	HeaderRev = "Jetflow-Rev"
 )
-
-// maxBatch bounds the entries of one index message (about 30 bytes each,
-// at most 222 with a run id of 200 characters), and maxBatchBytes its
-// bytes (and half the connection's max payload).
-const (
-	maxBatch      = 512
-	maxBatchBytes = 16 << 10
-)
-
-// batch is the entries of one index subject not published yet: writes
-// read one after the other.
-type batch struct {
-	subject string
-	body    []byte
-	n       int
-	top     uint64 // newest revision
-}
 
 // Indexer follows the runs stream and keeps the run index: an entry per
 // record write on <prefix>.idx.<state>.<function>, and the counts per
@@ -243,61 +222,13 @@ type state struct {
 	// served is the checkpoint readers get while the counts are rebuilt:
 	// the last exact one, marked.
 	served *Checkpoint
-	// batch holds the entries read and not published yet: consecutive
-	// writes of one subject.
-	batch batch
-	// have holds the revisions after IndexSeq whose entries are stored
-	// already (published by a term before, after its last checkpoint):
-	// not published again. from is the index sequence they were read
-	// from: while have holds some, each checkpoint says so (IndexFrom).
-	have map[uint64]bool
-	from uint64
-}
-
-// add queues the entry of the write at rev for subject, publishing the
-// entries queued first when they are of another subject: the index holds
-// every entry in the order of the writes.
-func (ix *Indexer) add(js jetstream.JetStream, st *state, subject, id string, rev uint64) error {
-	b := &st.batch
-	if b.n > 0 && b.subject != subject {
-		if err := ix.flush(js, st); err != nil {
-			return err
-		}
-	}
-	if b.body == nil {
-		b.body = make([]byte, 0, 1024)
-	}
-	b.subject = subject
-	b.body = strconv.AppendUint(b.body, rev, 10)
-	b.body = append(b.body, ' ')
-	b.body = append(b.body, id...)
-	b.body = append(b.body, '\n')
-	b.n++
-	b.top = rev
-	return nil
-}
-
-// flush publishes the queued entries: one message, whose HeaderRev is
-// its newest entry's revision. Every entry before it was published before.
-func (ix *Indexer) flush(js jetstream.JetStream, st *state) error {
-	b := &st.batch
-	if b.n == 0 {
-		return nil
-	}
-	m := &nats.Msg{Subject: b.subject, Header: nats.Header{HeaderRev: []string{strconv.FormatUint(b.top, 10)}}, Data: b.body}
-	if _, err := js.PublishMsgAsync(m); err != nil {
-		return fmt.Errorf("runindex: index entries: %w", err)
-	}
-	// The message keeps the body: the next batch gets a new one.
-	*b = batch{body: make([]byte, 0, max(1024, len(b.body)))}
-	return nil
 }
 
 func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // also ends a delivery blocked on msgs when the term returns
 	js, err := jetstream.New(ix.js.Conn(), jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-		e := fmt.Errorf("runindex: index entries up to revision %s: %w", m.Header.Get(HeaderRev), err)
+		e := fmt.Errorf("runindex: index entry %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
 		ix.pubErr.CompareAndSwap(nil, &e)
 	}), jetstream.WithPublishAsyncMaxPending(4096))
 	if err != nil {
@@ -331,17 +262,6 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		ix.mu.Lock()
 		ix.stats.Rebuilds++
 		ix.mu.Unlock()
-	}
-	if cp != nil {
-		// The index messages after the checkpoint, or after the one a
-		// term before read from (it had not reached all it found).
-		st.from = cp.stored + 1
-		if cp.IndexFrom != 0 {
-			st.from = min(st.from, cp.IndexFrom)
-		}
-	}
-	if st.have, err = ix.stored(ctx, js, st.from, st.cp.IndexSeq); err != nil {
-		return err
 	}
 	st.at = st.cp.At
 	st.base = st.cp.Seq
@@ -395,10 +315,6 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			_ = ix.checkpoint(fctx, js, &st)
 		}
 	}()
-	maxBytes := maxBatchBytes
-	if mp := int(js.Conn().MaxPayload()); mp > 0 {
-		maxBytes = min(maxBytes, mp/2)
-	}
 	tick := time.NewTicker(ix.Every)
 	defer tick.Stop()
 	dirty, lastWrite := true, time.Time{}
@@ -416,19 +332,10 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			if err != nil {
 				continue
 			}
-			if err := ix.apply(js, &st, m, md); err != nil {
+			if err := ix.apply(ctx, js, &st, m, md); err != nil {
 				return err
 			}
 			dirty = true
-			// Entries go out when the indexer has read all it was given
-			// (at a trickle, one entry a message; under load, the writes
-			// of one subject read one after the other), when the batch is
-			// full, or when a write of another subject comes (add).
-			if len(msgs) == 0 || md.NumPending == 0 || st.batch.n >= maxBatch || len(st.batch.body) >= maxBytes {
-				if err := ix.flush(js, &st); err != nil {
-					return err
-				}
-			}
 			if md.NumPending == 0 {
 				caughtUp = true
 				if st.cp.Rebuilding {
@@ -455,8 +362,8 @@ func (ix *Indexer) setCaughtUp(v bool) {
 	ix.mu.Unlock()
 }
 
-// apply counts one message of the runs stream and queues its index entry.
-func (ix *Indexer) apply(js jetstream.JetStream, st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
+// apply counts one message of the runs stream and publishes its index entry.
+func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
 	seq := md.Sequence.Stream
 	id := m.Subject()[len(ix.pfx):]
 	h := m.Headers()
@@ -532,90 +439,20 @@ func (ix *Indexer) apply(js jetstream.JetStream, st *state, m jetstream.Msg, md 
 	}
 	st.cp.Seq, ix.stats.Seq = seq, seq
 	if seq > st.cp.IndexSeq {
-		// Queued; the checkpoint publishes what is queued before it
-		// stores IndexSeq. The entries a term published after its last
-		// checkpoint are in st.have for the next: not published again.
-		if !st.have[seq] {
-			if err := ix.add(js, st, ix.cfg.IndexSubject(string(to), fn), id, seq); err != nil {
-				return err
-			}
+		e := nats.NewMsg(ix.cfg.IndexSubject(string(to), fn))
+		e.Header.Set(HeaderRun, id)
+		e.Header.Set(HeaderRev, strconv.FormatUint(seq, 10))
+		e.Header.Set(jetstream.MsgIDHeader, "idx-"+strconv.FormatUint(seq, 10))
+		if _, err := js.PublishMsgAsync(e); err != nil {
+			return fmt.Errorf("runindex: index entry: %w", err)
 		}
-		delete(st.have, seq)
 		st.cp.IndexSeq = seq
 	}
 	return nil
 }
 
-// maxStored bounds the index messages a term reads at its start.
-const maxStored = 1 << 20
-
-// stored reads the index messages from sequence from on (those after the
-// last checkpoint: the term before published them and ended without
-// another) and returns the revisions after indexSeq they hold, so that
-// this term does not publish them again. An index of more than maxStored
-// messages without a checkpoint (none is read: from 0) is not read, and
-// its entries may be published again (readers show an entry once per
-// page).
-func (ix *Indexer) stored(ctx context.Context, js jetstream.JetStream, from, indexSeq uint64) (map[uint64]bool, error) {
-	idx, err := js.Stream(ctx, ix.cfg.IndexStream())
-	if err != nil {
-		return nil, err
-	}
-	info, err := idx.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	last := info.State.LastSeq
-	if last < max(from, 1) || last-max(from, info.State.FirstSeq) > maxStored {
-		return nil, nil
-	}
-	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{ix.cfg.IndexFilter("", "")},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    max(from, 1),
-	})
-	if err != nil {
-		return nil, err
-	}
-	left := c.CachedInfo().NumPending
-	if left == 0 {
-		return nil, nil
-	}
-	have := map[uint64]bool{}
-	for {
-		b, err := c.Fetch(int(min(max(left, 1), 1024)), jetstream.FetchMaxWait(2*time.Second))
-		if err != nil {
-			return nil, err
-		}
-		got, done := 0, false
-		for m := range b.Messages() {
-			got++
-			md, err := m.Metadata()
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range entries(m) {
-				if e.rev > indexSeq {
-					have[e.rev] = true
-				}
-			}
-			done = done || md.Sequence.Stream >= last || md.NumPending == 0
-			left = md.NumPending
-		}
-		if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
-			return nil, err
-		}
-		if done || got == 0 { // got none: removed meanwhile (max age)
-			return have, nil
-		}
-	}
-}
-
 // checkpoint stores the counts once every index entry up to them is stored.
 func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *state) error {
-	if err := ix.flush(js, st); err != nil {
-		return err
-	}
 	select {
 	case <-js.PublishAsyncComplete():
 	case <-time.After(ix.ackWait):
@@ -627,18 +464,10 @@ func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *s
 		return *e
 	}
 	ix.mu.Lock()
-	st.cp.IndexFrom = 0
-	if len(st.have) > 0 {
-		st.cp.IndexFrom = st.from
-	}
 	st.cp.prune(time.Now())
 	serve := &st.cp
 	if st.cp.Rebuilding {
 		serve = st.served
-		if serve != nil {
-			// The last exact counts, with the entries stored so far.
-			serve.IndexSeq, serve.IndexFrom = st.cp.IndexSeq, st.cp.IndexFrom
-		}
 	} else {
 		st.cp.At = st.at
 	}
@@ -647,7 +476,7 @@ func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *s
 	if serve != nil {
 		data, err = json.Marshal(serve)
 	} else {
-		data, err = json.Marshal(&Checkpoint{Rebuilding: true, IndexSeq: st.cp.IndexSeq, IndexFrom: st.cp.IndexFrom, Leader: ix.Name, Retention: ix.cfg.Retention})
+		data, err = json.Marshal(&Checkpoint{Rebuilding: true, IndexSeq: st.cp.IndexSeq, Leader: ix.Name, Retention: ix.cfg.Retention})
 	}
 	ix.mu.Unlock()
 	if err != nil {
@@ -695,7 +524,6 @@ func readCheckpoint(ctx context.Context, st jetstream.Stream, cfg streams.Config
 		return nil, fmt.Errorf("runindex: checkpoint: %w", err)
 	}
 	cp.AsOf = m.Time.UTC()
-	cp.stored = m.Sequence
 	if cp.At.IsZero() {
 		cp.At = cp.AsOf
 	}

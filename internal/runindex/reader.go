@@ -1,11 +1,9 @@
 package runindex
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -305,44 +303,7 @@ func newer(a, b pos) bool {
 	if a.class != b.class {
 		return a.class > b.class
 	}
-	if a.seq != b.seq {
-		return a.seq > b.seq
-	}
-	return a.rev > b.rev // two entries of one index message
-}
-
-// entry is one index entry: a run and the revision of its write.
-type entry struct {
-	rev uint64
-	id  string
-}
-
-// entries reads the entries of an index message, oldest first: a batch's
-// body, or the headers of a message written before batches. A line it
-// cannot read is skipped (an entry only points at a record, which is
-// read and checked before it is shown).
-func entries(m jetstream.Msg) []entry {
-	data := m.Data()
-	if len(data) == 0 {
-		h := m.Headers()
-		rev, err := strconv.ParseUint(h.Get(HeaderRev), 10, 64)
-		if id := h.Get(HeaderRun); err == nil && id != "" {
-			return []entry{{rev, id}}
-		}
-		return nil
-	}
-	es := make([]entry, 0, bytes.Count(data, []byte{'\n'}))
-	for len(data) > 0 {
-		line, rest, _ := bytes.Cut(data, []byte{'\n'})
-		data = rest
-		r, id, ok := bytes.Cut(line, []byte{' '})
-		rev, err := strconv.ParseUint(string(r), 10, 64)
-		if !ok || err != nil || len(id) == 0 {
-			continue
-		}
-		es = append(es, entry{rev, string(id)})
-	}
-	return es
+	return a.seq > b.seq
 }
 
 type row struct {
@@ -558,59 +519,38 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			return Page{}, err
 		}
 	}
-	// Index entries, newest message first and, in a message, newest
-	// entry first.
+	// Index entries.
 	if !full() && p.idx != nil && p.lastIndexed > 0 {
 		top := idxLast + 1
-		below := p.lastIndexed + 1 // revisions at or above: from the tail
-		var cur *pos
+		var revBelow uint64 // skip entries of writes shown from the tail
 		if after != nil && after.class == classIndex {
-			// The cursor's message may hold older entries; the messages
-			// before it hold older writes, none shown from the tail.
-			top = after.seq + 1
-			cur = after
-			below = math.MaxUint64
+			top = after.seq
 		}
 		if after != nil && after.class == classTail {
-			below = min(below, after.seq)
-		}
-		skip := func(seq uint64, e entry) bool {
-			return e.rev >= below || cur != nil && seq == cur.seq && e.rev >= cur.rev
+			revBelow = after.seq
 		}
 		pre := func(ms []jetstream.Msg) {
-			var ids []string
-			for _, m := range ms {
-				md, err := m.Metadata()
-				if err != nil {
-					continue
-				}
-				for _, e := range entries(m) {
-					if !skip(md.Sequence.Stream, e) {
-						ids = append(ids, e.id)
-					}
+			ids := make([]string, len(ms))
+			for i, m := range ms {
+				if rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64); revBelow == 0 || rev < revBelow {
+					ids[i] = m.Headers().Get(HeaderRun)
 				}
 			}
 			p.prefetch(ctx, ids, want-len(rows))
 		}
 		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
-			es := entries(m)
-			for i := len(es) - 1; i >= 0; i-- {
-				e := es[i]
-				if skip(seq, e) {
-					continue
-				}
-				run, err := p.record(ctx, e.id, e.rev)
-				if err != nil {
-					return false, err
-				}
-				if run != nil {
-					rows = append(rows, row{pos{class: classIndex, seq: seq, rev: e.rev}, run})
-					if full() {
-						return false, nil
-					}
-				}
+			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
+			if revBelow != 0 && rev >= revBelow {
+				return true, nil
 			}
-			return true, nil
+			run, err := p.record(ctx, m.Headers().Get(HeaderRun), rev)
+			if err != nil {
+				return false, err
+			}
+			if run != nil {
+				rows = append(rows, row{pos{class: classIndex, seq: seq, rev: rev}, run})
+			}
+			return !full(), nil
 		})
 		if err != nil {
 			return Page{}, err
@@ -637,30 +577,19 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 	var rows []row // oldest first
 	full := func() bool { return len(rows) >= want }
 	if before.class == classIndex && p.idx != nil {
-		// Oldest message first and, in a message, oldest entry first,
-		// from the entry after the cursor.
-		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq, func(seq uint64, m jetstream.Msg) (bool, error) {
-			for _, e := range entries(m) {
-				if seq == before.seq && e.rev <= before.rev || e.rev > p.lastIndexed {
-					// At or before the cursor, or newer than the index's
-					// end as read (the tail has it; a later message may
-					// still hold older entries: those a term publishes
-					// when the one before it crashed having stored only
-					// part of its last batches).
-					continue
-				}
-				run, err := p.record(ctx, e.id, e.rev)
-				if err != nil {
-					return false, err
-				}
-				if run != nil {
-					rows = append(rows, row{pos{class: classIndex, seq: seq, rev: e.rev}, run})
-					if full() {
-						return false, nil
-					}
-				}
+		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq+1, func(seq uint64, m jetstream.Msg) (bool, error) {
+			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
+			if rev > p.lastIndexed {
+				return false, nil // newer than the index's end as read: the tail has it
 			}
-			return true, nil
+			run, err := p.record(ctx, m.Headers().Get(HeaderRun), rev)
+			if err != nil {
+				return false, err
+			}
+			if run != nil {
+				rows = append(rows, row{pos{class: classIndex, seq: seq, rev: rev}, run})
+			}
+			return !full(), nil
 		})
 		if err != nil {
 			return Page{}, err
@@ -669,23 +598,21 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 	if before.class == classTail && before.seq < p.lastIndexed && p.idx != nil {
 		// The cursor was in the runs stream's tail and the index has
 		// caught up past it since: the writes after it and up to the
-		// index's end are index entries now. They are the newest
-		// entries: read from the end back to the cursor (what was
-		// written since the cursor's page), then oldest first.
-		type found struct {
-			seq uint64
-			e   entry
+		// index's end are index entries now, the newest ones. Read from
+		// the end back to the cursor (what was written since its page),
+		// then their records oldest first.
+		type entry struct {
+			seq, rev uint64
+			id       string
 		}
-		var newer []found
+		var newer []entry
 		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), idxLast+1, 0, func() int { return want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
-			es := entries(m)
-			for i := len(es) - 1; i >= 0; i-- {
-				if es[i].rev <= before.seq {
-					return false, nil
-				}
-				if es[i].rev <= p.lastIndexed {
-					newer = append(newer, found{seq, es[i]})
-				}
+			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
+			if rev <= before.seq {
+				return false, nil
+			}
+			if rev <= p.lastIndexed {
+				newer = append(newer, entry{seq, rev, m.Headers().Get(HeaderRun)})
 			}
 			return true, nil
 		})
@@ -693,13 +620,13 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 			return Page{}, err
 		}
 		for i := len(newer) - 1; i >= 0 && !full(); i-- {
-			f := newer[i]
-			run, err := p.record(ctx, f.e.id, f.e.rev)
+			e := newer[i]
+			run, err := p.record(ctx, e.id, e.rev)
 			if err != nil {
 				return Page{}, err
 			}
 			if run != nil {
-				rows = append(rows, row{pos{class: classIndex, seq: f.seq, rev: f.e.rev}, run})
+				rows = append(rows, row{pos{class: classIndex, seq: e.seq, rev: e.rev}, run})
 			}
 		}
 	}
@@ -894,15 +821,14 @@ func (r *Reader) drop(st jetstream.Stream, c jetstream.Consumer) {
 }
 
 // consumer is a short-lived consumer of stream on filter from sequence
-// from (the server removes it when idle): headers only on the runs
-// stream, whole messages on the index (a batch's entries are its body).
+// from, headers only (the server removes it when idle).
 func (r *Reader) consumer(ctx context.Context, st jetstream.Stream, filter string, from uint64) (jetstream.Consumer, error) {
 	return st.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubject:     filter,
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
 		OptStartSeq:       from,
 		AckPolicy:         jetstream.AckNonePolicy,
-		HeadersOnly:       st.CachedInfo().Config.Name != r.cfg.IndexStream(),
+		HeadersOnly:       true,
 		MemoryStorage:     true,
 		InactiveThreshold: 5 * time.Second,
 		Replicas:          1,

@@ -1,13 +1,10 @@
 package runindex_test
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +14,6 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -29,7 +25,6 @@ type env struct {
 	st   *kv.Store
 	cfg  streams.Config
 	n    int
-	pad  string // appended to the ids write names
 }
 
 func setup(t *testing.T) *env { return setupWith(t, streams.Config{}) }
@@ -66,7 +61,7 @@ func (e *env) write(fn string, s jetflow.State, n int) []string {
 			wait()
 		}
 		e.n++
-		id := fmt.Sprintf("r%06d", e.n) + e.pad
+		id := fmt.Sprintf("r%06d", e.n)
 		now := time.Now().UTC()
 		r := &jetflow.Run{ID: id, Name: fn, State: s, ScheduledTime: now, CreationTime: now}
 		if s.Terminal() {
@@ -355,206 +350,6 @@ func TestPageCostFollowsThePageNotTheBucket(t *testing.T) {
 	t.Logf("a page of 10 among 3,010 failed runs under 20,000 others read %d messages", n)
 }
 
-// startCrashable runs an indexer checkpointing every every; crash stops it
-// as a crash would, without a last checkpoint.
-func (e *env) startCrashable(name string, every time.Duration) (crash func()) {
-	ix := runindex.New(e.ts.JS, e.cfg)
-	ix.Name, ix.Every = name, every
-	ctx, cancel := context.WithCancelCause(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = ix.Run(ctx) }()
-	crash = func() { cancel(errors.New("crash")); <-done }
-	e.t.Cleanup(crash)
-	return crash
-}
-
-// A term that ends without a checkpoint leaves entries after the last one;
-// the next term does not publish them again. An index written before
-// batches holds one entry per message, in headers. Pages read both, show
-// each run once, newest first, and page both ways alike, also where the
-// entries of two functions interleave.
-func TestIndexEntriesAfterACrashAreNotWrittenAgain(t *testing.T) {
-	e := setup(t)
-	ctx := context.Background()
-	cfg := e.cfg.WithDefaults()
-	idx, err := e.ts.JS.Stream(ctx, cfg.IndexStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// An index written before batches: one entry per message, in headers.
-	failed := e.write("x", jetflow.Failed, 5)
-	for _, id := range failed {
-		r, err := e.st.Get(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := nats.NewMsg(cfg.IndexSubject(string(jetflow.Failed), "x"))
-		m.Header.Set(runindex.HeaderRun, id)
-		m.Header.Set(runindex.HeaderRev, strconv.FormatUint(r.Revision, 10))
-		if _, err := e.ts.JS.PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// No checkpoint: the first term counts from the start, and finds the
-	// five entries stored.
-	_, stop := e.startIndexer("one")
-	failed = append(failed, e.write("x", jetflow.Failed, 40)...)
-	e.caughtUp()
-	stop() // a last checkpoint
-	// A term that publishes entries and crashes before its checkpoint.
-	crash := e.startCrashable("two", time.Hour)
-	all := slices.Clone(failed)
-	rs, err := e.ts.JS.Stream(ctx, streams.KVStream(cfg.RunsBucket()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 6 {
-		failed = append(failed, e.write("x", jetflow.Failed, 7)...)
-		all = append(all, failed[len(failed)-7:]...)
-		all = append(all, e.write("y", jetflow.Failed, 3)...)
-		info, err := rs.Info(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		testserver.Eventually(t, 30*time.Second, "entries of every write published", func() bool {
-			m, err := idx.GetLastMsgForSubject(ctx, cfg.IndexFilter("", ""))
-			return err == nil && m.Header.Get(runindex.HeaderRev) == strconv.FormatUint(info.State.LastSeq, 10)
-		})
-	}
-	crash()
-	e.startIndexer("three")
-	failed = append(failed, e.write("x", jetflow.Failed, 4)...)
-	all = append(all, failed[len(failed)-4:]...)
-	e.caughtUp()
-
-	// Every write indexed once: the five old entries, the batches.
-	entries, oldStyle, batches := 0, 0, 0
-	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{cfg.IndexFilter("", "")}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for left := c.CachedInfo().NumPending; left > 0; left-- {
-		m, err := c.Next(jetstream.FetchMaxWait(5 * time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch n := bytes.Count(m.Data(), []byte{'\n'}); {
-		case n == 0:
-			oldStyle++
-			entries++
-		case n > 1:
-			batches++
-			entries += n
-		default:
-			entries++
-		}
-	}
-	t.Logf("index: %d entries for %d writes (%d messages of one entry in headers, %d batches of several)", entries, len(all), oldStyle, batches)
-	if oldStyle != 5 || batches == 0 || entries != len(all) {
-		t.Fatalf("index: %d entries for %d writes (%d messages of one entry in headers, %d batches of several)", entries, len(all), oldStyle, batches)
-	}
-
-	rd := runindex.NewReader(e.st)
-	pages := func(q runindex.Query) ([]string, []runindex.Page) {
-		t.Helper()
-		var got []string
-		var ps []runindex.Page
-		for len(ps) <= len(all) {
-			p, err := rd.List(ctx, q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ps = append(ps, p)
-			got = append(got, ids(p.Runs)...)
-			if p.Next == "" {
-				break
-			}
-			q.After = p.Next
-		}
-		q.After = ""
-		for i := len(ps) - 1; i > 0; i-- {
-			q.Before = ps[i].Prev
-			p, err := rd.List(ctx, q)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(ps[i-1].Runs)) {
-				t.Fatalf("%+v: page %d backward %v, forward %v", q, i-1, ids(p.Runs), ids(ps[i-1].Runs))
-			}
-		}
-		return got, ps
-	}
-	for _, limit := range []int{1, 3, 7, 50} {
-		// One function: newest first, exactly.
-		got, _ := pages(runindex.Query{State: jetflow.Failed, Function: "x", Limit: limit})
-		want := slices.Clone(failed)
-		slices.Reverse(want)
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("function x, limit %d: pages show %v, want %v", limit, got, want)
-		}
-		// Two functions whose entries interleave.
-		got, _ = pages(runindex.Query{State: jetflow.Failed, Limit: limit})
-		want = slices.Clone(all)
-		slices.Reverse(want)
-		if fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("state failed, limit %d: pages show %v, want %v", limit, got, want)
-		}
-	}
-}
-
-// A server whose max payload is small still takes every batch: a batch is
-// bounded by bytes (run ids are up to 200 characters) as well as entries.
-func TestBatchesFitTheServersMaxPayload(t *testing.T) {
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), MaxPayload: 8 << 10, NoSigs: true, NoLog: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	t.Cleanup(s.Shutdown)
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("server not ready")
-	}
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if err := streams.Provision(ctx, js, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := kv.Open(ctx, js, streams.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{t: t, ts: &testserver.Env{T: t, NC: nc, JS: js}, runs: engine.New(st), st: st, pad: strings.Repeat("x", 193)}
-	failed := e.write("x", jetflow.Failed, 300) // 300 entries of 222 bytes: 66 KB
-	e.startIndexer("one")
-	e.caughtUp()
-	rd := runindex.NewReader(e.st)
-	p, err := rd.List(ctx, runindex.Query{State: jetflow.Failed, Limit: 300})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Reverse(failed)
-	if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(failed) {
-		t.Fatalf("page of %d runs, want the %d written", len(p.Runs), len(failed))
-	}
-	idx, err := js.Stream(ctx, streams.Config{}.WithDefaults().IndexStream())
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := idx.Info(ctx, jetstream.WithSubjectFilter(streams.Config{}.WithDefaults().IndexFilter("", "")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("300 entries of 222 bytes in %d index messages", info.State.Msgs-1)
-}
-
 // Pages read while the indexer lags (from the runs stream's tail) and
 // after it has caught up (from the index) follow on from each other, both
 // ways: the writes of two functions interleaved, each run once, newest
@@ -612,9 +407,11 @@ func TestPagesAcrossTheIndexCatchingUp(t *testing.T) {
 	}
 }
 
-// A batch lost while the one after it was stored (a reconnect, a stream
-// leader change) leaves a hole; the next term publishes the missing
-// entries, after the others. Every run is listed once, both ways alike.
+// Entries lost while later ones were stored (a reconnect, a stream leader
+// change) leave a hole; the next term publishes the entries after its
+// checkpoint again (the stored ones are dropped as duplicates), so the
+// missing ones come after the others. Every run is listed once, both ways
+// alike.
 func TestIndexHoleFilledByTheNextTerm(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -626,22 +423,19 @@ func TestIndexHoleFilledByTheNextTerm(t *testing.T) {
 	lost := e.write("x", jetflow.Failed, 3)
 	kept := e.write("x", jetflow.Failed, 3)
 	all = append(append(all, lost...), kept...)
-	// The term that read them stored the second batch only.
-	var body []byte
-	var top uint64
+	// The term that read them stored the last three entries only.
 	for _, id := range kept {
 		r, err := e.st.Get(ctx, id)
 		if err != nil {
 			t.Fatal(err)
 		}
-		body = fmt.Appendf(body, "%d %s\n", r.Revision, id)
-		top = r.Revision
-	}
-	m := nats.NewMsg(cfg.IndexSubject(string(jetflow.Failed), "x"))
-	m.Header.Set(runindex.HeaderRev, strconv.FormatUint(top, 10))
-	m.Data = body
-	if _, err := e.ts.JS.PublishMsg(ctx, m); err != nil {
-		t.Fatal(err)
+		m := nats.NewMsg(cfg.IndexSubject(string(jetflow.Failed), "x"))
+		m.Header.Set(runindex.HeaderRun, id)
+		m.Header.Set(runindex.HeaderRev, strconv.FormatUint(r.Revision, 10))
+		m.Header.Set(jetstream.MsgIDHeader, "idx-"+strconv.FormatUint(r.Revision, 10))
+		if _, err := e.ts.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e.startIndexer("two")
 	more := e.write("y", jetflow.Failed, 2)
