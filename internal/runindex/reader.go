@@ -607,12 +607,15 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 		}
 		var newer []entry
 		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), idxLast+1, 0, func() int { return want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
-			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
-			if rev <= before.seq {
+			rev, err := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
+			id := m.Headers().Get(HeaderRun)
+			switch {
+			case err != nil || id == "":
+				// Not an entry the indexer wrote: it names no run.
+			case rev <= before.seq:
 				return false, nil
-			}
-			if rev <= p.lastIndexed {
-				newer = append(newer, entry{seq, rev, m.Headers().Get(HeaderRun)})
+			case rev <= p.lastIndexed:
+				newer = append(newer, entry{seq, rev, id})
 			}
 			return true, nil
 		})

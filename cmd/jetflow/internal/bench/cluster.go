@@ -108,7 +108,7 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 	line("e2e late claims (ClaimAfter set, opt-in) runs/s %s   raw R3 publish+consume %s/s   ratio %.2f   cpu %s/run",
 		fmtRate(rate(o.N, lc.Elapsed)), fmtRate(rawRate), ratio(rate(o.N, lc.Elapsed), rawRate), fmtDur(per(lc.CPU, o.N)))
 	// With a scheduler leading, as a deployment runs one: its run indexer
-	// reads every record write and stores index entries (in batches).
+	// reads every record write and stores an index entry for each.
 	sc, err := EndToEndWithScheduler(ctx, url, "benchclsched", o.N, o.ArgsSize)
 	if err != nil {
 		return fmt.Errorf("cluster end to end with a scheduler: %w", err)
