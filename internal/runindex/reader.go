@@ -340,7 +340,8 @@ func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
 	var idx jetstream.Stream
 	var lastIndexed, idxLast uint64
 	if !unfiltered {
-		if _, err := r.Checkpoint(ctx); err != nil {
+		cp, err := r.Checkpoint(ctx)
+		if err != nil {
 			return Page{}, err
 		}
 		idx, err = r.js.Stream(ctx, r.cfg.IndexStream())
@@ -354,8 +355,12 @@ func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
 		case err != nil:
 			return Page{}, err
 		default:
-			lastIndexed, _ = strconv.ParseUint(m.Header.Get(HeaderRev), 10, 64)
 			idxLast = m.Sequence
+			if _, rev, ok := entryOf(m.Header); ok {
+				lastIndexed = rev
+			} else {
+				lastIndexed = r.lastEntryBelow(ctx, idx, m.Sequence, cp.IndexSeq)
+			}
 		}
 	}
 	rs, err := r.js.Stream(ctx, streams.KVStream(r.cfg.RunsBucket()))
@@ -411,6 +416,44 @@ func (p *pager) record(ctx context.Context, id string, rev uint64) (*jetflow.Run
 	}
 	p.seen[id] = true
 	return run, nil
+}
+
+// entryOf reads an index entry's run id and revision; ok false for a
+// message the indexer did not write (it names no valid run or revision).
+func entryOf(h nats.Header) (id string, rev uint64, ok bool) {
+	id = h.Get(HeaderRun)
+	rev, err := strconv.ParseUint(h.Get(HeaderRev), 10, 64)
+	if err != nil || rev == 0 || jetflow.ValidateRunID(id) != nil {
+		return "", 0, false
+	}
+	return id, rev, true
+}
+
+// lastEntryBelow is the revision of the last index entry stored before
+// sequence below, for an index whose last message names no run: it looks
+// at the few messages before it, and past those takes the checkpoint's
+// (every entry up to it was stored before the checkpoint was written). A
+// page then reads the writes after that revision from the runs stream's
+// tail, not every record.
+func (r *Reader) lastEntryBelow(ctx context.Context, idx jetstream.Stream, below, cpIndexSeq uint64) uint64 {
+	entries := strings.TrimSuffix(r.cfg.IndexFilter("", ""), "*.>") // <prefix>.idx.
+	for seq := below - 1; seq > 0 && seq+16 >= below; seq-- {
+		read.Add(1)
+		m, err := idx.GetMsg(ctx, seq)
+		if err != nil {
+			if errors.Is(err, jetstream.ErrMsgNotFound) {
+				continue
+			}
+			break
+		}
+		if !strings.HasPrefix(m.Subject, entries) {
+			continue
+		}
+		if _, rev, ok := entryOf(m.Header); ok {
+			return rev
+		}
+	}
+	return cpIndexSeq
 }
 
 // fetched is a record read ahead (prefetch).
@@ -529,21 +572,28 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 		if after != nil && after.class == classTail {
 			revBelow = after.seq
 		}
+		// An entry counts if it names a run, is not of a write shown from
+		// the tail on this page (after the index's end as read) or on the
+		// one before (the cursor's).
+		shown := func(h nats.Header) (string, uint64, bool) {
+			id, rev, ok := entryOf(h)
+			return id, rev, ok && rev <= p.lastIndexed && (revBelow == 0 || rev < revBelow)
+		}
 		pre := func(ms []jetstream.Msg) {
 			ids := make([]string, len(ms))
 			for i, m := range ms {
-				if rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64); revBelow == 0 || rev < revBelow {
-					ids[i] = m.Headers().Get(HeaderRun)
+				if id, _, ok := shown(m.Headers()); ok {
+					ids[i] = id
 				}
 			}
 			p.prefetch(ctx, ids, want-len(rows))
 		}
 		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
-			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
-			if revBelow != 0 && rev >= revBelow {
+			id, rev, ok := shown(m.Headers())
+			if !ok {
 				return true, nil
 			}
-			run, err := p.record(ctx, m.Headers().Get(HeaderRun), rev)
+			run, err := p.record(ctx, id, rev)
 			if err != nil {
 				return false, err
 			}
@@ -578,11 +628,14 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 	full := func() bool { return len(rows) >= want }
 	if before.class == classIndex && p.idx != nil {
 		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq+1, func(seq uint64, m jetstream.Msg) (bool, error) {
-			rev, _ := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
+			id, rev, ok := entryOf(m.Headers())
+			if !ok {
+				return true, nil // names no run: not an entry the indexer wrote
+			}
 			if rev > p.lastIndexed {
 				return false, nil // newer than the index's end as read: the tail has it
 			}
-			run, err := p.record(ctx, m.Headers().Get(HeaderRun), rev)
+			run, err := p.record(ctx, id, rev)
 			if err != nil {
 				return false, err
 			}
@@ -607,10 +660,9 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 		}
 		var newer []entry
 		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), idxLast+1, 0, func() int { return want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
-			rev, err := strconv.ParseUint(m.Headers().Get(HeaderRev), 10, 64)
-			id := m.Headers().Get(HeaderRun)
+			id, rev, ok := entryOf(m.Headers())
 			switch {
-			case err != nil || id == "":
+			case !ok:
 				// Not an entry the indexer wrote: it names no run.
 			case rev <= before.seq:
 				return false, nil

@@ -481,3 +481,64 @@ func TestIndexHoleFilledByTheNextTerm(t *testing.T) {
 		}
 	}
 }
+
+// A message on the index's subjects that names no run (only the scheduler
+// role may publish there, docs/permissions.md) is skipped, and while it is
+// the index's last message pages still read the index, not every record.
+func TestJunkLastIndexMessage(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	cfg := e.cfg.WithDefaults()
+	e.write("x", jetflow.Success, 2000)
+	failed := e.write("x", jetflow.Failed, 5)
+	_, stop := e.startIndexer("one")
+	e.caughtUp()
+	stop()
+	later := e.write("x", jetflow.Failed, 2) // not indexed: read from the runs stream's tail
+	for _, h := range []nats.Header{nil, {runindex.HeaderRun: {"r000001"}}, {runindex.HeaderRev: {"x7"}, runindex.HeaderRun: {"../.."}}} {
+		m := nats.NewMsg(cfg.IndexSubject(string(jetflow.Failed), "x"))
+		m.Data = []byte("junk")
+		for k, v := range h {
+			m.Header[k] = v
+		}
+		if _, err := e.ts.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rd := runindex.NewReader(e.st)
+	want := append(slices.Clone(failed), later...)
+	slices.Reverse(want)
+	for _, limit := range []int{3, 10} {
+		q := runindex.Query{State: jetflow.Failed, Limit: limit}
+		var got []string
+		var pages []runindex.Page
+		before := runindex.MessagesRead()
+		for {
+			p, err := rd.List(ctx, q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages = append(pages, p)
+			got = append(got, ids(p.Runs)...)
+			if p.Next == "" || len(pages) > len(want) {
+				break
+			}
+			q.After = p.Next
+		}
+		if n := runindex.MessagesRead() - before; n > 100 {
+			t.Errorf("limit %d: the pages read %d messages: every record, not the index", limit, n)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("limit %d: pages show %v, want %v", limit, got, want)
+		}
+		for i := len(pages) - 1; i > 0; i-- {
+			p, err := rd.List(ctx, runindex.Query{State: jetflow.Failed, Limit: limit, Before: pages[i].Prev})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(pages[i-1].Runs)) {
+				t.Fatalf("limit %d: page %d backward %v, forward %v", limit, i-1, ids(p.Runs), ids(pages[i-1].Runs))
+			}
+		}
+	}
+}
