@@ -7,6 +7,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/puback"
 	"github.com/nats-io/nats.go"
 )
 
@@ -58,7 +59,7 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 	defer t.Stop()
 	select {
 	case reply := <-ch:
-		if seq, ok := storedSeq(reply); ok {
+		if seq, ok := puback.Seq(reply); ok {
 			r.Revision = seq
 			return seq, nil
 		}

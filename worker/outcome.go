@@ -1,12 +1,12 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/puback"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -71,7 +71,7 @@ func (w *Worker) succeedAsync(j *jobCore, m jetstream.Msg, from jetflow.State, r
 // outcomeReply handles the server's reply to a success write (one timed
 // out and handed to the fallback gets none).
 func (w *Worker) outcomeReply(ow *outcomeWrite, msg *nats.Msg) {
-	seq, ok := storedSeq(msg)
+	seq, ok := puback.Seq(msg)
 	if !ok {
 		go w.outcomeFallback(ow)
 		return
@@ -82,31 +82,6 @@ func (w *Worker) outcomeReply(ow *outcomeWrite, msg *nats.Msg) {
 		return
 	}
 	w.succeeded(ow)
-}
-
-// storedSeq reads a publish acknowledgement: the stream sequence, or false
-// for an error or a no-responders status. A plain acknowledgement,
-// {"stream":"KV_...","seq":N} (maybe with "domain" or "duplicate"), is read
-// without a JSON decoder.
-func storedSeq(msg *nats.Msg) (uint64, bool) {
-	data := msg.Data
-	if len(data) == 0 || bytes.Contains(data, []byte(`"error"`)) {
-		return 0, false
-	}
-	i := bytes.Index(data, []byte(`"seq":`))
-	if i < 0 {
-		return 0, false
-	}
-	var seq uint64
-	digits := 0
-	for _, c := range data[i+len(`"seq":`):] {
-		if c < '0' || c > '9' {
-			break
-		}
-		seq = seq*10 + uint64(c-'0')
-		digits++
-	}
-	return seq, digits > 0 && digits < 20 && seq > 0
 }
 
 // succeeded finishes a run whose success is stored.

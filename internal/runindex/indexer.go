@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -50,7 +49,6 @@ type Indexer struct {
 	seeded  map[string]Live      // non-terminal runs seen by a full scan, not processed since
 	notify  map[string]kv.Header // terminal runs with an on-complete callback, for the repair sweep
 	stats   Stats
-	pubErr  atomic.Pointer[error]
 	ackWait time.Duration
 }
 
@@ -227,14 +225,12 @@ type state struct {
 func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // also ends a delivery blocked on msgs when the term returns
-	js, err := jetstream.New(ix.js.Conn(), jetstream.WithPublishAsyncErrHandler(func(_ jetstream.JetStream, m *nats.Msg, err error) {
-		e := fmt.Errorf("runindex: index entry %s: %w", m.Header.Get(jetstream.MsgIDHeader), err)
-		ix.pubErr.CompareAndSwap(nil, &e)
-	}), jetstream.WithPublishAsyncMaxPending(4096))
+	js := ix.js
+	ents, err := newEntries(js.Conn(), 4096)
 	if err != nil {
 		return err
 	}
-	ix.pubErr.Store(nil)
+	defer ents.close()
 	rs, err := js.Stream(ctx, ix.runs)
 	if err != nil {
 		return err
@@ -312,7 +308,7 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		if context.Cause(ctx) == context.Canceled && !st.cp.Rebuilding {
 			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_ = ix.checkpoint(fctx, js, &st)
+			_ = ix.checkpoint(fctx, js, ents, &st)
 		}
 	}()
 	tick := time.NewTicker(ix.Every)
@@ -332,7 +328,7 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			if err != nil {
 				continue
 			}
-			if err := ix.apply(ctx, js, &st, m, md); err != nil {
+			if err := ix.apply(ctx, ents, &st, m, md); err != nil {
 				return err
 			}
 			dirty = true
@@ -348,7 +344,7 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			if !dirty && time.Since(lastWrite) < 5*ix.Every {
 				continue
 			}
-			if err := ix.checkpoint(ctx, js, &st); err != nil {
+			if err := ix.checkpoint(ctx, js, ents, &st); err != nil {
 				return err
 			}
 			dirty, lastWrite = false, time.Now()
@@ -363,7 +359,7 @@ func (ix *Indexer) setCaughtUp(v bool) {
 }
 
 // apply counts one message of the runs stream and publishes its index entry.
-func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
+func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
 	seq := md.Sequence.Stream
 	id := m.Subject()[len(ix.pfx):]
 	h := m.Headers()
@@ -439,11 +435,11 @@ func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state,
 	}
 	st.cp.Seq, ix.stats.Seq = seq, seq
 	if seq > st.cp.IndexSeq {
-		e := nats.NewMsg(ix.cfg.IndexSubject(string(to), fn))
-		e.Header.Set(HeaderRun, id)
-		e.Header.Set(HeaderRev, strconv.FormatUint(seq, 10))
-		e.Header.Set(jetstream.MsgIDHeader, "idx-"+strconv.FormatUint(seq, 10))
-		if _, err := js.PublishMsgAsync(e); err != nil {
+		rev := strconv.FormatUint(seq, 10)
+		vals := [3]string{id, rev, "idx-" + rev} // one backing array for the three values
+		e := &nats.Msg{Subject: ix.cfg.IndexSubject(string(to), fn), Header: nats.Header{
+			HeaderRun: vals[0:1:1], HeaderRev: vals[1:2:2], jetstream.MsgIDHeader: vals[2:3:3]}}
+		if err := ents.publish(ctx, e); err != nil {
 			return fmt.Errorf("runindex: index entry: %w", err)
 		}
 		st.cp.IndexSeq = seq
@@ -452,16 +448,9 @@ func (ix *Indexer) apply(ctx context.Context, js jetstream.JetStream, st *state,
 }
 
 // checkpoint stores the counts once every index entry up to them is stored.
-func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, st *state) error {
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-time.After(ix.ackWait):
-		return errors.New("runindex: index entries not acknowledged")
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if e := ix.pubErr.Load(); e != nil {
-		return *e
+func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, ents *entries, st *state) error {
+	if err := ents.wait(ctx, ix.ackWait); err != nil {
+		return err
 	}
 	ix.mu.Lock()
 	st.cp.prune(time.Now())

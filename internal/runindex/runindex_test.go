@@ -19,7 +19,7 @@ import (
 )
 
 type env struct {
-	t    *testing.T
+	t    testing.TB
 	ts   *testserver.Env
 	runs *engine.Runs
 	st   *kv.Store
@@ -29,7 +29,7 @@ type env struct {
 
 func setup(t *testing.T) *env { return setupWith(t, streams.Config{}) }
 
-func setupWith(t *testing.T, cfg streams.Config) *env {
+func setupWith(t testing.TB, cfg streams.Config) *env {
 	ts := testserver.Start(t)
 	ctx := context.Background()
 	if err := streams.Provision(ctx, ts.JS, cfg); err != nil {
