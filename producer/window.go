@@ -2,11 +2,14 @@ package producer
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/jetflow-dev/jetflow/internal/puback"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The first try of an Enqueue whose run is published without a record (a
@@ -27,9 +30,16 @@ import (
 // Measured (docs/scaling.md): with 1000 goroutines enqueueing, a pipelined
 // window per caller cost less than a coalesced atomic batch (the server
 // stages an atomic batch in a store of its own, per batch), so the window
-// is the connection's pipeline, not a batch.
+// is the connection's pipeline, not a batch. Its publishes carry reply
+// subjects of the window's own, each caller waiting for its token's reply.
 type window struct {
-	js jetstream.JetStream // the connection's asynchronous publisher
+	nc    *nats.Conn
+	inbox string        // <inbox>.<token> is a publish's reply subject
+	slots chan struct{} // one per publish waiting for its acknowledgement
+
+	mu      sync.Mutex
+	next    uint64
+	waiting map[uint64]chan error
 }
 
 // windows holds one window per connection, removed when the connection
@@ -41,30 +51,40 @@ func windowOf(nc *nats.Conn) (*window, error) {
 	if w, ok := windows.Load(nc); ok {
 		return w.(*window), nil
 	}
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncTimeout(rideAttempt),
-		jetstream.WithPublishAsyncMaxPending(windowPending))
+	w := &window{nc: nc, inbox: nc.NewInbox(), slots: make(chan struct{}, windowPending), waiting: map[uint64]chan error{}}
+	// Replies are read without a JSON decoder (puback), on a subscription
+	// of the window's own (made before any caller can publish in it):
+	// nats.go's asynchronous publish would decode each.
+	sub, err := nc.Subscribe(w.inbox+".*", w.reply)
 	if err != nil {
 		return nil, err
 	}
-	w, loaded := windows.LoadOrStore(nc, &window{js: js})
-	if !loaded {
-		closed := nc.StatusChanged(nats.CLOSED)
-		go func() {
-			<-closed
-			windows.Delete(nc)
-		}()
-		if nc.IsClosed() {
-			windows.Delete(nc)
-		}
+	if v, loaded := windows.LoadOrStore(nc, w); loaded {
+		_ = sub.Unsubscribe()
+		return v.(*window), nil
 	}
-	return w.(*window), nil
+	closed := nc.StatusChanged(nats.CLOSED)
+	go func() {
+		<-closed
+		windows.Delete(nc)
+		_ = sub.Unsubscribe()
+	}()
+	if nc.IsClosed() {
+		windows.Delete(nc)
+	}
+	return w, nil
 }
 
 // windowPending bounds the acknowledgements a window waits for; a caller
 // that finds it full waits for room (up to rideAttempt and its ctx), then
 // publishes alone.
 const windowPending = 4096
+
+// errWindowFull and errWindowTimeout send a try on alone (publishDirect).
+var (
+	errWindowFull    = errors.New("producer: enqueue window full")
+	errWindowTimeout = errors.New("producer: no acknowledgement in the enqueue window")
+)
 
 // publish sends m in the window and waits until it is acknowledged or
 // failed, or until ctx ends.
@@ -73,16 +93,72 @@ func (w *window) publish(ctx context.Context, m *nats.Msg) error {
 	if d, ok := ctx.Deadline(); ok {
 		stall = max(min(stall, time.Until(d)), time.Millisecond)
 	}
-	f, err := w.js.PublishMsgAsync(m, jetstream.WithStallWait(stall))
-	if err != nil {
+	select {
+	case w.slots <- struct{}{}:
+	default:
+		t := time.NewTimer(stall)
+		select {
+		case w.slots <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			return errWindowFull
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+	defer func() { <-w.slots }()
+	ch := make(chan error, 1)
+	w.mu.Lock()
+	w.next++
+	tok := w.next
+	w.waiting[tok] = ch
+	w.mu.Unlock()
+	m.Reply = w.inbox + "." + strconv.FormatUint(tok, 10)
+	if err := w.nc.PublishMsg(m); err != nil {
+		w.take(tok)
 		return err
 	}
+	t := time.NewTimer(rideAttempt)
+	defer t.Stop()
 	select {
-	case <-f.Ok():
-		return nil
-	case err := <-f.Err():
+	case err := <-ch:
 		return err
+	case <-t.C:
+		w.take(tok)
+		return errWindowTimeout
 	case <-ctx.Done():
+		w.take(tok)
 		return ctx.Err()
 	}
+}
+
+// take removes the waiter of tok, if it is still there.
+func (w *window) take(tok uint64) chan error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ch := w.waiting[tok]
+	delete(w.waiting, tok)
+	return ch
+}
+
+// reply hands a publish's acknowledgement to its caller.
+func (w *window) reply(msg *nats.Msg) {
+	tok, err := strconv.ParseUint(msg.Subject[len(w.inbox)+1:], 10, 64)
+	if err != nil {
+		return
+	}
+	ch := w.take(tok)
+	if ch == nil {
+		return // given up on already
+	}
+	if _, ok := puback.Seq(msg); ok {
+		ch <- nil
+		return
+	}
+	why := string(msg.Data)
+	if msg.Header.Get("Status") == "503" {
+		why = "no responders"
+	}
+	ch <- fmt.Errorf("producer: enqueue window: %s", why)
 }
