@@ -36,6 +36,12 @@ func (c Config) IndexFilter(state, fn string) string {
 // replacing the last by rollup).
 func (c Config) IndexCheckpointSubject() string { return c.prefix() + ".idxcp" }
 
+// IndexDuplicateWindow is the run index stream's duplicate window: the
+// indexer never sends an entry twice (each expects the stream's last message
+// to be the one before it: internal/runindex), so the window only bounds
+// what the server keeps in memory, an entry per record write while it lasts.
+const IndexDuplicateWindow = time.Second
+
 // ProvisionIndex creates or updates the run index stream. Provision calls
 // it; the scheduler's indexer calls it at the start of each term.
 func ProvisionIndex(ctx context.Context, js jetstream.JetStream, c Config) error {
@@ -47,7 +53,7 @@ func ProvisionIndex(ctx context.Context, js jetstream.JetStream, c Config) error
 		if keepShape {
 			replicas, storage = cfg.Replicas, cfg.Storage
 		}
-		if cfg.MaxAge == c.Retention+time.Hour && cfg.Replicas == replicas && cfg.AllowDirect {
+		if cfg.MaxAge == c.Retention+time.Hour && cfg.Replicas == replicas && cfg.AllowDirect && cfg.Duplicates == IndexDuplicateWindow {
 			return nil
 		}
 	}
@@ -59,7 +65,7 @@ func ProvisionIndex(ctx context.Context, js jetstream.JetStream, c Config) error
 		MaxAge:      c.Retention + time.Hour,
 		Storage:     storage,
 		Replicas:    replicas,
-		Duplicates:  c.DuplicateWindow,
+		Duplicates:  IndexDuplicateWindow,
 		AllowRollup: true,
 		AllowDirect: true,
 		Description: "jetflow: run index (runs by state and function) and its counts",

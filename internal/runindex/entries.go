@@ -5,34 +5,50 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jetflow-dev/jetflow/internal/puback"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
-// entries publishes a term's index entries with a reply subject of the
-// term's own and counts their acknowledgements, read without a JSON decoder
-// (puback): nats.go's asynchronous publish would decode each one, a
-// microsecond or so per record write on a deployment's hot path. At most
-// max are in flight; the first failure (an error reply, or no stream to
-// answer) is kept and fails the next checkpoint, and the next term
-// publishes again every entry after the last one (the server drops those it
-// has by their Nats-Msg-Id).
+// entries publishes a term's messages to the index stream (its entries and
+// its checkpoints) as one chain: each carries a Nats-Msg-Id and expects the
+// stream's last message to be the term's previous one
+// (Nats-Expected-Last-Msg-Id). The stream therefore holds the entries in
+// revision order with no gaps: once a message is refused or lost (an
+// election, a reconnect, a message of another publisher in between), no
+// later one of the term can be stored (the one it expects is not the last),
+// the term ends, and the next resumes after the last entry stored
+// (lastEntry), expecting the stream's last message as it finds it. Without
+// the chain, entries of a term sent after a refused one could be stored,
+// leaving a hole no later term fills; and entries sent again after a
+// checkpoint needed the duplicate window to be dropped, holding an entry
+// per record write in the server's memory for two minutes. The index
+// stream's window is a second (ProvisionIndex): nothing is sent twice.
+//
+// Entries are published with a reply subject of the term's own and their
+// acknowledgements counted, read without a JSON decoder (puback): nats.go's
+// asynchronous publish would decode each one. At most max are in flight;
+// the first failure is kept: it ends the term (failed) and fails the next
+// checkpoint.
 type entries struct {
 	nc    *nats.Conn
 	sub   *nats.Subscription
 	inbox string
 	slots chan struct{} // one per entry in flight
+	last  string        // the Nats-Msg-Id the next message expects last ("": none)
 
-	mu   sync.Mutex
-	n    int           // in flight
-	idle chan struct{} // closed while n is 0
-	err  error         // the first failure
+	mu     sync.Mutex
+	n      int           // in flight
+	idle   chan struct{} // closed while n is 0
+	err    error         // the first failure
+	failed atomic.Bool   // err is set
 }
 
-func newEntries(nc *nats.Conn, max int) (*entries, error) {
-	e := &entries{nc: nc, inbox: nc.NewInbox(), slots: make(chan struct{}, max), idle: make(chan struct{})}
+func newEntries(nc *nats.Conn, max int, last string) (*entries, error) {
+	e := &entries{nc: nc, inbox: nc.NewInbox(), slots: make(chan struct{}, max), idle: make(chan struct{}), last: last}
 	close(e.idle)
 	sub, err := nc.Subscribe(e.inbox, e.reply)
 	if err != nil {
@@ -42,8 +58,18 @@ func newEntries(nc *nats.Conn, max int) (*entries, error) {
 	return e, nil
 }
 
-// publish sends one entry, waiting while max are in flight.
-func (e *entries) publish(ctx context.Context, m *nats.Msg) error {
+// chain makes m the next message of the chain, with id as its Nats-Msg-Id.
+func (e *entries) chain(m *nats.Msg, id string) {
+	m.Header[jetstream.MsgIDHeader] = []string{id}
+	if e.last != "" {
+		m.Header[jetstream.ExpectedLastMsgIDHeader] = []string{e.last}
+	}
+	e.last = id
+}
+
+// publish sends one entry (id its Nats-Msg-Id), waiting while max are in
+// flight.
+func (e *entries) publish(ctx context.Context, m *nats.Msg, id string) error {
 	select {
 	case e.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -56,6 +82,7 @@ func (e *entries) publish(ctx context.Context, m *nats.Msg) error {
 	e.n++
 	e.mu.Unlock()
 	m.Reply = e.inbox
+	e.chain(m, id)
 	if err := e.nc.PublishMsg(m); err != nil {
 		e.done(fmt.Errorf("runindex: index entry %s: %w", m.Header.Get(nats.MsgIdHdr), err))
 		return err
@@ -80,6 +107,7 @@ func (e *entries) done(err error) {
 	e.mu.Lock()
 	if err != nil && e.err == nil {
 		e.err = err
+		e.failed.Store(true)
 	}
 	if e.n > 0 {
 		e.n--
@@ -95,8 +123,11 @@ func (e *entries) done(err error) {
 // failure if any; an error after d with entries still unanswered.
 func (e *entries) wait(ctx context.Context, d time.Duration) error {
 	e.mu.Lock()
-	idle := e.idle
+	idle, err := e.idle, e.err
 	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -112,3 +143,22 @@ func (e *entries) wait(ctx context.Context, d time.Duration) error {
 }
 
 func (e *entries) close() { _ = e.sub.Unsubscribe() }
+
+// publishSync sends m (id its Nats-Msg-Id) after every entry is
+// acknowledged, and waits for it to be stored (a checkpoint).
+func (e *entries) publishSync(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id string, wait time.Duration) error {
+	if err := e.wait(ctx, wait); err != nil {
+		return err
+	}
+	e.chain(m, id)
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		e.mu.Lock()
+		if e.err == nil {
+			e.err = err
+			e.failed.Store(true)
+		}
+		e.mu.Unlock()
+		return err
+	}
+	return nil
+}

@@ -217,6 +217,8 @@ type state struct {
 	rebuild bool   // counting from nothing
 	start   uint64 // rebuild: last sequence of the stream at its start
 	at      time.Time
+	began   time.Time // the term's start, and the checkpoints it wrote: their Nats-Msg-Id
+	cps     int
 	// served is the checkpoint readers get while the counts are rebuilt:
 	// the last exact one, marked.
 	served *Checkpoint
@@ -226,7 +228,22 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // also ends a delivery blocked on msgs when the term returns
 	js := ix.js
-	ents, err := newEntries(js.Conn(), 4096)
+	idx, err := js.Stream(ctx, ix.cfg.IndexStream())
+	if err != nil {
+		return err
+	}
+	// The chain of this term's messages starts from the stream's last one.
+	var lastID string
+	if ls := idx.CachedInfo().State.LastSeq; ls > 0 {
+		m, err := idx.GetMsg(ctx, ls)
+		switch {
+		case err == nil:
+			lastID = m.Header.Get(jetstream.MsgIDHeader)
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return err
+		}
+	}
+	ents, err := newEntries(js.Conn(), 4096, lastID)
 	if err != nil {
 		return err
 	}
@@ -259,7 +276,17 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		ix.stats.Rebuilds++
 		ix.mu.Unlock()
 	}
+	// Entries resume after the last one stored: the index holds every
+	// entry up to it, in order, and none after (entries.go).
+	end, err := lastEntry(ctx, idx, ix.cfg)
+	if err != nil {
+		return err
+	}
+	if end.found {
+		st.cp.IndexSeq = end.rev
+	}
 	st.at = st.cp.At
+	st.began = time.Now()
 	st.base = st.cp.Seq
 	st.cp.Rebuilding = rebuild
 	st.cp.Leader = ix.Name
@@ -330,6 +357,9 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			}
 			if err := ix.apply(ctx, ents, &st, m, md); err != nil {
 				return err
+			}
+			if ents.failed.Load() {
+				return ents.wait(ctx, 0) // an entry refused: every later one is too
 			}
 			dirty = true
 			if md.NumPending == 0 {
@@ -436,10 +466,10 @@ func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstr
 	st.cp.Seq, ix.stats.Seq = seq, seq
 	if seq > st.cp.IndexSeq {
 		rev := strconv.FormatUint(seq, 10)
-		vals := [3]string{id, rev, "idx-" + rev} // one backing array for the three values
-		e := &nats.Msg{Subject: ix.cfg.IndexSubject(string(to), fn), Header: nats.Header{
-			HeaderRun: vals[0:1:1], HeaderRev: vals[1:2:2], jetstream.MsgIDHeader: vals[2:3:3]}}
-		if err := ents.publish(ctx, e); err != nil {
+		vals := [2]string{id, rev} // one backing array for the values
+		e := &nats.Msg{Subject: ix.cfg.IndexSubject(string(to), fn), Header: make(nats.Header, 4)}
+		e.Header[HeaderRun], e.Header[HeaderRev] = vals[0:1:1], vals[1:2:2]
+		if err := ents.publish(ctx, e, "idx-"+rev); err != nil {
 			return fmt.Errorf("runindex: index entry: %w", err)
 		}
 		st.cp.IndexSeq = seq
@@ -474,7 +504,8 @@ func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, ents 
 	m := nats.NewMsg(ix.cfg.IndexCheckpointSubject())
 	m.Data = data
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := js.PublishMsg(ctx, m); err != nil {
+	st.cps++
+	if err := ents.publishSync(ctx, js, m, fmt.Sprintf("cp-%s-%d-%d", ix.Name, st.began.UnixNano(), st.cps), ix.ackWait); err != nil {
 		return fmt.Errorf("runindex: checkpoint: %w", err)
 	}
 	ix.mu.Lock()

@@ -349,18 +349,16 @@ func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
 			return Page{}, err
 		}
 		idxLast = idx.CachedInfo().State.LastSeq
-		m, err := idx.GetLastMsgForSubject(ctx, r.cfg.IndexFilter("", ""))
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-		case err != nil:
+		last, err := lastEntry(ctx, idx, r.cfg)
+		if err != nil {
 			return Page{}, err
-		default:
-			idxLast = m.Sequence
-			if _, rev, ok := entryOf(m.Header); ok {
-				lastIndexed = rev
-			} else {
-				lastIndexed = r.lastEntryBelow(ctx, idx, m.Sequence, cp.IndexSeq)
-			}
+		}
+		if last.seq != 0 {
+			idxLast = last.seq
+		}
+		lastIndexed = last.rev
+		if !last.found {
+			lastIndexed = cp.IndexSeq
 		}
 	}
 	rs, err := r.js.Stream(ctx, streams.KVStream(r.cfg.RunsBucket()))
@@ -429,31 +427,53 @@ func entryOf(h nats.Header) (id string, rev uint64, ok bool) {
 	return id, rev, true
 }
 
-// lastEntryBelow is the revision of the last index entry stored before
-// sequence below, for an index whose last message names no run: it looks
-// at the few messages before it, and past those takes the checkpoint's
-// (every entry up to it was stored before the checkpoint was written). A
-// page then reads the writes after that revision from the runs stream's
-// tail, not every record.
-func (r *Reader) lastEntryBelow(ctx context.Context, idx jetstream.Stream, below, cpIndexSeq uint64) uint64 {
-	entries := strings.TrimSuffix(r.cfg.IndexFilter("", ""), "*.>") // <prefix>.idx.
-	for seq := below - 1; seq > 0 && seq+16 >= below; seq-- {
+// indexEnd is where the index ends: the sequence of its last message (an
+// entry, or one that names no run), and the revision of its last entry.
+type indexEnd struct {
+	seq   uint64
+	rev   uint64
+	found bool // rev is an entry's: false for an empty index, or one whose last messages name no run
+}
+
+// lastEntry finds the index's last entry. The indexer stores entries in
+// revision order with no gaps (entries.go), so every write up to its
+// revision has its entry. A last message that names no run (only the
+// scheduler role may publish there) is looked past, up to 16 messages back;
+// past those, found is false and the caller takes the checkpoint's
+// revision (every entry up to it was stored before it was written).
+func lastEntry(ctx context.Context, idx jetstream.Stream, cfg streams.Config) (indexEnd, error) {
+	m, err := idx.GetLastMsgForSubject(ctx, cfg.IndexFilter("", ""))
+	read.Add(1)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return indexEnd{}, nil
+	}
+	if err != nil {
+		return indexEnd{}, err
+	}
+	end := indexEnd{seq: m.Sequence}
+	if _, rev, ok := entryOf(m.Header); ok {
+		end.rev, end.found = rev, true
+		return end, nil
+	}
+	entries := strings.TrimSuffix(cfg.IndexFilter("", ""), "*.>") // <prefix>.idx.
+	for seq := m.Sequence - 1; seq > 0 && seq+16 >= m.Sequence; seq-- {
 		read.Add(1)
 		m, err := idx.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
 		if err != nil {
-			if errors.Is(err, jetstream.ErrMsgNotFound) {
-				continue
-			}
-			break
+			return indexEnd{}, err
 		}
 		if !strings.HasPrefix(m.Subject, entries) {
 			continue
 		}
 		if _, rev, ok := entryOf(m.Header); ok {
-			return rev
+			end.rev, end.found = rev, true
+			return end, nil
 		}
 	}
-	return cpIndexSeq
+	return end, nil
 }
 
 // fetched is a record read ahead (prefetch).
