@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,8 @@ import (
 // election, a reconnect, a message of another publisher in between), no
 // later one of the term can be stored (the one it expects is not the last),
 // the term ends, and the next resumes after the last entry stored
-// (lastEntry), expecting the stream's last message as it finds it. Without
+// (resumePoint), its first message expecting the stream's last sequence as
+// it found it. Without
 // the chain, entries of a term sent after a refused one could be stored,
 // leaving a hole no later term fills; and entries sent again after a
 // checkpoint needed the duplicate window to be dropped, holding an entry
@@ -34,11 +36,14 @@ import (
 // the first failure is kept: it ends the term (failed) and fails the next
 // checkpoint.
 type entries struct {
-	nc    *nats.Conn
-	sub   *nats.Subscription
-	inbox string
-	slots chan struct{} // one per entry in flight
-	last  string        // the Nats-Msg-Id the next message expects last ("": none)
+	nc       *nats.Conn
+	sub      *nats.Subscription
+	inbox    string
+	slots    chan struct{} // one per entry in flight
+	patience time.Duration // how long a publish waits for a slot, and wait for every acknowledgement
+	start    uint64        // the stream's last sequence at the term's start: the first message expects it
+	first    bool          // no message sent yet
+	last     string        // the Nats-Msg-Id the next message expects last
 
 	mu     sync.Mutex
 	n      int           // in flight
@@ -47,8 +52,11 @@ type entries struct {
 	failed atomic.Bool   // err is set
 }
 
-func newEntries(nc *nats.Conn, max int, last string) (*entries, error) {
-	e := &entries{nc: nc, inbox: nc.NewInbox(), slots: make(chan struct{}, max), idle: make(chan struct{}), last: last}
+// newEntries starts a term's chain over an index stream whose last
+// sequence is start; a publish waits up to wait for room.
+func newEntries(nc *nats.Conn, max int, start uint64, wait time.Duration) (*entries, error) {
+	e := &entries{nc: nc, inbox: nc.NewInbox(), slots: make(chan struct{}, max), idle: make(chan struct{}),
+		patience: wait, start: start, first: true}
 	close(e.idle)
 	sub, err := nc.Subscribe(e.inbox, e.reply)
 	if err != nil {
@@ -58,10 +66,15 @@ func newEntries(nc *nats.Conn, max int, last string) (*entries, error) {
 	return e, nil
 }
 
-// chain makes m the next message of the chain, with id as its Nats-Msg-Id.
+// chain makes m the next message of the chain, with id as its Nats-Msg-Id:
+// the first expects the stream's last sequence as the term found it (the
+// resume point was read up to it), each later one the message before it.
 func (e *entries) chain(m *nats.Msg, id string) {
 	m.Header[jetstream.MsgIDHeader] = []string{id}
-	if e.last != "" {
+	if e.first {
+		m.Header[jetstream.ExpectedLastSeqHeader] = []string{strconv.FormatUint(e.start, 10)}
+		e.first = false
+	} else {
 		m.Header[jetstream.ExpectedLastMsgIDHeader] = []string{e.last}
 	}
 	e.last = id
@@ -72,8 +85,23 @@ func (e *entries) chain(m *nats.Msg, id string) {
 func (e *entries) publish(ctx context.Context, m *nats.Msg, id string) error {
 	select {
 	case e.slots <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		// Full: acknowledgements slower than the writes, or publishes the
+		// server drops unanswered (sent to a replica that is not the
+		// stream's leader, lost in an election). Waiting for ever would
+		// stall the term: it ends instead, and the next resumes.
+		t := time.NewTimer(e.patience)
+		select {
+		case e.slots <- struct{}{}:
+			t.Stop()
+		case <-t.C:
+			err := errors.New("runindex: index entries not acknowledged")
+			e.fail(err)
+			return err
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
 	}
 	e.mu.Lock()
 	if e.n == 0 {
@@ -101,6 +129,16 @@ func (e *entries) reply(msg *nats.Msg) {
 		why = "no responders: the index stream has no leader"
 	}
 	e.done(fmt.Errorf("runindex: index entry not stored: %s", why))
+}
+
+// fail keeps err as the term's first failure.
+func (e *entries) fail(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+		e.failed.Store(true)
+	}
+	e.mu.Unlock()
 }
 
 func (e *entries) done(err error) {
@@ -146,18 +184,13 @@ func (e *entries) close() { _ = e.sub.Unsubscribe() }
 
 // publishSync sends m (id its Nats-Msg-Id) after every entry is
 // acknowledged, and waits for it to be stored (a checkpoint).
-func (e *entries) publishSync(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id string, wait time.Duration) error {
-	if err := e.wait(ctx, wait); err != nil {
+func (e *entries) publishSync(ctx context.Context, js jetstream.JetStream, m *nats.Msg, id string) error {
+	if err := e.wait(ctx, e.patience); err != nil {
 		return err
 	}
 	e.chain(m, id)
 	if _, err := js.PublishMsg(ctx, m); err != nil {
-		e.mu.Lock()
-		if e.err == nil {
-			e.err = err
-			e.failed.Store(true)
-		}
-		e.mu.Unlock()
+		e.fail(err)
 		return err
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -232,18 +233,10 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	if err != nil {
 		return err
 	}
-	// The chain of this term's messages starts from the stream's last one.
-	var lastID string
-	if ls := idx.CachedInfo().State.LastSeq; ls > 0 {
-		m, err := idx.GetMsg(ctx, ls)
-		switch {
-		case err == nil:
-			lastID = m.Header.Get(jetstream.MsgIDHeader)
-		case !errors.Is(err, jetstream.ErrMsgNotFound):
-			return err
-		}
-	}
-	ents, err := newEntries(js.Conn(), 4096, lastID)
+	// The chain of this term's messages starts from the stream's last
+	// sequence as read now, from its leader; resumePoint reads up to it.
+	start := idx.CachedInfo().State.LastSeq
+	ents, err := newEntries(js.Conn(), 4096, start, ix.ackWait)
 	if err != nil {
 		return err
 	}
@@ -278,12 +271,10 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	}
 	// Entries resume after the last one stored: the index holds every
 	// entry up to it, in order, and none after (entries.go).
-	end, err := lastEntry(ctx, idx, ix.cfg)
-	if err != nil {
+	if rev, ok, err := ix.resumePoint(ctx, idx, start); err != nil {
 		return err
-	}
-	if end.found {
-		st.cp.IndexSeq = end.rev
+	} else if ok {
+		st.cp.IndexSeq = rev
 	}
 	st.at = st.cp.At
 	st.began = time.Now()
@@ -477,6 +468,73 @@ func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstr
 	return nil
 }
 
+// resumePoint is the revision of the last entry stored at or before the
+// index stream's sequence upTo: the term publishes the entries after it.
+// It reads the stream's last messages up to upTo, widening the range while
+// none names a run (only the scheduler role may publish there). ok false
+// when the stream holds no entry: the term starts from its checkpoint's.
+func (ix *Indexer) resumePoint(ctx context.Context, idx jetstream.Stream, upTo uint64) (rev uint64, ok bool, err error) {
+	if upTo == 0 {
+		return 0, false, nil
+	}
+	for span := uint64(64); ; span *= 8 {
+		from := uint64(1)
+		if upTo > span {
+			from = upTo - span + 1
+		}
+		if rev, ok, err = ix.lastEntryIn(ctx, idx, from, upTo); err != nil || ok || from == 1 {
+			return rev, ok, err
+		}
+	}
+}
+
+// lastEntryIn reads the index stream's messages from sequence from up to
+// upTo with an ordered consumer, and returns the revision of the last entry
+// among them. It reads until it has seen upTo (or a later message): the
+// consumer may be placed on a replica that has not applied the last
+// messages yet, and a direct get there would answer from what it has.
+func (ix *Indexer) lastEntryIn(ctx context.Context, idx jetstream.Stream, from, upTo uint64) (rev uint64, ok bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, ix.ackWait)
+	defer cancel()
+	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		HeadersOnly: true, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	pfx := strings.TrimSuffix(ix.cfg.IndexFilter("", ""), "*.>") // <prefix>.idx.
+	for {
+		b, err := c.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		if err != nil {
+			return 0, false, err
+		}
+		for m := range b.Messages() {
+			md, err := m.Metadata()
+			if err != nil {
+				return 0, false, err
+			}
+			seq := md.Sequence.Stream
+			if seq > upTo {
+				return rev, ok, nil
+			}
+			if strings.HasPrefix(m.Subject(), pfx) {
+				if _, r, valid := entryOf(m.Headers()); valid {
+					rev, ok = r, true
+				}
+			}
+			if seq == upTo {
+				return rev, ok, nil
+			}
+		}
+		if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return 0, false, err
+		}
+		if ctx.Err() != nil {
+			return 0, false, fmt.Errorf("runindex: reading the index up to sequence %d: %w", upTo, ctx.Err())
+		}
+	}
+}
+
 // checkpoint stores the counts once every index entry up to them is stored.
 func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, ents *entries, st *state) error {
 	if err := ents.wait(ctx, ix.ackWait); err != nil {
@@ -505,7 +563,7 @@ func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, ents 
 	m.Data = data
 	m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	st.cps++
-	if err := ents.publishSync(ctx, js, m, fmt.Sprintf("cp-%s-%d-%d", ix.Name, st.began.UnixNano(), st.cps), ix.ackWait); err != nil {
+	if err := ents.publishSync(ctx, js, m, fmt.Sprintf("cp-%s-%d-%d", ix.Name, st.began.UnixNano(), st.cps)); err != nil {
 		return fmt.Errorf("runindex: checkpoint: %w", err)
 	}
 	ix.mu.Lock()

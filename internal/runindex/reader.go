@@ -577,7 +577,7 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			}
 			p.prefetch(ctx, ids, want-len(rows))
 		}
-		err := p.r.back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func() int { return want - len(rows) }, pre, p.tailRows(ctx, &rows, full))
+		err := back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func() int { return want - len(rows) }, pre, p.tailRows(ctx, &rows, full))
 		if err != nil {
 			return Page{}, err
 		}
@@ -608,7 +608,7 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			}
 			p.prefetch(ctx, ids, want-len(rows))
 		}
-		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
+		err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
 			id, rev, ok := shown(m.Headers())
 			if !ok {
 				return true, nil
@@ -647,7 +647,7 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 	var rows []row // oldest first
 	full := func() bool { return len(rows) >= want }
 	if before.class == classIndex && p.idx != nil {
-		err := p.r.ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq+1, func(seq uint64, m jetstream.Msg) (bool, error) {
+		err := ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq+1, func(seq uint64, m jetstream.Msg) (bool, error) {
 			id, rev, ok := entryOf(m.Headers())
 			if !ok {
 				return true, nil // names no run: not an entry the indexer wrote
@@ -679,7 +679,7 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 			id       string
 		}
 		var newer []entry
-		err := p.r.back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), idxLast+1, 0, func() int { return want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
+		err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), idxLast+1, 0, func() int { return want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
 			id, rev, ok := entryOf(m.Headers())
 			switch {
 			case !ok:
@@ -713,7 +713,7 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 		if before.class == classIndex {
 			start = max(start, before.rev+1)
 		}
-		err := p.r.ahead(ctx, p.rs, p.r.pfx+">", start, p.tailRows(ctx, &rows, full))
+		err := ahead(ctx, p.rs, p.r.pfx+">", start, p.tailRows(ctx, &rows, full))
 		if err != nil {
 			return Page{}, err
 		}
@@ -751,10 +751,13 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 // A window is sized from the density of matches seen so far to hold about
 // need() more (a quarter more), so the messages it reads are about the
 // ones it visits.
-func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, below, floor uint64, need func() int, pre func([]jetstream.Msg), visit func(uint64, jetstream.Msg) (bool, error)) error {
+func back(ctx context.Context, st jetstream.Stream, filter string, below, floor uint64, need func() int, pre func([]jetstream.Msg), visit func(uint64, jetstream.Msg) (bool, error)) error {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return err
+	}
+	if info.State.Msgs == 0 {
+		return nil // (and FirstSeq may be 0)
 	}
 	floor = max(floor, info.State.FirstSeq-1)
 	if below > info.State.LastSeq+1 {
@@ -765,12 +768,12 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 	}
 	above := uint64(0) // matches at or above the window's top
 	if below <= info.State.LastSeq {
-		c, err := r.consumer(ctx, st, filter, below)
+		c, err := consumer(ctx, st, filter, below)
 		if err != nil {
 			return err
 		}
 		above = c.CachedInfo().NumPending
-		r.drop(st, c)
+		drop(st, c)
 	}
 	w := uint64(max(2*need(), 16))
 	var scanned, matched uint64
@@ -780,7 +783,7 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 		if hi-lo > w {
 			lo = hi - w
 		}
-		c, err := r.consumer(ctx, st, filter, lo)
+		c, err := consumer(ctx, st, filter, lo)
 		if err != nil {
 			return err
 		}
@@ -792,13 +795,13 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 		// is the next window.
 		for want := 2*need() + 16; n > want && hi-lo > 16; {
 			mid := lo + (hi-lo)/2
-			cm, err := r.consumer(ctx, st, filter, mid)
+			cm, err := consumer(ctx, st, filter, mid)
 			if err != nil {
-				r.drop(st, c)
+				drop(st, c)
 				return err
 			}
 			pm := cm.CachedInfo().NumPending
-			r.drop(st, c)
+			drop(st, c)
 			c, lo, pending, n = cm, mid, pm, int(pm-min(pm, above))
 		}
 		above = pending
@@ -806,7 +809,7 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 		for len(msgs) < n {
 			b, err := c.Fetch(min(n-len(msgs), 1000), jetstream.FetchMaxWait(5*time.Second))
 			if err != nil {
-				r.drop(st, c)
+				drop(st, c)
 				return err
 			}
 			got := 0
@@ -821,7 +824,7 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 				break // removed meanwhile
 			}
 		}
-		r.drop(st, c)
+		drop(st, c)
 		read.Add(int64(len(msgs)))
 		if pre != nil && len(msgs) > 0 {
 			pre(msgs)
@@ -854,12 +857,12 @@ func (r *Reader) back(ctx context.Context, st jetstream.Stream, filter string, b
 
 // ahead visits the messages of stream on filter from sequence from on,
 // oldest first, until visit returns false or the stream ends.
-func (r *Reader) ahead(ctx context.Context, st jetstream.Stream, filter string, from uint64, visit func(uint64, jetstream.Msg) (bool, error)) error {
-	c, err := r.consumer(ctx, st, filter, max(from, 1))
+func ahead(ctx context.Context, st jetstream.Stream, filter string, from uint64, visit func(uint64, jetstream.Msg) (bool, error)) error {
+	c, err := consumer(ctx, st, filter, max(from, 1))
 	if err != nil {
 		return err
 	}
-	defer r.drop(st, c)
+	defer drop(st, c)
 	left := c.CachedInfo().NumPending
 	for left > 0 {
 		b, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
@@ -889,7 +892,7 @@ func (r *Reader) ahead(ctx context.Context, st jetstream.Stream, filter string, 
 
 // drop deletes a consumer of back or ahead (the server would after
 // InactiveThreshold; many pages a second would leave many behind).
-func (r *Reader) drop(st jetstream.Stream, c jetstream.Consumer) {
+func drop(st jetstream.Stream, c jetstream.Consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	_ = st.DeleteConsumer(ctx, c.CachedInfo().Name)
@@ -897,7 +900,7 @@ func (r *Reader) drop(st jetstream.Stream, c jetstream.Consumer) {
 
 // consumer is a short-lived consumer of stream on filter from sequence
 // from, headers only (the server removes it when idle).
-func (r *Reader) consumer(ctx context.Context, st jetstream.Stream, filter string, from uint64) (jetstream.Consumer, error) {
+func consumer(ctx context.Context, st jetstream.Stream, filter string, from uint64) (jetstream.Consumer, error) {
 	return st.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubject:     filter,
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,

@@ -3,6 +3,8 @@ package runindex_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -97,6 +99,9 @@ func (e *env) change(id string, step engine.Step, to jetflow.State) {
 func (e *env) startIndexer(name string) (*runindex.Indexer, func()) {
 	ix := runindex.New(e.ts.JS, e.cfg)
 	ix.Name, ix.Every = name, 50*time.Millisecond
+	if testing.Verbose() {
+		ix.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = ix.Run(ctx) }()
@@ -415,7 +420,7 @@ func TestIndexResumesAfterARefusedEntry(t *testing.T) {
 	var all, xs []string
 	for i := range 8 {
 		fn := []string{"x", "y"}[i%2]
-		w := e.write(fn, jetflow.Failed, 40)
+		w := e.write(fn, jetflow.Failed, 15)
 		all = append(all, w...)
 		if fn == "x" {
 			xs = append(xs, w...)

@@ -1,0 +1,93 @@
+package runindex
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
+)
+
+// Publishes that get no reply at all (sent to a replica that is not the
+// stream's leader, or lost in an election: the server answers neither)
+// hold their slots; once all are held, a publish gives up after the
+// entries' patience and fails the term, which the next one resumes,
+// instead of waiting for as long as the leadership lasts.
+func TestEntriesGiveUpWhenNoReplyComes(t *testing.T) {
+	ts := testserver.Start(t)
+	sink, err := ts.NC.SubscribeSync("sink.>") // interest, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Unsubscribe()
+	e, err := newEntries(ts.NC, 2, 0, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var last error
+	for i := range 3 {
+		last = e.publish(ctx, &nats.Msg{Subject: "sink.x", Header: nats.Header{}}, "idx-"+strconv.Itoa(i+1))
+	}
+	if last == nil || ctx.Err() != nil || !e.failed.Load() {
+		t.Fatalf("third publish with two unanswered: %v (ctx %v, failed %v)", last, ctx.Err(), e.failed.Load())
+	}
+	if err := e.wait(ctx, time.Second); err == nil {
+		t.Fatal("wait after the failure returned nil")
+	}
+}
+
+// The term resumes after the last entry stored, however many messages
+// that name no run came after it (only the scheduler role may publish
+// there): resuming from the checkpoint instead would store the entries
+// after it twice.
+func TestResumePointPastMessagesThatNameNoRun(t *testing.T) {
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	cfg := streams.Config{}.WithDefaults()
+	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	for rev := 1; rev <= 6; rev++ {
+		m := nats.NewMsg(cfg.IndexSubject("failed", "x"))
+		m.Header.Set(HeaderRun, "r"+strconv.Itoa(rev))
+		m.Header.Set(HeaderRev, strconv.Itoa(rev))
+		if _, err := ts.JS.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	junk := func(n int) {
+		for range n {
+			m := nats.NewMsg(cfg.IndexSubject("failed", "x"))
+			m.Data = []byte("junk")
+			if _, err := ts.JS.PublishMsg(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ix := New(ts.JS, streams.Config{})
+	idx, err := ts.JS.Stream(ctx, cfg.IndexStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 17, 300} {
+		junk(n)
+		info, err := idx.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev, ok, err := ix.resumePoint(ctx, idx, info.State.LastSeq)
+		if err != nil || !ok || rev != 6 {
+			t.Fatalf("after %d more messages naming no run: resume point %d, %v, %v; want 6", n, rev, ok, err)
+		}
+	}
+	// Up to a sequence before the last entries.
+	if rev, ok, err := ix.resumePoint(ctx, idx, 4); err != nil || !ok || rev != 4 {
+		t.Fatalf("resume point up to sequence 4: %d, %v, %v", rev, ok, err)
+	}
+}
