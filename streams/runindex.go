@@ -32,6 +32,14 @@ func (c Config) IndexFilter(state, fn string) string {
 	return c.prefix() + ".idx." + state + "." + fn
 }
 
+// IndexEntryPrefix starts the subjects of index entries (and of the
+// indexer's term markers): <prefix>.idx.
+func (c Config) IndexEntryPrefix() string { return c.prefix() + ".idx." }
+
+// IndexTermSubject holds the markers that start each indexer term
+// (internal/runindex): one token after idx, so no entry filter matches it.
+func (c Config) IndexTermSubject() string { return c.prefix() + ".idx.term" }
+
 // IndexCheckpointSubject holds the indexer's checkpoint (one message, each
 // replacing the last by rollup).
 func (c Config) IndexCheckpointSubject() string { return c.prefix() + ".idxcp" }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,8 +21,8 @@ import (
 // election, a reconnect, a message of another publisher in between), no
 // later one of the term can be stored (the one it expects is not the last),
 // the term ends, and the next resumes after the last entry stored
-// (resumePoint), its first message expecting the stream's last sequence as
-// it found it. Without
+// (resumePoint): the chain starts with a marker the term stores right after
+// the stream's last message as read from its leader. Without
 // the chain, entries of a term sent after a refused one could be stored,
 // leaving a hole no later term fills; and entries sent again after a
 // checkpoint needed the duplicate window to be dropped, holding an entry
@@ -41,8 +40,6 @@ type entries struct {
 	inbox    string
 	slots    chan struct{} // one per entry in flight
 	patience time.Duration // how long a publish waits for a slot, and wait for every acknowledgement
-	start    uint64        // the stream's last sequence at the term's start: the first message expects it
-	first    bool          // no message sent yet
 	last     string        // the Nats-Msg-Id the next message expects last
 
 	mu     sync.Mutex
@@ -52,11 +49,11 @@ type entries struct {
 	failed atomic.Bool   // err is set
 }
 
-// newEntries starts a term's chain over an index stream whose last
-// sequence is start; a publish waits up to wait for room.
-func newEntries(nc *nats.Conn, max int, start uint64, wait time.Duration) (*entries, error) {
+// newEntries starts a term's chain after the message whose Nats-Msg-Id is
+// last (the term's marker); a publish waits up to patience for room.
+func newEntries(nc *nats.Conn, max int, last string, patience time.Duration) (*entries, error) {
 	e := &entries{nc: nc, inbox: nc.NewInbox(), slots: make(chan struct{}, max), idle: make(chan struct{}),
-		patience: wait, start: start, first: true}
+		patience: patience, last: last}
 	close(e.idle)
 	sub, err := nc.Subscribe(e.inbox, e.reply)
 	if err != nil {
@@ -67,16 +64,10 @@ func newEntries(nc *nats.Conn, max int, start uint64, wait time.Duration) (*entr
 }
 
 // chain makes m the next message of the chain, with id as its Nats-Msg-Id:
-// the first expects the stream's last sequence as the term found it (the
-// resume point was read up to it), each later one the message before it.
+// it expects the message before it to be the stream's last.
 func (e *entries) chain(m *nats.Msg, id string) {
 	m.Header[jetstream.MsgIDHeader] = []string{id}
-	if e.first {
-		m.Header[jetstream.ExpectedLastSeqHeader] = []string{strconv.FormatUint(e.start, 10)}
-		e.first = false
-	} else {
-		m.Header[jetstream.ExpectedLastMsgIDHeader] = []string{e.last}
-	}
+	m.Header[jetstream.ExpectedLastMsgIDHeader] = []string{e.last}
 	e.last = id
 }
 

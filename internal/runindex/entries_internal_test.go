@@ -23,7 +23,7 @@ func TestEntriesGiveUpWhenNoReplyComes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sink.Unsubscribe()
-	e, err := newEntries(ts.NC, 2, 0, 200*time.Millisecond)
+	e, err := newEntries(ts.NC, 2, "", 200*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,17 +77,19 @@ func TestResumePointPastMessagesThatNameNoRun(t *testing.T) {
 	}
 	for _, n := range []int{0, 1, 17, 300} {
 		junk(n)
-		info, err := idx.Info(ctx)
+		// A term's marker, as term stores it: the resume point is the
+		// last entry before it.
+		ack, err := ts.JS.PublishMsg(ctx, nats.NewMsg(cfg.IndexTermSubject()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		rev, ok, err := ix.resumePoint(ctx, idx, info.State.LastSeq)
+		rev, ok, err := ix.resumePoint(ctx, idx, ack.Sequence)
 		if err != nil || !ok || rev != 6 {
 			t.Fatalf("after %d more messages naming no run: resume point %d, %v, %v; want 6", n, rev, ok, err)
 		}
 	}
-	// Up to a sequence before the last entries.
-	if rev, ok, err := ix.resumePoint(ctx, idx, 4); err != nil || !ok || rev != 4 {
-		t.Fatalf("resume point up to sequence 4: %d, %v, %v", rev, ok, err)
+	// Before sequence 5: the entry of revision 4.
+	if rev, ok, err := ix.resumePoint(ctx, idx, 5); err != nil || !ok || rev != 4 {
+		t.Fatalf("resume point before sequence 5: %d, %v, %v", rev, ok, err)
 	}
 }

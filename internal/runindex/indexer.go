@@ -230,13 +230,31 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	defer cancel() // also ends a delivery blocked on msgs when the term returns
 	js := ix.js
 	idx, err := js.Stream(ctx, ix.cfg.IndexStream())
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// Deleted since Run provisioned it: make it again (if this user
+		// may), the counts and entries then rebuilt from nothing.
+		err = natsperm.Do(ctx, js.Conn(), func(ctx context.Context) error {
+			return streams.ProvisionIndex(ctx, js, ix.cfg)
+		}, "$JS.API.")
+		if err == nil {
+			idx, err = js.Stream(ctx, ix.cfg.IndexStream())
+		}
+	}
 	if err != nil {
 		return err
 	}
-	// The chain of this term's messages starts from the stream's last
-	// sequence as read now, from its leader; resumePoint reads up to it.
-	start := idx.CachedInfo().State.LastSeq
-	ents, err := newEntries(js.Conn(), 4096, start, ix.ackWait)
+	// The term's chain starts with a marker stored right after the stream's
+	// last message as read from its leader (expected last sequence): the
+	// entries resume after the last one before the marker (resumePoint).
+	st0 := time.Now()
+	marker := nats.NewMsg(ix.cfg.IndexTermSubject())
+	markerID := fmt.Sprintf("term-%s-%d", ix.Name, st0.UnixNano())
+	marker.Header.Set(jetstream.MsgIDHeader, markerID)
+	ack, err := js.PublishMsg(ctx, marker, jetstream.WithExpectLastSequence(idx.CachedInfo().State.LastSeq))
+	if err != nil {
+		return fmt.Errorf("runindex: term marker: %w", err)
+	}
+	ents, err := newEntries(js.Conn(), 4096, markerID, ix.ackWait)
 	if err != nil {
 		return err
 	}
@@ -271,13 +289,13 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	}
 	// Entries resume after the last one stored: the index holds every
 	// entry up to it, in order, and none after (entries.go).
-	if rev, ok, err := ix.resumePoint(ctx, idx, start); err != nil {
+	if rev, ok, err := ix.resumePoint(ctx, idx, ack.Sequence); err != nil {
 		return err
 	} else if ok {
 		st.cp.IndexSeq = rev
 	}
 	st.at = st.cp.At
-	st.began = time.Now()
+	st.began = st0
 	st.base = st.cp.Seq
 	st.cp.Rebuilding = rebuild
 	st.cp.Leader = ix.Name
@@ -468,69 +486,66 @@ func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstr
 	return nil
 }
 
-// resumePoint is the revision of the last entry stored at or before the
-// index stream's sequence upTo: the term publishes the entries after it.
-// It reads the stream's last messages up to upTo, widening the range while
-// none names a run (only the scheduler role may publish there). ok false
-// when the stream holds no entry: the term starts from its checkpoint's.
-func (ix *Indexer) resumePoint(ctx context.Context, idx jetstream.Stream, upTo uint64) (rev uint64, ok bool, err error) {
-	if upTo == 0 {
-		return 0, false, nil
-	}
+// resumePoint is the revision of the last entry stored before the index
+// stream's sequence marker (the term's marker): the term publishes the
+// entries after it. It reads the messages before the marker, a span at a
+// time widening toward the past while none names a run (messages of other
+// publishers, earlier terms' markers). ok false when the stream holds no
+// entry: the term starts from its checkpoint's.
+func (ix *Indexer) resumePoint(ctx context.Context, idx jetstream.Stream, marker uint64) (rev uint64, ok bool, err error) {
 	for span := uint64(64); ; span *= 8 {
 		from := uint64(1)
-		if upTo > span {
-			from = upTo - span + 1
+		if marker > span {
+			from = marker - span
 		}
-		if rev, ok, err = ix.lastEntryIn(ctx, idx, from, upTo); err != nil || ok || from == 1 {
+		if rev, ok, err = ix.lastEntryIn(ctx, idx, from, marker); err != nil || ok || from == 1 {
 			return rev, ok, err
 		}
 	}
 }
 
 // lastEntryIn reads the index stream's messages from sequence from up to
-// upTo with an ordered consumer, and returns the revision of the last entry
-// among them. It reads until it has seen upTo (or a later message): the
-// consumer may be placed on a replica that has not applied the last
-// messages yet, and a direct get there would answer from what it has.
-func (ix *Indexer) lastEntryIn(ctx context.Context, idx jetstream.Stream, from, upTo uint64) (rev uint64, ok bool, err error) {
+// the marker with one ordered consumer, and returns the revision of the
+// last entry among them. It reads until the marker comes (it is stored, so
+// it does): the consumer may be placed on a replica that has not applied
+// the last messages yet, where a direct get would answer from what it has.
+func (ix *Indexer) lastEntryIn(ctx context.Context, idx jetstream.Stream, from, marker uint64) (rev uint64, ok bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, ix.ackWait)
 	defer cancel()
 	c, err := idx.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		HeadersOnly: true, DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
+		MaxResetAttempts: 3,
 	})
 	if err != nil {
 		return 0, false, err
 	}
-	pfx := strings.TrimSuffix(ix.cfg.IndexFilter("", ""), "*.>") // <prefix>.idx.
+	it, err := c.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return 0, false, err
+	}
+	stop := context.AfterFunc(ctx, it.Stop) // Next does not watch ctx
+	defer stop()
+	defer it.Stop()
+	pfx := ix.cfg.IndexEntryPrefix()
 	for {
-		b, err := c.Fetch(256, jetstream.FetchMaxWait(time.Second))
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				err = fmt.Errorf("runindex: reading the index up to its term marker (sequence %d): %w", marker, ctx.Err())
+			}
+			return 0, false, err
+		}
+		md, err := m.Metadata()
 		if err != nil {
 			return 0, false, err
 		}
-		for m := range b.Messages() {
-			md, err := m.Metadata()
-			if err != nil {
-				return 0, false, err
-			}
-			seq := md.Sequence.Stream
-			if seq > upTo {
-				return rev, ok, nil
-			}
-			if strings.HasPrefix(m.Subject(), pfx) {
-				if _, r, valid := entryOf(m.Headers()); valid {
-					rev, ok = r, true
-				}
-			}
-			if seq == upTo {
-				return rev, ok, nil
-			}
+		if md.Sequence.Stream >= marker {
+			return rev, ok, nil
 		}
-		if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			return 0, false, err
-		}
-		if ctx.Err() != nil {
-			return 0, false, fmt.Errorf("runindex: reading the index up to sequence %d: %w", upTo, ctx.Err())
+		if strings.HasPrefix(m.Subject(), pfx) {
+			if _, r, valid := entryOf(m.Headers()); valid {
+				rev, ok = r, true
+			}
 		}
 	}
 }

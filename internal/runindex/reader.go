@@ -455,7 +455,7 @@ func lastEntry(ctx context.Context, idx jetstream.Stream, cfg streams.Config) (i
 		end.rev, end.found = rev, true
 		return end, nil
 	}
-	entries := strings.TrimSuffix(cfg.IndexFilter("", ""), "*.>") // <prefix>.idx.
+	entries := cfg.IndexEntryPrefix()
 	for seq := m.Sequence - 1; seq > 0 && seq+16 >= m.Sequence; seq-- {
 		read.Add(1)
 		m, err := idx.GetMsg(ctx, seq)

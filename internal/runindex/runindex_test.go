@@ -539,3 +539,53 @@ func TestJunkLastIndexMessage(t *testing.T) {
 		}
 	}
 }
+
+// The index stream purged by hand, then deleted, while runs go on: the
+// indexer starts a term over what is left (a marker it stores itself, so
+// it never waits for a message that is gone), makes the stream again, and
+// rebuilds the entries and counts: every run listed once.
+func TestIndexerAfterTheIndexIsPurgedOrDeleted(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	cfg := e.cfg.WithDefaults()
+	all := e.write("x", jetflow.Failed, 20)
+	_, stop := e.startIndexer("one")
+	e.caughtUp()
+	stop()
+	idx, err := e.ts.JS.Stream(ctx, cfg.IndexStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := idx.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	all = append(all, e.write("x", jetflow.Failed, 5)...)
+	_, stop = e.startIndexer("two")
+	e.caughtUp()
+	e.sameCounts("x")
+	if err := e.ts.JS.DeleteStream(ctx, cfg.IndexStream()); err != nil {
+		t.Fatal(err)
+	}
+	all = append(all, e.write("x", jetflow.Failed, 5)...)
+	e.caughtUp()
+	e.sameCounts("x")
+	stop()
+	rd := runindex.NewReader(e.st)
+	q := runindex.Query{State: jetflow.Failed, Limit: 7}
+	var got []string
+	for range len(all) {
+		p, err := rd.List(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, ids(p.Runs)...)
+		if q.After = p.Next; q.After == "" {
+			break
+		}
+	}
+	want := slices.Clone(all)
+	slices.Reverse(want)
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pages show %v, want %v", got, want)
+	}
+}
