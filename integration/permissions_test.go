@@ -654,3 +654,52 @@ func TestRolesWithNarrowedInboxes(t *testing.T) {
 		t.Fatalf("%d permission violations; the last: %v", d, lastDenial.Load())
 	}
 }
+
+// An index stream an earlier version provisioned (a two-minute duplicate
+// window) that the scheduler's user may not update: the scheduler indexes
+// with it, and a page and the counts still come from the run index.
+func TestSchedulerIndexesWithAnOlderIndexStream(t *testing.T) {
+	url := startSecuredNATS(t, permissionsConf(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, ajs := connectAs(t, url, "admin")
+	if err := streams.Provision(ctx, ajs, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	scfg := streams.Config{}.WithDefaults()
+	st, err := ajs.Stream(ctx, scfg.IndexStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.Duplicates = 2 * time.Minute
+	if _, err := ajs.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, pjs := connectAs(t, url, "producer")
+	p, err := producer.New(ctx, pjs, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, wjs := connectAs(t, url, "worker")
+	w, err := worker.New(ctx, wjs, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.Handle(w, permFn, func(context.Context, *worker.Job[permArgs]) error { return nil })
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopWithin(w.Stop) })
+	startSchedulerAs(ctx, t, url)
+	for i := range 5 {
+		if _, err := p.Enqueue(ctx, permFn.With(permArgs{N: i})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testserver.Eventually(t, 30*time.Second, "a page and the counts from the run index", func() bool {
+		page, err := p.List(ctx, producer.Filter{Function: permFn.Name(), State: jetflow.Success})
+		c, cerr := p.Counts(ctx, "")
+		return err == nil && page.Indexed && len(page.Runs) == 5 && cerr == nil && c.Source == "index" && c.Success == 5
+	})
+}

@@ -176,6 +176,14 @@ func (ix *Indexer) Run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
+		if _, serr := ix.js.Stream(ctx, ix.cfg.IndexStream()); serr == nil {
+			// The stream is there, but this user may not update its
+			// configuration (an earlier version's: a longer duplicate
+			// window, which only costs the server memory). Index with it;
+			// the admin's Provision updates it.
+			ix.Log.Warn("run index: the index stream's configuration could not be updated; indexing with it", "error", err)
+			break
+		}
 		// A user without the rights to create the index stream (the
 		// admin's Provision creates it) waits for it: readers meanwhile
 		// read every record.
