@@ -3,7 +3,6 @@ package kv
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -140,15 +139,12 @@ func Paused(ctx context.Context, js jetstream.JetStream, cfg streams.Config) (ma
 	if err != nil {
 		return nil, fmt.Errorf("functions bucket: %w", err)
 	}
-	keys, err := b.ListKeysFiltered(ctx, pausedPrefix+">")
+	keys, err := ListKeys(ctx, b, pausedPrefix+">")
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return map[string]bool{}, nil
-		}
 		return nil, fmt.Errorf("functions bucket: %w", err)
 	}
 	out := map[string]bool{}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		if fn, ok := PausedFunction(k); ok {
 			out[fn] = true
 		}

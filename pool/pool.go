@@ -919,12 +919,12 @@ func (pl *Pool) cancelRun(ctx context.Context, it *Item) error {
 // running one. Items enqueued while it runs may escape it.
 func (pl *Pool) CancelAll(ctx context.Context) (int, error) {
 	var pending []string
-	keys, err := pl.st.kv.ListKeysFiltered(ctx, queueKey(pl.name, "*"))
+	keys, err := kv.ListKeys(ctx, pl.st.kv, queueKey(pl.name, "*"))
 	if err != nil {
 		return 0, fmt.Errorf("pool: list queue of %s: %w", pl.name, err)
 	}
 	pfx := len(queueKey(pl.name, ""))
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		pending = append(pending, k[pfx:])
 	}
 	st, _, ok, err := pl.st.getState(ctx, pl.name)

@@ -569,14 +569,11 @@ func (s *Scheduler) readCheckpoint(ctx context.Context) (int64, bool) {
 // scan reads the delayed entries under prefix (a second, or "*" for all)
 // with a due second <= upTo, by their keys: DispatchDue and NextDue.
 func (d *dispatcher) scan(ctx context.Context, sec string, upTo int64) error {
-	keys, err := d.s.store.Delayed().ListKeysFiltered(ctx, sec+".*")
+	keys, err := kv.ListKeys(ctx, d.s.store.Delayed(), sec+".*")
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil
-		}
 		return err
 	}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		ksec, _, ok := kv.ParseDelayedKey(k)
 		if !ok || ksec > upTo {
 			continue
