@@ -352,12 +352,17 @@ func TestDelayedEntryWithoutRecordRunsOnce(t *testing.T) {
 	}
 	var c counter
 	startWorker(t, ts, &c)
-	testserver.Eventually(t, 20*time.Second, "both runs", func() bool { return c.n.Load() >= 2 })
-	for _, id := range []string{"new-once", "new-twice"} {
-		r, err := p.Get(ctx, id)
-		if err != nil || r.State != jetflow.Success {
-			t.Fatalf("run %s: %+v %v", id, r, err)
+	// The handler counts before its outcome is written: wait for both.
+	testserver.Eventually(t, 20*time.Second, "both runs recorded success", func() bool {
+		for _, id := range []string{"new-once", "new-twice"} {
+			if r, err := p.Get(ctx, id); err != nil || r.State != jetflow.Success {
+				return false
+			}
 		}
+		return true
+	})
+	if n := c.n.Load(); n != 2 {
+		t.Fatalf("%d handler calls, want 2", n)
 	}
 	if d := c.dupes(); len(d) > 0 {
 		t.Fatalf("runs handled twice: %v", d)
