@@ -31,6 +31,12 @@
 // (ReadCaughtUp; the delayed seconds the scheduler reads). These reads need
 // permissions that are optional (docs/permissions.md).
 //
+// # Listing keys
+//
+// ListKeys lists a bucket's keys whole or returns an error (ErrListStalled
+// when no try ended): nats.go's key lister can wait for ever on a stalled
+// watcher, and closes its channel alike when a deadline cuts it short.
+//
 // # Delayed bucket
 //
 // <prefix>_delayed holds the runs due later under <due unix second>.<run

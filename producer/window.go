@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -33,13 +32,9 @@ import (
 // is the connection's pipeline, not a batch. Its publishes carry reply
 // subjects of the window's own, each caller waiting for its token's reply.
 type window struct {
-	nc    *nats.Conn
-	inbox string        // <inbox>.<token> is a publish's reply subject
-	slots chan struct{} // one per publish waiting for its acknowledgement
-
-	mu      sync.Mutex
-	next    uint64
-	waiting map[uint64]chan error
+	nc      *nats.Conn
+	slots   chan struct{} // one per publish waiting for its acknowledgement
+	replies puback.Replies[chan error]
 }
 
 // windows holds one window per connection, removed when the connection
@@ -51,11 +46,11 @@ func windowOf(nc *nats.Conn) (*window, error) {
 	if w, ok := windows.Load(nc); ok {
 		return w.(*window), nil
 	}
-	w := &window{nc: nc, inbox: nc.NewInbox(), slots: make(chan struct{}, windowPending), waiting: map[uint64]chan error{}}
+	w := &window{nc: nc, slots: make(chan struct{}, windowPending)}
 	// Replies are read without a JSON decoder (puback), on a subscription
 	// of the window's own (made before any caller can publish in it):
 	// nats.go's asynchronous publish would decode each.
-	sub, err := nc.Subscribe(w.inbox+".*", w.reply)
+	sub, err := w.replies.Start(nc, w.reply)
 	if err != nil {
 		return nil, err
 	}
@@ -109,14 +104,10 @@ func (w *window) publish(ctx context.Context, m *nats.Msg) error {
 	}
 	defer func() { <-w.slots }()
 	ch := make(chan error, 1)
-	w.mu.Lock()
-	w.next++
-	tok := w.next
-	w.waiting[tok] = ch
-	w.mu.Unlock()
-	m.Reply = w.inbox + "." + strconv.FormatUint(tok, 10)
+	var tok uint64
+	m.Reply, tok = w.replies.Add(ch)
 	if err := w.nc.PublishMsg(m); err != nil {
-		w.take(tok)
+		w.replies.Take(tok)
 		return err
 	}
 	t := time.NewTimer(rideAttempt)
@@ -125,33 +116,17 @@ func (w *window) publish(ctx context.Context, m *nats.Msg) error {
 	case err := <-ch:
 		return err
 	case <-t.C:
-		w.take(tok)
+		w.replies.Take(tok)
 		return errWindowTimeout
 	case <-ctx.Done():
-		w.take(tok)
+		w.replies.Take(tok)
 		return ctx.Err()
 	}
 }
 
-// take removes the waiter of tok, if it is still there.
-func (w *window) take(tok uint64) chan error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ch := w.waiting[tok]
-	delete(w.waiting, tok)
-	return ch
-}
-
-// reply hands a publish's acknowledgement to its caller.
-func (w *window) reply(msg *nats.Msg) {
-	tok, err := strconv.ParseUint(msg.Subject[len(w.inbox)+1:], 10, 64)
-	if err != nil {
-		return
-	}
-	ch := w.take(tok)
-	if ch == nil {
-		return // given up on already
-	}
+// reply hands a publish's acknowledgement to its caller (buffered: it
+// never blocks).
+func (w *window) reply(ch chan error, msg *nats.Msg) {
 	if _, ok := puback.Seq(msg); ok {
 		ch <- nil
 		return

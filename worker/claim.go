@@ -21,10 +21,10 @@ import (
 
 // claims tracks the claims in flight, by reply token: each runner waits on
 // a channel of its own for its claim's reply.
-type claims = replies[chan *nats.Msg]
+type claims = puback.Replies[chan *nats.Msg]
 
 func (w *Worker) startClaims() (*nats.Subscription, error) {
-	return w.claims.start(w.nc, func(ch chan *nats.Msg, reply *nats.Msg) {
+	return w.claims.Start(w.nc, func(ch chan *nats.Msg, reply *nats.Msg) {
 		ch <- reply // buffered: never blocks
 	})
 }
@@ -44,9 +44,9 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 	}
 	ch := make(chan *nats.Msg, 1)
 	var tok uint64
-	msg.Reply, tok = w.claims.add(ch)
+	msg.Reply, tok = w.claims.Add(ch)
 	if err := w.nc.PublishMsg(msg); err != nil {
-		w.claims.take(tok)
+		w.claims.Take(tok)
 		return w.writeRecord(ctx, engine.Claim, from, r, rev) // nothing was sent
 	}
 	// As long as the JetStream handle's requests wait (its
@@ -66,10 +66,10 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 		// Refused or unanswered (no responders): nothing was stored.
 		return w.writeRecord(ctx, engine.Claim, from, r, rev)
 	case <-t.C:
-		w.claims.take(tok)
+		w.claims.Take(tok)
 		return 0, fmt.Errorf("kv: write run %s: %w", r.ID, nats.ErrTimeout)
 	case <-ctx.Done():
-		w.claims.take(tok)
+		w.claims.Take(tok)
 		return 0, fmt.Errorf("kv: write run %s: %w", r.ID, ctx.Err())
 	}
 }

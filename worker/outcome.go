@@ -30,7 +30,7 @@ type outcomeWrite struct {
 
 // outcomes tracks the success writes in flight, by reply token.
 type outcomes struct {
-	replies[*outcomeWrite]
+	puback.Replies[*outcomeWrite]
 	// reconnects is the connection's reconnect count at the last sweep
 	// (read and written by the sweep only).
 	reconnects uint64
@@ -45,7 +45,7 @@ const outcomeTimeout = 15 * time.Second
 
 func (w *Worker) startOutcomes() (*nats.Subscription, error) {
 	w.out.reconnects = w.nc.Stats().Reconnects
-	return w.out.start(w.nc, w.outcomeReply)
+	return w.out.Start(w.nc, w.outcomeReply)
 }
 
 // succeedAsync publishes the success record r over revision rev of j's run.
@@ -60,9 +60,9 @@ func (w *Worker) succeedAsync(j *jobCore, m jetstream.Msg, from jetflow.State, r
 		return
 	}
 	var tok uint64
-	msg.Reply, tok = w.out.add(ow)
+	msg.Reply, tok = w.out.Add(ow)
 	if err := w.nc.PublishMsg(msg); err != nil {
-		if _, ok := w.out.take(tok); ok {
+		if _, ok := w.out.Take(tok); ok {
 			go w.outcomeFallback(ow)
 		}
 	}
@@ -119,7 +119,7 @@ func (w *Worker) sweepOutcomes() {
 		// now may be lost.
 		w.out.reconnects, cut = rc, w.now()
 	}
-	late := w.out.takeIf(func(ow *outcomeWrite) bool { return ow.sent.Before(cut) })
+	late := w.out.TakeIf(func(ow *outcomeWrite) bool { return ow.sent.Before(cut) })
 	for _, ow := range late {
 		go w.outcomeFallback(ow)
 	}

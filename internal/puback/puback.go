@@ -1,7 +1,9 @@
-// Package puback reads JetStream publish acknowledgements without a JSON
-// decoder, for the writes jetflow sends with a reply subject of its own
-// (the worker's claims and outcomes, the run indexer's entries): the hot
-// paths, where nats.go's asynchronous publish would decode each one.
+// Package puback is how jetflow's hot paths wait for JetStream publish
+// acknowledgements on reply subjects of their own (the worker's claims and
+// outcomes, the producer's enqueue window, the run indexer's entries),
+// where nats.go's asynchronous publish would make a future and decode each
+// one: Replies routes each reply to its write by token, Seq reads an
+// acknowledgement without a JSON decoder.
 package puback
 
 import (

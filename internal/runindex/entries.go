@@ -125,19 +125,22 @@ func (e *entries) reply(msg *nats.Msg) {
 // fail keeps err as the term's first failure.
 func (e *entries) fail(err error) {
 	e.mu.Lock()
-	if e.err == nil {
-		e.err = err
-		e.failed.Store(true)
-	}
+	e.keep(err)
 	e.mu.Unlock()
 }
 
-func (e *entries) done(err error) {
-	e.mu.Lock()
+// keep records err if it is the first failure; e.mu held.
+func (e *entries) keep(err error) {
 	if err != nil && e.err == nil {
 		e.err = err
 		e.failed.Store(true)
 	}
+}
+
+// done counts an entry answered (err: how it failed, or nil).
+func (e *entries) done(err error) {
+	e.mu.Lock()
+	e.keep(err)
 	if e.n > 0 {
 		e.n--
 		if e.n == 0 {

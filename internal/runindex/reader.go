@@ -357,7 +357,10 @@ func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
 			idxLast = last.seq
 		}
 		lastIndexed = last.rev
-		if !last.found {
+		if !last.found && last.seq != 0 {
+			// Its last messages name no run: every entry up to the
+			// checkpoint's was stored before it was written. (An empty
+			// index stays 0: the page reads the runs stream.)
 			lastIndexed = cp.IndexSeq
 		}
 	}
