@@ -21,7 +21,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -161,15 +161,14 @@ func run(ctx context.Context, url string, every, work time.Duration, overlap boo
 // cleanup deletes up to batch expired sessions and returns how many it
 // deleted and how many sessions are left.
 func cleanup(ctx context.Context, sessions jetstream.KeyValue, batch int) (deleted, left int, err error) {
-	keys, err := sessions.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return 0, 0, nil
-	}
+	// kv.ListKeys: the whole list or an error, never a listing that waits
+	// for ever or stops short.
+	keys, err := kv.ListKeys(ctx, sessions, ">")
 	if err != nil {
 		return 0, 0, err
 	}
 	now := time.Now()
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		e, err := sessions.Get(ctx, k)
 		if err != nil {
 			continue

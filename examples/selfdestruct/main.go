@@ -32,6 +32,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -203,12 +204,14 @@ func run(ctx context.Context, url string, after time.Duration, verbose bool) err
 
 // printMessages prints the messages table, sorted by author.
 func printMessages(ctx context.Context, messages jetstream.KeyValue, when string) error {
-	lister, err := messages.ListKeys(ctx)
+	// kv.ListKeys: the whole list or an error, never a listing that waits
+	// for ever or stops short.
+	keys, err := kv.ListKeys(ctx, messages, ">")
 	if err != nil {
 		return err
 	}
 	var list []Message
-	for key := range lister.Keys() {
+	for _, key := range keys {
 		e, err := messages.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue

@@ -347,5 +347,21 @@ func BenchmarkEndToEndWithScheduler(b *testing.B) {
 	}
 	b.ReportMetric(rate(b.N, e.Elapsed), "runs/s")
 	b.ReportMetric(rate(b.N, e.Indexed), "indexed/s")
+	b.ReportMetric(e.IndexEntries, "entries/run")
+	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
+}
+
+// BenchmarkEndToEndClaimFirstWithScheduler is BenchmarkEndToEndClaimFirst
+// with a scheduler leading meanwhile (the default on a cluster).
+func BenchmarkEndToEndClaimFirstWithScheduler(b *testing.B) {
+	url := benchServer(b)
+	b.ResetTimer()
+	e, err := EndToEndClaimFirstWithScheduler(context.Background(), url, "benche2e", b.N, 100)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(rate(b.N, e.Elapsed), "runs/s")
+	b.ReportMetric(rate(b.N, e.Indexed), "indexed/s")
+	b.ReportMetric(e.IndexEntries, "entries/run")
 	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
 }

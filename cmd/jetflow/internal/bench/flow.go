@@ -225,6 +225,9 @@ type E2E struct {
 	// Indexed is from the first enqueue to the run indexer's checkpoint
 	// covering the last record write (EndToEndWithScheduler only).
 	Indexed time.Duration
+	// IndexEntries is the index entries stored per run (with a scheduler):
+	// one per record write, less those replaced within the indexer's hold.
+	IndexEntries float64
 }
 
 // startLeader starts a scheduler on a connection of its own and waits
@@ -444,6 +447,14 @@ func EndToEndWithScheduler(ctx context.Context, url, prefix string, n, size int)
 	return endToEnd(ctx, url, prefix, n, size, handlerOptions, false, true)
 }
 
+// EndToEndClaimFirstWithScheduler is EndToEndClaimFirst with a scheduler
+// leading meanwhile: two record writes a run for the indexer to follow.
+func EndToEndClaimFirstWithScheduler(ctx context.Context, url, prefix string, n, size int) (E2E, error) {
+	o := handlerOptions
+	o.ClaimAfter = -1
+	return endToEnd(ctx, url, prefix, n, size, o, false, true)
+}
+
 func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.Options, overlap, sched bool) (E2E, error) {
 	var res E2E
 	var handled atomic.Int64
@@ -515,6 +526,19 @@ func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.
 			return res, fmt.Errorf("bench: the indexer did not catch up: %w", err)
 		}
 		res.Indexed = time.Since(start)
+		idx, err := f.obs.js.Stream(ctx, scfg.IndexStream())
+		if err != nil {
+			return res, err
+		}
+		info, err := idx.Info(ctx, jetstream.WithSubjectFilter(scfg.IndexFilter("", "")))
+		if err != nil {
+			return res, err
+		}
+		var entries uint64
+		for _, c := range info.State.Subjects {
+			entries += c
+		}
+		res.IndexEntries = float64(entries) / float64(n)
 	}
 	res.Cost = Cost{
 		RecordWrites: float64(runs.LastSeq) / float64(n),
