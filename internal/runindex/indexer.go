@@ -39,13 +39,6 @@ type Indexer struct {
 	Log *slog.Logger
 	// Name says who indexes, in the checkpoint.
 	Name string
-	// Hold is how long an index entry waits before it is published, so
-	// that a later write of the same run made meanwhile replaces it (hold.go):
-	// a run claimed first whose handler ends within it costs one entry, not
-	// two. Pages read the writes not indexed yet from the runs stream's
-	// tail, so a longer hold makes them read more of it. Default
-	// DefaultHold; negative: none.
-	Hold time.Duration
 
 	js   jetstream.JetStream
 	cfg  streams.Config
@@ -77,9 +70,6 @@ type Stats struct {
 	// CaughtUp is true once the indexer has read to the end of the runs
 	// stream in this term (and the counts are not being rebuilt).
 	CaughtUp bool
-	// Entries published; Replaced: entries not published because a later
-	// write of their run came within the hold (Indexer.Hold).
-	Entries, Replaced int64
 }
 
 // New returns an indexer of the runs bucket of cfg.
@@ -277,8 +267,6 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		return err
 	}
 	defer ents.close()
-	hl := newHold()
-	defer ix.countHold(hl)
 	rs, err := js.Stream(ctx, ix.runs)
 	if err != nil {
 		return err
@@ -364,36 +352,11 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		if context.Cause(ctx) == context.Canceled && !st.cp.Rebuilding {
 			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			_ = ix.checkpoint(fctx, js, ents, hl, &st)
+			_ = ix.checkpoint(fctx, js, ents, &st)
 		}
 	}()
 	tick := time.NewTicker(ix.Every)
 	defer tick.Stop()
-	// The hold's timer runs while entries are held: it fires when the
-	// oldest is due.
-	holdFor := ix.Hold
-	if holdFor == 0 {
-		holdFor = DefaultHold
-	}
-	holdT := time.NewTimer(time.Hour)
-	holdT.Stop()
-	defer holdT.Stop()
-	holding := false
-	release := func(now time.Time) error {
-		cutoff := now.Add(-holdFor)
-		if holdFor < 0 {
-			cutoff = time.Time{}
-		}
-		if err := hl.flush(ctx, ents, cutoff); err != nil {
-			return err
-		}
-		ix.countHold(hl)
-		if hl.len() > 0 && !holding {
-			holding = true
-			holdT.Reset(hl.q[hl.head].at.Add(holdFor).Sub(now))
-		}
-		return nil
-	}
 	dirty, lastWrite := true, time.Time{}
 	caughtUp := rs.CachedInfo().State.LastSeq <= st.cp.Seq
 	if caughtUp && rebuild {
@@ -409,10 +372,7 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			if err != nil {
 				continue
 			}
-			if err := ix.apply(hl, &st, m, md); err != nil {
-				return err
-			}
-			if err := release(time.Now()); err != nil {
+			if err := ix.apply(ctx, ents, &st, m, md); err != nil {
 				return err
 			}
 			if ents.failed.Load() {
@@ -427,16 +387,11 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 				}
 				ix.setCaughtUp(true)
 			}
-		case <-holdT.C:
-			holding = false
-			if err := release(time.Now()); err != nil {
-				return err
-			}
 		case <-tick.C:
 			if !dirty && time.Since(lastWrite) < 5*ix.Every {
 				continue
 			}
-			if err := ix.checkpoint(ctx, js, ents, hl, &st); err != nil {
+			if err := ix.checkpoint(ctx, js, ents, &st); err != nil {
 				return err
 			}
 			dirty, lastWrite = false, time.Now()
@@ -450,18 +405,8 @@ func (ix *Indexer) setCaughtUp(v bool) {
 	ix.mu.Unlock()
 }
 
-// countHold adds what hl did since the last call to the indexer's Stats.
-func (ix *Indexer) countHold(hl *hold) {
-	ix.mu.Lock()
-	ix.stats.Entries += hl.Published
-	ix.stats.Replaced += hl.Replaced
-	ix.mu.Unlock()
-	hl.Published, hl.Replaced = 0, 0
-}
-
-// apply counts one message of the runs stream and holds its index entry
-// (hold.go).
-func (ix *Indexer) apply(hl *hold, st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
+// apply counts one message of the runs stream and publishes its index entry.
+func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstream.Msg, md *jetstream.MsgMetadata) error {
 	seq := md.Sequence.Stream
 	id := m.Subject()[len(ix.pfx):]
 	h := m.Headers()
@@ -541,8 +486,10 @@ func (ix *Indexer) apply(hl *hold, st *state, m jetstream.Msg, md *jetstream.Msg
 		vals := [2]string{id, rev} // one backing array for the values
 		e := &nats.Msg{Subject: ix.cfg.IndexSubject(string(to), fn), Header: make(nats.Header, 4)}
 		e.Header[HeaderRun], e.Header[HeaderRev] = vals[0:1:1], vals[1:2:2]
-		hl.add(e, id, "idx-"+rev, seq, time.Now())
-		st.cp.IndexSeq = seq // stored by the next checkpoint, which publishes what is held first
+		if err := ents.publish(ctx, e, "idx-"+rev); err != nil {
+			return fmt.Errorf("runindex: index entry: %w", err)
+		}
+		st.cp.IndexSeq = seq
 	}
 	return nil
 }
@@ -611,14 +558,8 @@ func (ix *Indexer) lastEntryIn(ctx context.Context, idx jetstream.Stream, from, 
 	}
 }
 
-// checkpoint stores the counts once every index entry up to them is stored
-// (those held published first).
-func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, ents *entries, hl *hold, st *state) error {
-	ferr := hl.flush(ctx, ents, time.Time{})
-	ix.countHold(hl)
-	if ferr != nil {
-		return ferr
-	}
+// checkpoint stores the counts once every index entry up to them is stored.
+func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, ents *entries, st *state) error {
 	if err := ents.wait(ctx, ix.ackWait); err != nil {
 		return err
 	}

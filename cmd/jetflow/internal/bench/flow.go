@@ -226,7 +226,7 @@ type E2E struct {
 	// covering the last record write (EndToEndWithScheduler only).
 	Indexed time.Duration
 	// IndexEntries is the index entries stored per run (with a scheduler):
-	// one per record write, less those replaced within the indexer's hold.
+	// one per record write.
 	IndexEntries float64
 }
 

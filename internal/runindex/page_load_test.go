@@ -1,0 +1,84 @@
+package runindex_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/runindex"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/streams"
+)
+
+// writesPerTick: 100 record writes every 10 ms, 10,000/s.
+const writesPerTick = 100
+
+// BenchmarkPageWhileWriting: pages of the failed runs (1 run in 100) read
+// every 50 ms while records are written at a steady 10,000/s and an indexer
+// follows them: what a page costs while the index is live. The writes not
+// indexed yet are read from the runs stream's tail, so whatever makes the
+// index lag makes pages read more (docs/runindex.md, "Costs"). b.N pages.
+//
+//	go test -run '^$' -bench PageWhileWriting -benchtime 40x ./internal/runindex
+func BenchmarkPageWhileWriting(b *testing.B) {
+	e := setupWith(b, streams.Config{})
+	ix := runindex.New(e.ts.JS, e.cfg)
+	ix.Name = "bench"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = ix.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	testserver.Eventually(b, 30*time.Second, "the indexer's term", func() bool { return ix.Stats().CaughtUp })
+	var writes atomic.Int64
+	wdone := make(chan struct{})
+	go func() {
+		defer close(wdone)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ctx.Err() == nil; i++ {
+			if i%writesPerTick == 0 {
+				<-tick.C // a steady rate the indexer keeps up with
+			}
+			s, step := jetflow.Pending, engine.Schedule
+			if i%100 == 0 {
+				s, step = jetflow.Failed, engine.Fail
+			}
+			now := time.Now().UTC()
+			r := &jetflow.Run{ID: fmt.Sprintf("w%08d", i), Name: "x", State: s, ScheduledTime: now, CreationTime: now, CompletedTime: now}
+			m, err := e.runs.WriteMsg(step, engine.None, r, 0)
+			if err != nil {
+				return
+			}
+			if _, err := e.ts.JS.PublishMsgAsync(m); err != nil {
+				return
+			}
+			writes.Add(1)
+		}
+	}()
+	defer func() { cancel(); <-wdone }()
+	testserver.Eventually(b, 30*time.Second, "10,000 writes, indexed", func() bool { return writes.Load() >= 10_000 && ix.Stats().Seq >= 10_000 })
+	rd := runindex.NewReader(e.st)
+	w0, r0, t0 := writes.Load(), runindex.MessagesRead(), time.Now()
+	var spent time.Duration
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		p, err := rd.List(context.Background(), runindex.Query{State: jetflow.Failed, Limit: 10})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(p.Runs) != 10 {
+			b.Fatalf("page of %d runs", len(p.Runs))
+		}
+		spent += time.Since(start)
+		time.Sleep(50 * time.Millisecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(spent.Microseconds())/float64(b.N), "µs/page")
+	b.ReportMetric(float64(runindex.MessagesRead()-r0)/float64(b.N), "msgs/page")
+	b.ReportMetric(float64(writes.Load()-w0)/time.Since(t0).Seconds(), "writes/s")
+}
