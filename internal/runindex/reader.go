@@ -39,6 +39,14 @@ var read atomic.Int64
 // records) the readers of this process have fetched.
 func MessagesRead() int64 { return read.Load() }
 
+// made counts the short-lived consumers the readers created (a request to
+// the server each, and one more to delete it).
+var made atomic.Int64
+
+// ConsumersMade returns how many short-lived consumers the readers of this
+// process have created to read windows of a stream.
+func ConsumersMade() int64 { return made.Load() }
+
 // Reader reads the index: counts and pages of runs.
 type Reader struct {
 	store *kv.Store
@@ -580,7 +588,7 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			}
 			p.prefetch(ctx, ids, want-len(rows))
 		}
-		err := back(ctx, p.rs, p.r.pfx+">", tailTop, p.lastIndexed, func() int { return want - len(rows) }, pre, p.tailRows(ctx, &rows, full))
+		err := back(ctx, p.rs, p.r.pfx+">", false, tailTop, p.lastIndexed, func() int { return want - len(rows) }, pre, p.tailRows(ctx, &rows, full))
 		if err != nil {
 			return Page{}, err
 		}
@@ -611,7 +619,7 @@ func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, run
 			}
 			p.prefetch(ctx, ids, want-len(rows))
 		}
-		err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
+		err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), true, top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
 			id, rev, ok := shown(m.Headers())
 			if !ok {
 				return true, nil
@@ -682,7 +690,7 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 			id       string
 		}
 		var newer []entry
-		err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), idxLast+1, 0, func() int { return want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
+		err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), true, idxLast+1, 0, func() int { return want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
 			id, rev, ok := entryOf(m.Headers())
 			switch {
 			case !ok:
@@ -751,10 +759,14 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 // below), newest first, until visit returns false. It reads windows of
 // the stream toward the past, each with a consumer that counts the
 // matching messages in it (the server's count), and fetches only those.
-// A window is sized from the density of matches seen so far to hold about
-// need() more (a quarter more), so the messages it reads are about the
-// ones it visits.
-func back(ctx context.Context, st jetstream.Stream, filter string, below, floor uint64, need func() int, pre func([]jetstream.Msg), visit func(uint64, jetstream.Msg) (bool, error)) error {
+// When the filter is the page's (counts: index subjects), a window is
+// sized from the density of matches seen so far to hold about need() more
+// (a quarter more), so the messages it reads are about the ones it visits.
+// When it is not (the runs stream's records, which visit filters by their
+// headers), the server's count is every message: windows then start at
+// about need() and grow fourfold, so a sparse filter over a long tail
+// takes a few windows (a consumer each), not one per need() messages.
+func back(ctx context.Context, st jetstream.Stream, filter string, counts bool, below, floor uint64, need func() int, pre func([]jetstream.Msg), visit func(uint64, jetstream.Msg) (bool, error)) error {
 	info, err := st.Info(ctx)
 	if err != nil {
 		return err
@@ -796,7 +808,7 @@ func back(ctx context.Context, st jetstream.Stream, filter string, below, floor 
 		// windows grew): keep the window's upper part, halving it while
 		// it still holds more than twice what is needed. The lower part
 		// is the next window.
-		for want := 2*need() + 16; n > want && hi-lo > 16; {
+		for want := 2*need() + 16; counts && n > want && hi-lo > 16; {
 			mid := lo + (hi-lo)/2
 			cm, err := consumer(ctx, st, filter, mid)
 			if err != nil {
@@ -848,7 +860,9 @@ func back(ctx context.Context, st jetstream.Stream, filter string, below, floor 
 		scanned += hi - lo
 		matched += uint64(n)
 		hi = lo
-		if matched == 0 {
+		if !counts {
+			w = min(w*4, 1<<16)
+		} else if matched == 0 {
 			w = min(w*4, 1<<22)
 		} else {
 			// Entries per match so far, times the rows still needed.
@@ -904,6 +918,7 @@ func drop(st jetstream.Stream, c jetstream.Consumer) {
 // consumer is a short-lived consumer of stream on filter from sequence
 // from, headers only (the server removes it when idle).
 func consumer(ctx context.Context, st jetstream.Stream, filter string, from uint64) (jetstream.Consumer, error) {
+	made.Add(1)
 	return st.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		FilterSubject:     filter,
 		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,

@@ -589,3 +589,45 @@ func TestIndexerAfterTheIndexIsPurgedOrDeleted(t *testing.T) {
 		t.Fatalf("pages show %v, want %v", got, want)
 	}
 }
+
+// A page over a long tail of writes not indexed yet (the indexer stopped,
+// 5,000 writes, 1 in 100 a match) is exact, and reads the tail in a few
+// windows that grow, not one consumer per few dozen records: the tail's
+// consumers count every record, not the page's matches.
+func TestPageOverALongTail(t *testing.T) {
+	e := setup(t)
+	_, stop := e.startIndexer("before")
+	indexed := e.write("x", jetflow.Failed, 20)
+	e.caughtUp()
+	stop()
+	var failed []string
+	for range 50 {
+		e.write("x", jetflow.Pending, 99)
+		failed = append(failed, e.write("x", jetflow.Failed, 1)...)
+	}
+	want := append(slices.Clone(indexed), failed...)
+	slices.Reverse(want)
+	rd := runindex.NewReader(e.st)
+	q := runindex.Query{State: jetflow.Failed, Limit: 10}
+	var got []string
+	var consumers []int64
+	for len(got) < len(want) {
+		c0 := runindex.ConsumersMade()
+		p, err := rd.List(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumers = append(consumers, runindex.ConsumersMade()-c0)
+		got = append(got, ids(p.Runs)...)
+		if q.After = p.Next; q.After == "" {
+			break
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pages show %v, want %v", got, want)
+	}
+	t.Logf("consumers made by each page: %v", consumers)
+	if consumers[0] > 8 {
+		t.Fatalf("the first page made %d consumers over the tail (pages: %v), want at most 8", consumers[0], consumers)
+	}
+}
