@@ -174,13 +174,14 @@ func RunIndex(ctx context.Context, out io.Writer, sizes []int) error {
 
 		measure := func(name string, f func() (int, error)) error {
 			runtime.GC()
-			before := runindex.MessagesRead()
+			before, consumers := runindex.MessagesRead(), runindex.ConsumersMade()
 			t0 := time.Now()
 			n, err := f()
 			if err != nil {
 				return fmt.Errorf("bench index: %s: %w", name, err)
 			}
-			line("%s  %-34s %9s  %7d read by the index reader  (%d runs)", count(size), name, time.Since(t0).Round(10*time.Microsecond), runindex.MessagesRead()-before, n)
+			line("%s  %-34s %9s  %7d read by the index reader, %d short-lived consumers  (%d runs)", count(size), name, time.Since(t0).Round(10*time.Microsecond),
+				runindex.MessagesRead()-before, runindex.ConsumersMade()-consumers, n)
 			return nil
 		}
 		page := func(f producer.Filter) func() (int, error) {
