@@ -764,7 +764,7 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 // (a quarter more), so the messages it reads are about the ones it visits.
 // When it is not (the runs stream's records, which visit filters by their
 // headers), the server's count is every message: windows then start at
-// about need() and grow fourfold (to 16,384), so a sparse filter over a long tail
+// twice need() and grow fourfold (to 16,384), so a sparse filter over a long tail
 // takes a few windows (a consumer each), not one per need() messages.
 func back(ctx context.Context, st jetstream.Stream, filter string, counts bool, below, floor uint64, need func() int, pre func([]jetstream.Msg), visit func(uint64, jetstream.Msg) (bool, error)) error {
 	info, err := st.Info(ctx)

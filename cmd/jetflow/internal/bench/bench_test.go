@@ -338,25 +338,20 @@ func TestRunTriggerQuick(t *testing.T) {
 
 // BenchmarkEndToEndWithScheduler is BenchmarkEndToEnd with a scheduler
 // leading meanwhile: its run indexer follows every record write.
-func BenchmarkEndToEndWithScheduler(b *testing.B) {
-	url := benchServer(b)
-	b.ResetTimer()
-	e, err := EndToEndWithScheduler(context.Background(), url, "benche2e", b.N, 100)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(rate(b.N, e.Elapsed), "runs/s")
-	b.ReportMetric(rate(b.N, e.Indexed), "indexed/s")
-	b.ReportMetric(e.IndexEntries, "entries/run")
-	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
-}
+func BenchmarkEndToEndWithScheduler(b *testing.B) { benchWithScheduler(b, EndToEndWithScheduler) }
 
 // BenchmarkEndToEndClaimFirstWithScheduler is BenchmarkEndToEndClaimFirst
 // with a scheduler leading meanwhile (the default on a cluster).
 func BenchmarkEndToEndClaimFirstWithScheduler(b *testing.B) {
+	benchWithScheduler(b, EndToEndClaimFirstWithScheduler)
+}
+
+// benchWithScheduler runs an end-to-end phase with a scheduler leading and
+// reports its rate, the index's, the index entries a run and the CPU.
+func benchWithScheduler(b *testing.B, phase func(ctx context.Context, url, prefix string, n, size int) (E2E, error)) {
 	url := benchServer(b)
 	b.ResetTimer()
-	e, err := EndToEndClaimFirstWithScheduler(context.Background(), url, "benche2e", b.N, 100)
+	e, err := phase(context.Background(), url, "benche2e", b.N, 100)
 	if err != nil {
 		b.Fatal(err)
 	}
