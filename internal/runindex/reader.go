@@ -820,9 +820,14 @@ func back(ctx context.Context, st jetstream.Stream, filter string, counts bool, 
 			c, lo, pending, n = cm, mid, pm, int(pm-min(pm, above))
 		}
 		above = pending
+		if counted != nil {
+			counted(st, lo, hi)
+		}
 		var msgs []jetstream.Msg
 		for len(msgs) < n {
-			b, err := c.Fetch(min(n-len(msgs), 1000), jetstream.FetchMaxWait(5*time.Second))
+			// Without waiting: messages removed since the count (a record
+			// replaced) would otherwise hold the fetch for its expiry.
+			b, err := c.FetchNoWait(min(n-len(msgs), 1000))
 			if err != nil {
 				drop(st, c)
 				return err
@@ -872,6 +877,10 @@ func back(ctx context.Context, st jetstream.Stream, filter string, counts bool, 
 	return nil
 }
 
+// counted, when set (by tests), runs between a window's count and its
+// fetch.
+var counted func(st jetstream.Stream, lo, hi uint64)
+
 // ahead visits the messages of stream on filter from sequence from on,
 // oldest first, until visit returns false or the stream ends.
 func ahead(ctx context.Context, st jetstream.Stream, filter string, from uint64, visit func(uint64, jetstream.Msg) (bool, error)) error {
@@ -882,7 +891,7 @@ func ahead(ctx context.Context, st jetstream.Stream, filter string, from uint64,
 	defer drop(st, c)
 	left := c.CachedInfo().NumPending
 	for left > 0 {
-		b, err := c.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
+		b, err := c.FetchNoWait(int(min(left, 256))) // as in back
 		if err != nil {
 			return err
 		}
@@ -901,6 +910,9 @@ func ahead(ctx context.Context, st jetstream.Stream, filter string, from uint64,
 			}
 		}
 		if got == 0 {
+			if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+				return err
+			}
 			return nil
 		}
 	}

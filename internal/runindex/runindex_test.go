@@ -16,6 +16,7 @@ import (
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 type env struct {
@@ -629,5 +630,60 @@ func TestPageOverALongTail(t *testing.T) {
 	t.Logf("consumers made by each page: %v", consumers)
 	if consumers[0] > 8 {
 		t.Fatalf("the first page made %d consumers over the tail (pages: %v), want at most 8", consumers[0], consumers)
+	}
+}
+
+// Records removed between a window's count and its fetch (a run's record
+// replaced by its next write) leave the window short of its count: the
+// page still shows each match once and does not wait for the missing ones
+// (a fetch that waited would hold the page for its 5 s expiry).
+func TestPageWhenRecordsGoBetweenCountAndFetch(t *testing.T) {
+	e := setup(t)
+	_, stop := e.startIndexer("before")
+	e.caughtUp() // a checkpoint, nothing indexed
+	stop()
+	var failed []string
+	for range 5 {
+		e.write("x", jetflow.Pending, 20)
+		failed = append(failed, e.write("x", jetflow.Failed, 1)...)
+	}
+	slices.Reverse(failed)
+	runsStream := streams.KVStream(e.cfg.WithDefaults().RunsBucket())
+	removed := 0
+	runindex.SetCounted(func(st jetstream.Stream, lo, hi uint64) {
+		if st.CachedInfo().Config.Name != runsStream || removed > 0 {
+			return
+		}
+		// Remove the window's pending records (none is a match), as their
+		// expiry would: a purge of their subjects, which writes nothing.
+		for seq := lo; seq < hi; seq++ {
+			m, err := st.GetMsg(context.Background(), seq)
+			if err != nil || m.Header.Get(kv.HeaderState) != string(jetflow.Pending) {
+				continue
+			}
+			if err := st.Purge(context.Background(), jetstream.WithPurgeSubject(m.Subject)); err != nil {
+				t.Error(err)
+			}
+			removed++
+		}
+	})
+	t.Cleanup(func() { runindex.SetCounted(nil) })
+	start := time.Now()
+	p, err := runindex.NewReader(e.st).List(context.Background(), runindex.Query{State: jetflow.Failed, Limit: 10})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed == 0 {
+		t.Fatal("no record was removed between a count and its fetch")
+	}
+	if got := ids(p.Runs); fmt.Sprint(got) != fmt.Sprint(failed) {
+		t.Fatalf("page shows %v, want %v", got, failed)
+	}
+	t.Logf("%d records removed; the page took %v", removed, took)
+	// Not a speed figure: a fetch that waited for the removed records
+	// would take its whole 5 s expiry.
+	if took >= 4*time.Second {
+		t.Fatalf("the page took %v: a fetch waited for records removed after its count", took)
 	}
 }
