@@ -1,0 +1,173 @@
+package integration_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TestWireFormatFromNodeJS runs docs/wire-format.md from another language:
+// testdata/nodeclient/wire.mjs, on nats.js (installed from the npm registry
+// into a temporary folder), publishes runs by hand and reads their records
+// from the runs bucket with a KV watch, while a Go worker and scheduler
+// serve them. It is skipped only where node or npm is missing or the
+// package cannot be installed (no registry); it says why.
+func TestWireFormatFromNodeJS(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: the nats.js producer is not tried")
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Skip("npm not found: the nats.js producer is not tried")
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"wire.mjs", "package.json"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "nodeclient", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ictx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	install := exec.CommandContext(ictx, npm, "install", "--no-audit", "--no-fund", "--loglevel=error")
+	install.Dir = dir
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Skipf("npm install nats.js failed (no registry?): %v\n%s", err, out)
+	}
+
+	ctx := context.Background()
+	srv, err := embedded.Start(embedded.Options{Dir: t.TempDir(), SyncEvery: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := producer.New(ctx, js, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(ctx, js, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := make(chan string, 100)
+	worker.Handle(w, wireSend, func(ctx context.Context, j *worker.Job[wireEmail]) error {
+		calls <- j.ID()
+		return j.SetResult("sent to " + j.Args.To)
+	})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	s, err := scheduler.New(ctx, js, scheduler.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+	})
+
+	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer rcancel()
+	run := exec.CommandContext(rctx, node, "wire.mjs", srv.ClientURL(), "js")
+	run.Dir = dir
+	var stderr bytes.Buffer
+	run.Stderr = &stderr
+	out, err := run.Output()
+	if err != nil {
+		t.Fatalf("node wire.mjs: %v\n%s%s", err, out, stderr.String())
+	}
+	type result struct {
+		Case      string       `json:"case"`
+		ID        string       `json:"id"`
+		Stream    string       `json:"stream"`
+		Duplicate bool         `json:"duplicate"`
+		Due       time.Time    `json:"due"`
+		Record    *jetflow.Run `json:"record"`
+	}
+	got := map[string]result{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		var r result
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("node printed %q: %v", sc.Text(), err)
+		}
+		if r.Record == nil {
+			t.Fatalf("case %s: run %s did not end within 30 s as seen from nats.js", r.Case, r.ID)
+		}
+		// What nats.js read is the record Go reads.
+		g, err := p.Get(ctx, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.State != r.Record.State || g.Error != r.Record.Error {
+			t.Fatalf("case %s: nats.js read %s %q, Go reads %s %q", r.Case, r.Record.State, r.Record.Error, g.State, g.Error)
+		}
+		got[r.Case] = r
+	}
+	if len(got) != 4 {
+		t.Fatalf("node printed %d cases, want 4:\n%s\n%s", len(got), out, stderr.String())
+	}
+
+	now := got["now"]
+	if now.Stream != "JETFLOW_FN" || !now.Duplicate {
+		t.Errorf("now: stored in %q, second publish duplicate=%v; want JETFLOW_FN and true", now.Stream, now.Duplicate)
+	}
+	if r := now.Record; r.State != jetflow.Success || string(r.Result) != `"sent to a@b.c"` || r.MaxAttempts != 3 || r.Attempts != 1 {
+		t.Errorf("now: record %s result %s attempts %d/%d; want success, \"sent to a@b.c\", 1/3", r.State, r.Result, r.Attempts, r.MaxAttempts)
+	}
+	if r := got["notjson"].Record; r.State != jetflow.Failed || !strings.Contains(r.Error, "bad arguments") || string(r.Args) != `"not json"` {
+		t.Errorf("notjson: record %s %q args %s; want failed, bad arguments, the body kept as a string", r.State, r.Error, r.Args)
+	}
+	if r := got["badheader"].Record; r.State != jetflow.Failed || !strings.Contains(r.Error, `bad header Jetflow-Timeout: "soon"`) {
+		t.Errorf("badheader: record %s %q; want failed naming the header", r.State, r.Error)
+	}
+	later := got["later"]
+	if r := later.Record; r.State != jetflow.Success || r.StartedTime.Before(later.Due) {
+		t.Errorf("later: record %s started %v, due %v; want success, not before due", r.State, r.StartedTime, later.Due)
+	}
+	// The handler ran once for each good run, never for the bad ones or
+	// the duplicate.
+	var ran []string
+	for len(calls) > 0 {
+		ran = append(ran, <-calls)
+	}
+	if want := []string{now.ID, later.ID}; strings.Join(ran, ",") != strings.Join(want, ",") {
+		t.Errorf("handler ran for %v, want %v", ran, want)
+	}
+}
