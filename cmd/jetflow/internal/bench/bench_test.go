@@ -183,7 +183,7 @@ func TestCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"raw R3 publish+consume", "e2e no-op runs/s", "ratio", "cost:", "floor: raw R3 record write", "lateness"} {
+	for _, want := range []string{"raw R3 publish+consume", "e2e no-op runs/s", "ratio", "cost:", "floor: raw R3 record write", "lateness", "raw R3 publish->consume latency", "lateness split: scheduler publish"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
