@@ -16,6 +16,7 @@ import (
 	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -27,33 +28,7 @@ import (
 // serve them. It is skipped only where node or npm is missing or the
 // package cannot be installed (no registry); it says why.
 func TestWireFormatFromNodeJS(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node not found: the nats.js producer is not tried")
-	}
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		t.Skip("npm not found: the nats.js producer is not tried")
-	}
-	dir := t.TempDir()
-	for _, f := range []string{"wire.mjs", "package.json"} {
-		b, err := os.ReadFile(filepath.Join("testdata", "nodeclient", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ictx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	install := exec.CommandContext(ictx, npm, "install", "--no-audit", "--no-fund", "--loglevel=error")
-	install.Dir = dir
-	if out, err := install.CombinedOutput(); err != nil {
-		t.Skipf("npm install nats.js failed (no registry?): %v\n%s", err, out)
-	}
-
-	ctx := context.Background()
+	node, dir := nodeClient(t)
 	srv, err := embedded.Start(embedded.Options{Dir: t.TempDir(), SyncEvery: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -68,11 +43,76 @@ func TestWireFormatFromNodeJS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := producer.New(ctx, js, producer.Config{})
+	p, calls := serveWire(t, js, js, js)
+	checkNodeWire(t, runNodeWire(t, node, dir, srv.ClientURL(), "js", nil), p, calls)
+}
+
+// TestWireFormatFromNodeJSAsProducer runs the same script as the producer
+// user of docs/permissions.md, on a nats-server process started with that
+// file's configuration: a producer in another language needs no more than
+// the permissions documented for the role (its JetStream and KV calls, the
+// delayed run's two writes and the KV watch included).
+func TestWireFormatFromNodeJSAsProducer(t *testing.T) {
+	node, dir := nodeClient(t)
+	url := startSecuredNATS(t, permissionsConf(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, ajs := connectAs(t, url, "admin")
+	if err := streams.Provision(ctx, ajs, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	_, wjs := connectAs(t, url, "worker")
+	_, sjs := connectAs(t, url, "scheduler")
+	_, pjs := connectAs(t, url, "producer")
+	p, calls := serveWire(t, wjs, sjs, pjs)
+	env := []string{"NATS_USER=producer", "NATS_PASSWORD=" + rolePasswords["producer"]}
+	checkNodeWire(t, runNodeWire(t, node, dir, url, "perm", env), p, calls)
+}
+
+// nodeClient installs nats.js beside a copy of testdata/nodeclient and
+// returns node's path and the folder; it skips the test where that cannot
+// be done.
+func nodeClient(t *testing.T) (node, dir string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found: the nats.js producer is not tried")
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Skip("npm not found: the nats.js producer is not tried")
+	}
+	dir = t.TempDir()
+	for _, f := range []string{"wire.mjs", "package.json"} {
+		b, err := os.ReadFile(filepath.Join("testdata", "nodeclient", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--loglevel=error")
+	install.Dir = dir
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Skipf("npm install nats.js failed (no registry?): %v\n%s", err, out)
+	}
+	return node, dir
+}
+
+// serveWire starts a worker serving emails.send (on wjs) and a scheduler
+// (on sjs), and returns a producer (on pjs) to read records with and the
+// ids the handler ran, in order.
+func serveWire(t *testing.T, wjs, sjs, pjs jetstream.JetStream) (*producer.Producer, chan string) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := producer.New(ctx, pjs, producer.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(ctx, js, worker.Config{})
+	w, err := worker.New(ctx, wjs, worker.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +129,7 @@ func TestWireFormatFromNodeJS(t *testing.T) {
 		defer cancel()
 		_ = w.Stop(ctx)
 	})
-	s, err := scheduler.New(ctx, js, scheduler.Config{})
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,49 +141,66 @@ func TestWireFormatFromNodeJS(t *testing.T) {
 		defer cancel()
 		_ = s.Stop(ctx)
 	})
+	return p, calls
+}
 
-	rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer rcancel()
-	run := exec.CommandContext(rctx, node, "wire.mjs", srv.ClientURL(), "js")
+// nodeResult is one line wire.mjs prints.
+type nodeResult struct {
+	Case      string       `json:"case"`
+	ID        string       `json:"id"`
+	Stream    string       `json:"stream"`
+	Duplicate bool         `json:"duplicate"`
+	Due       time.Time    `json:"due"`
+	Record    *jetflow.Run `json:"record"`
+}
+
+// runNodeWire runs wire.mjs against url (env: more environment) and
+// returns its results by case.
+func runNodeWire(t *testing.T, node, dir, url, prefix string, env []string) map[string]nodeResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	run := exec.CommandContext(ctx, node, "wire.mjs", url, prefix)
 	run.Dir = dir
+	run.Env = append(os.Environ(), env...)
 	var stderr bytes.Buffer
 	run.Stderr = &stderr
 	out, err := run.Output()
 	if err != nil {
 		t.Fatalf("node wire.mjs: %v\n%s%s", err, out, stderr.String())
 	}
-	type result struct {
-		Case      string       `json:"case"`
-		ID        string       `json:"id"`
-		Stream    string       `json:"stream"`
-		Duplicate bool         `json:"duplicate"`
-		Due       time.Time    `json:"due"`
-		Record    *jetflow.Run `json:"record"`
-	}
-	got := map[string]result{}
+	got := map[string]nodeResult{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
-		var r result
+		var r nodeResult
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			t.Fatalf("node printed %q: %v", sc.Text(), err)
 		}
 		if r.Record == nil {
 			t.Fatalf("case %s: run %s did not end within 30 s as seen from nats.js", r.Case, r.ID)
 		}
+		got[r.Case] = r
+	}
+	if len(got) != 4 {
+		t.Fatalf("node printed %d cases, want 4:\n%s\n%s", len(got), out, stderr.String())
+	}
+	return got
+}
+
+// checkNodeWire checks what wire.mjs saw against what Go reads and what the
+// handler ran.
+func checkNodeWire(t *testing.T, got map[string]nodeResult, p *producer.Producer, calls chan string) {
+	t.Helper()
+	for _, r := range got {
 		// What nats.js read is the record Go reads.
-		g, err := p.Get(ctx, r.ID)
+		g, err := p.Get(context.Background(), r.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if g.State != r.Record.State || g.Error != r.Record.Error {
 			t.Fatalf("case %s: nats.js read %s %q, Go reads %s %q", r.Case, r.Record.State, r.Record.Error, g.State, g.Error)
 		}
-		got[r.Case] = r
 	}
-	if len(got) != 4 {
-		t.Fatalf("node printed %d cases, want 4:\n%s\n%s", len(got), out, stderr.String())
-	}
-
 	now := got["now"]
 	if now.Stream != "JETFLOW_FN" || !now.Duplicate {
 		t.Errorf("now: stored in %q, second publish duplicate=%v; want JETFLOW_FN and true", now.Stream, now.Duplicate)

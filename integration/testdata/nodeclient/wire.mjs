@@ -3,13 +3,15 @@
 // bucket. integration/wireformat_node_test.go runs it against a Go worker.
 //
 // node wire.mjs <nats url> <id prefix>
+// (NATS_USER and NATS_PASSWORD, when set, are the user to connect as)
 // prints one JSON line per case: what the stream acknowledged and the
 // record the case ended with.
 import { connect, headers, StringCodec } from "nats";
 
 const sc = StringCodec();
 const [url, prefix] = process.argv.slice(2);
-const nc = await connect({ servers: url });
+const auth = process.env.NATS_USER ? { user: process.env.NATS_USER, pass: process.env.NATS_PASSWORD } : {};
+const nc = await connect({ servers: url, ...auth });
 const js = nc.jetstream();
 const kv = await js.views.kv("jetflow_runs");
 
