@@ -152,6 +152,7 @@ type nodeResult struct {
 	Duplicate bool         `json:"duplicate"`
 	Due       time.Time    `json:"due"`
 	Record    *jetflow.Run `json:"record"`
+	GetState  string       `json:"getState"` // read with a KV get once ended
 }
 
 // runNodeWire runs wire.mjs against url (env: more environment) and
@@ -197,8 +198,8 @@ func checkNodeWire(t *testing.T, got map[string]nodeResult, p *producer.Producer
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.State != r.Record.State || g.Error != r.Record.Error {
-			t.Fatalf("case %s: nats.js read %s %q, Go reads %s %q", r.Case, r.Record.State, r.Record.Error, g.State, g.Error)
+		if g.State != r.Record.State || g.Error != r.Record.Error || string(g.State) != r.GetState {
+			t.Fatalf("case %s: nats.js watched %s %q and got %q, Go reads %s %q", r.Case, r.Record.State, r.Record.Error, r.GetState, g.State, g.Error)
 		}
 	}
 	now := got["now"]

@@ -37,7 +37,13 @@ function hdrs(kvs) {
   return h;
 }
 
-const out = (o) => console.log(JSON.stringify(o));
+// out prints a case's line, with the state a KV get reads now (a direct
+// get of the record's last revision).
+async function out(o) {
+  const e = await kv.get(o.id);
+  o.getState = e && e.value.length ? JSON.parse(sc.decode(e.value)).state : "";
+  console.log(JSON.stringify(o));
+}
 
 // A run now, with an idempotency key, published twice.
 {
@@ -45,21 +51,21 @@ const out = (o) => console.log(JSON.stringify(o));
   const h = { "Nats-Msg-Id": id, "Jetflow-Max-Attempts": "3", "Jetflow-Timeout": "30s" };
   const ack = await js.publish(`jetflow.fn.emails.send.${id}`, sc.encode(JSON.stringify({ to: "a@b.c" })), { headers: hdrs(h) });
   const again = await js.publish(`jetflow.fn.emails.send.${id}`, sc.encode(JSON.stringify({ to: "x@y.z" })), { headers: hdrs(h) });
-  out({ case: "now", id, stream: ack.stream, duplicate: again.duplicate, record: await ended(id) });
+  await out({ case: "now", id, stream: ack.stream, duplicate: again.duplicate, record: await ended(id) });
 }
 
 // A body that is not JSON.
 {
   const id = `${prefix}-notjson`;
   const ack = await js.publish(`jetflow.fn.emails.send.${id}`, sc.encode("not json"));
-  out({ case: "notjson", id, stream: ack.stream, record: await ended(id) });
+  await out({ case: "notjson", id, stream: ack.stream, record: await ended(id) });
 }
 
 // A header that does not parse.
 {
   const id = `${prefix}-badheader`;
   const ack = await js.publish(`jetflow.fn.emails.send.${id}`, sc.encode("{}"), { headers: hdrs({ "Jetflow-Timeout": "soon" }) });
-  out({ case: "badheader", id, stream: ack.stream, record: await ended(id) });
+  await out({ case: "badheader", id, stream: ack.stream, record: await ended(id) });
 }
 
 // A run due in 2 s: the record, then the delayed entry.
@@ -77,7 +83,7 @@ const out = (o) => console.log(JSON.stringify(o));
   const entry = { fn: "emails.send", id, rev: ack.seq, scheduled: due.toISOString(),
     created: now.toISOString(), args, due: due.toISOString() };
   await js.publish(`$KV.jetflow_delayed.${Math.floor(due.getTime() / 1000)}.${id}`, sc.encode(JSON.stringify(entry)));
-  out({ case: "later", id, due: due.toISOString(), record: await ended(id) });
+  await out({ case: "later", id, due: due.toISOString(), record: await ended(id) });
 }
 
 await nc.close();
