@@ -44,8 +44,8 @@ type Options struct {
 	Sync Sync
 	// SyncEvery is the interval of SyncInterval. Default 10 ms. The
 	// server syncs every stream this often even when idle: at 10 ms an
-	// idle deployment spends about 2.5% of a core on it, at 1 s next to
-	// nothing (docs/scaling.md, "What an idle deployment costs").
+	// idle deployment spends about 2-3% of a core on it (two thirds of its
+	// 3-5%), at 1 s next to nothing (docs/scaling.md, "What an idle deployment costs").
 	SyncEvery time.Duration
 	// ServerName names the server. Default "jetflow".
 	ServerName string

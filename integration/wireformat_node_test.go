@@ -69,7 +69,8 @@ func TestWireFormatFromNodeJSAsProducer(t *testing.T) {
 	checkNodeWire(t, runNodeWire(t, node, dir, url, "perm", env), p, calls)
 }
 
-// nodeClient installs nats.js beside a copy of testdata/nodeclient and
+// nodeClient installs nats.js (the versions testdata/nodeclient's lock
+// file names) beside a copy of testdata/nodeclient and
 // returns node's path and the folder; it skips the test where that cannot
 // be done.
 func nodeClient(t *testing.T) (node, dir string) {
@@ -83,7 +84,7 @@ func nodeClient(t *testing.T) (node, dir string) {
 		t.Skip("npm not found: the nats.js producer is not tried")
 	}
 	dir = t.TempDir()
-	for _, f := range []string{"wire.mjs", "package.json"} {
+	for _, f := range []string{"wire.mjs", "package.json", "package-lock.json"} {
 		b, err := os.ReadFile(filepath.Join("testdata", "nodeclient", f))
 		if err != nil {
 			t.Fatal(err)
@@ -94,7 +95,8 @@ func nodeClient(t *testing.T) (node, dir string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	install := exec.CommandContext(ctx, npm, "install", "--no-audit", "--no-fund", "--loglevel=error")
+	// The versions of package-lock.json, exactly.
+	install := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund", "--loglevel=error")
 	install.Dir = dir
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Skipf("npm install nats.js failed (no registry?): %v\n%s", err, out)

@@ -36,6 +36,10 @@
 // ListKeys lists a bucket's keys whole or returns an error (ErrListStalled
 // when no try ended): nats.go's key lister can wait for ever on a stalled
 // watcher, and closes its channel alike when a deadline cuts it short.
+// FetchPending reads what a short-lived consumer has pending the same way,
+// whole or with an error (ErrFetchStalled): nats.go ends a no-wait fetch
+// after a second without a message, which looks like the end of the
+// stream; it is made again while the consumer still has messages pending.
 //
 // # Delayed bucket
 //

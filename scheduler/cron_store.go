@@ -227,36 +227,17 @@ func (c *Crons) consume(ctx context.Context, filters []string, headersOnly bool,
 			_ = st.DeleteConsumer(dctx, name)
 		}()
 	}()
-	remaining := cons.CachedInfo().NumPending
-	for remaining > 0 {
-		if err := ctx.Err(); err != nil {
-			return err
+	// Every entry there was when the consumer was made, never fewer
+	// taken for all (kv.FetchPending).
+	err = kv.FetchPending(ctx, cons, int(cons.CachedInfo().NumPending), 1000, func(m jetstream.Msg) (bool, error) {
+		md, err := m.Metadata()
+		if err != nil || m.Headers().Get("KV-Operation") != "" {
+			return true, nil
 		}
-		batch, err := cons.FetchNoWait(int(min(remaining, 1000)))
-		if err != nil {
-			return fmt.Errorf("scheduler: read crons: %w", err)
-		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			md, err := m.Metadata()
-			if err != nil {
-				continue
-			}
-			remaining = md.NumPending
-			if m.Headers().Get("KV-Operation") != "" {
-				continue
-			}
-			if !visit(m.Subject(), m.Data(), md.Sequence.Stream) {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return fmt.Errorf("scheduler: read crons: %w", err)
-		}
-		if n == 0 {
-			return nil
-		}
+		return visit(m.Subject(), m.Data(), md.Sequence.Stream), nil
+	})
+	if err != nil {
+		return fmt.Errorf("scheduler: read crons: %w", err)
 	}
 	return nil
 }

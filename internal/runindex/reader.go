@@ -823,28 +823,18 @@ func back(ctx context.Context, st jetstream.Stream, filter string, counts bool, 
 		if counted != nil {
 			counted(st, lo, hi)
 		}
+		// Without waiting on the server: records removed since the count
+		// (expired, purged) leave the window short, and a fetch that
+		// waited for them would hold the page for its expiry.
 		var msgs []jetstream.Msg
-		for len(msgs) < n {
-			// Without waiting: messages removed since the count (a record
-			// replaced) would otherwise hold the fetch for its expiry.
-			b, err := c.FetchNoWait(min(n-len(msgs), 1000))
-			if err != nil {
-				drop(st, c)
-				return err
-			}
-			got := 0
-			for m := range b.Messages() {
-				msgs = append(msgs, m)
-				got++
-			}
-			if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-				return err
-			}
-			if got == 0 {
-				break // removed meanwhile
-			}
-		}
+		err = kv.FetchPending(ctx, c, n, 1000, func(m jetstream.Msg) (bool, error) {
+			msgs = append(msgs, m)
+			return true, nil
+		})
 		drop(st, c)
+		if err != nil {
+			return err
+		}
 		read.Add(int64(len(msgs)))
 		if pre != nil && len(msgs) > 0 {
 			pre(msgs)
@@ -889,34 +879,14 @@ func ahead(ctx context.Context, st jetstream.Stream, filter string, from uint64,
 		return err
 	}
 	defer drop(st, c)
-	left := c.CachedInfo().NumPending
-	for left > 0 {
-		b, err := c.FetchNoWait(int(min(left, 256))) // as in back
+	return kv.FetchPending(ctx, c, int(c.CachedInfo().NumPending), 256, func(m jetstream.Msg) (bool, error) {
+		read.Add(1)
+		md, err := m.Metadata()
 		if err != nil {
-			return err
+			return false, err
 		}
-		got := 0
-		for m := range b.Messages() {
-			got++
-			left--
-			read.Add(1)
-			md, err := m.Metadata()
-			if err != nil {
-				return err
-			}
-			more, err := visit(md.Sequence.Stream, m)
-			if err != nil || !more {
-				return err
-			}
-		}
-		if got == 0 {
-			if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-				return err
-			}
-			return nil
-		}
-	}
-	return nil
+		return visit(md.Sequence.Stream, m)
+	})
 }
 
 // drop deletes a consumer of back or ahead (the server would after

@@ -633,10 +633,12 @@ func TestPageOverALongTail(t *testing.T) {
 	}
 }
 
-// Records removed between a window's count and its fetch (a run's record
-// replaced by its next write) leave the window short of its count: the
-// page still shows each match once and does not wait for the missing ones
-// (a fetch that waited would hold the page for its 5 s expiry).
+// Records removed between a window's count and its fetch, with nothing
+// written after them (expired, or purged: a record replaced by its next
+// write adds that write at the stream's end, which makes up the count)
+// leave the window short of its count: the page still shows each match
+// once and does not wait for the missing ones (a fetch that waited would
+// hold the page for its 5 s expiry).
 func TestPageWhenRecordsGoBetweenCountAndFetch(t *testing.T) {
 	e := setup(t)
 	_, stop := e.startIndexer("before")

@@ -149,6 +149,7 @@ func RawLatency(ctx context.Context, url string, n, size int, spread time.Durati
 	if err != nil {
 		return Percentiles{}, err
 	}
+	defer func() { _ = js.DeleteStream(context.Background(), st.CachedInfo().Config.Name) }()
 	cnc, cjs, err := connect(url, "bench-raw-latency-consumer")
 	if err != nil {
 		return Percentiles{}, err
