@@ -40,6 +40,9 @@
 // whole or with an error (ErrFetchStalled): nats.go ends a no-wait fetch
 // after a second without a message, which looks like the end of the
 // stream; it is made again while the consumer still has messages pending.
+// Scan, which the repair sweep and the readers' full reads use, is held to
+// the same rule: a consumer that goes quiet with records pending is
+// ErrFetchStalled, not the end of the bucket.
 //
 // # Delayed bucket
 //

@@ -776,8 +776,13 @@ func (s *Store) ScanQueued(ctx context.Context, fn string, visit func(fn, id str
 	return nil
 }
 
+// scanQuiet is how long a scan waits for its next message.
+var scanQuiet = 10 * time.Second
+
 // scan visits the last message of each subject of stream on filter (its
-// headers only if headersOnly), with one ordered consumer.
+// headers only if headersOnly), with one ordered consumer. It visits them
+// all or returns an error (ErrFetchStalled when the consumer stopped
+// delivering with messages pending).
 func (s *Store) scan(ctx context.Context, stream, filter string, headersOnly bool, visit func(jetstream.Msg, *jetstream.MsgMetadata)) error {
 	st, err := s.js.Stream(ctx, stream)
 	if err != nil {
@@ -818,10 +823,19 @@ func (s *Store) scan(ctx context.Context, stream, filter string, headersOnly boo
 		case <-ctx.Done():
 			it.Stop()
 			return ctx.Err()
-		case <-time.After(10 * time.Second):
-			// Nothing more arrives: the messages were removed meanwhile.
+		case <-time.After(scanQuiet):
+			// Nothing more arrives: the end, if the messages were removed
+			// meanwhile; a stalled consumer or server otherwise, and the
+			// scan so far is not the whole.
+			info, err := c.Info(ctx)
 			it.Stop()
-			return nil
+			if err == nil && info.NumPending == 0 {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("%w: scan of %s: nothing arrived for %s, and its consumer cannot say what is left: %w", ErrFetchStalled, stream, scanQuiet, err)
+			}
+			return fmt.Errorf("%w: scan of %s: nothing arrived for %s with %d messages pending", ErrFetchStalled, stream, scanQuiet, info.NumPending)
 		}
 		if n.err != nil {
 			return n.err
