@@ -178,7 +178,7 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	err := RunCluster(ctx, &out, ClusterOptions{N: 300, LatenessRuns: 20, SyncEvery: time.Second})
+	err := RunCluster(ctx, &out, ClusterOptions{N: 300, LatenessRuns: 20, SyncEvery: time.Second, KeepStreams: true})
 	t.Log("\n" + out.String())
 	if err != nil {
 		t.Fatal(err)

@@ -43,6 +43,13 @@ type ClusterOptions struct {
 	// under -race set 1 s: nats-server v2.15.2 arms a new stream's sync
 	// timer before it stores it, a race a short interval can hit.
 	SyncEvery time.Duration
+	// KeepStreams keeps each phase's streams and buckets until the end
+	// (tests under -race: deleting a stream while its sync timer may fire
+	// trips a data race inside nats-server). By default each phase's are
+	// deleted after it, so that the next runs beside its own only, as a
+	// deployment's single prefix does: three servers syncing every stream
+	// of every phase before it every 10 ms weigh on the later figures.
+	KeepStreams bool
 }
 
 // RunCluster measures jetflow on a three-node cluster, with every stream
@@ -83,9 +90,32 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 	if err != nil {
 		return fmt.Errorf("cluster raw: %w", err)
 	}
+	done := func(prefix string) error {
+		if o.KeepStreams {
+			return nil
+		}
+		return dropPrefix(url, prefix)
+	}
+	if !o.KeepStreams {
+		// A stream that stays while the phases delete theirs (keepStream).
+		if err := keep(url); err != nil {
+			return err
+		}
+		defer func() {
+			nc, js, err := connect(url, "bench-cleanup")
+			if err != nil {
+				return
+			}
+			defer nc.Close()
+			_ = js.DeleteStream(context.Background(), keepStream)
+		}()
+	}
 	e2e, err := EndToEnd(ctx, url, "benchcle2e", o.N, o.ArgsSize)
 	if err != nil {
 		return fmt.Errorf("cluster end to end: %w", err)
+	}
+	if err := done("benchcle2e"); err != nil {
+		return err
 	}
 	raw2, err := RawPublishConsume(ctx, url, o.N, o.ArgsSize)
 	if err != nil {
@@ -105,6 +135,9 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 	if err != nil {
 		return fmt.Errorf("cluster end to end, late claims: %w", err)
 	}
+	if err := done("benchcllate2e"); err != nil {
+		return err
+	}
 	line("e2e late claims (ClaimAfter set, opt-in) runs/s %s   raw R3 publish+consume %s/s   ratio %.2f   cpu %s/run",
 		fmtRate(rate(o.N, lc.Elapsed)), fmtRate(rawRate), ratio(rate(o.N, lc.Elapsed), rawRate), fmtDur(per(lc.CPU, o.N)))
 	// With a scheduler leading, as a deployment runs one: its run indexer
@@ -112,6 +145,9 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 	sc, err := EndToEndWithScheduler(ctx, url, "benchclsched", o.N, o.ArgsSize)
 	if err != nil {
 		return fmt.Errorf("cluster end to end with a scheduler: %w", err)
+	}
+	if err := done("benchclsched"); err != nil {
+		return err
 	}
 	line("e2e with a scheduler (claimed first, the default) runs/s %s   raw R3 publish+consume %s/s   ratio %.2f   cpu %s/run, the scheduler's included (%.2f index entries stored a run: one per record write, %.0f record writes a run; the index caught up %s after the first enqueue, the runs were done at %s)",
 		fmtRate(rate(o.N, sc.Elapsed)), fmtRate(rawRate), ratio(rate(o.N, sc.Elapsed), rawRate), fmtDur(per(sc.CPU, o.N)), sc.IndexEntries, sc.Cost.RecordWrites, fmtDur(sc.Indexed), fmtDur(sc.Elapsed))
@@ -232,4 +268,32 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// dropPrefix deletes the streams and buckets of a phase's prefix (and only
+// those: the cluster may be a user's, --cluster-url).
+func dropPrefix(url, prefix string) error {
+	nc, js, err := connect(url, "bench-cleanup")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	names := js.StreamNames(ctx)
+	var drop []string
+	for n := range names.Name() {
+		if strings.HasPrefix(n, strings.ToUpper(prefix)+"_") || strings.HasPrefix(n, "KV_"+prefix+"_") {
+			drop = append(drop, n)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("bench: list streams: %w", err)
+	}
+	for _, n := range drop {
+		if err := js.DeleteStream(ctx, n); err != nil {
+			return fmt.Errorf("bench: delete stream %s: %w", n, err)
+		}
+	}
+	return nil
 }
