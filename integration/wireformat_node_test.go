@@ -15,7 +15,6 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/producer"
-	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nats.go/jetstream"
@@ -123,26 +122,7 @@ func serveWire(t *testing.T, wjs, sjs, pjs jetstream.JetStream) (*producer.Produ
 		calls <- j.ID()
 		return j.SetResult("sent to " + j.Args.To)
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
-	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Stop(ctx)
-	})
+	startWithScheduler(t, w, sjs)
 	return p, calls
 }
 

@@ -74,6 +74,15 @@ func wireSetup(t *testing.T) *wireEnv {
 			args: j.Args, scheduled: j.ScheduledTime(), creat: j.CreationTime()}
 		return j.SetResult("sent to " + j.Args.To)
 	})
+	startWithScheduler(t, w, js)
+	return e
+}
+
+// startWithScheduler starts w and a scheduler (on sjs), both stopped when
+// the test ends.
+func startWithScheduler(t *testing.T, w *worker.Worker, sjs jetstream.JetStream) {
+	t.Helper()
+	ctx := context.Background()
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +91,7 @@ func wireSetup(t *testing.T) *wireEnv {
 		defer cancel()
 		_ = w.Stop(ctx)
 	})
-	s, err := scheduler.New(ctx, js, scheduler.Config{})
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +103,6 @@ func wireSetup(t *testing.T) *wireEnv {
 		defer cancel()
 		_ = s.Stop(ctx)
 	})
-	return e
 }
 
 // publish is what any NATS client does: a core NATS publish of a subject,

@@ -585,6 +585,11 @@ func keep(url string) error {
 }
 
 func dropStreams(url string) error {
+	return dropWhere(url, func(name string) bool { return name != keepStream })
+}
+
+// dropWhere deletes the streams of the server whose names drop says.
+func dropWhere(url string, drop func(name string) bool) error {
 	nc, js, err := connect(url, "bench-cleanup")
 	if err != nil {
 		return err
@@ -595,15 +600,14 @@ func dropStreams(url string) error {
 	names := js.StreamNames(ctx)
 	var all []string
 	for n := range names.Name() {
-		all = append(all, n)
+		if drop(n) {
+			all = append(all, n)
+		}
 	}
 	if err := names.Err(); err != nil {
 		return fmt.Errorf("bench: list streams: %w", err)
 	}
 	for _, n := range all {
-		if n == keepStream {
-			continue
-		}
 		if err := js.DeleteStream(ctx, n); err != nil {
 			return fmt.Errorf("bench: delete stream %s: %w", n, err)
 		}

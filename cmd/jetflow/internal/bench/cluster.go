@@ -273,27 +273,7 @@ func freePort() (int, error) {
 // dropPrefix deletes the streams and buckets of a phase's prefix (and only
 // those: the cluster may be a user's, --cluster-url).
 func dropPrefix(url, prefix string) error {
-	nc, js, err := connect(url, "bench-cleanup")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	names := js.StreamNames(ctx)
-	var drop []string
-	for n := range names.Name() {
-		if strings.HasPrefix(n, strings.ToUpper(prefix)+"_") || strings.HasPrefix(n, "KV_"+prefix+"_") {
-			drop = append(drop, n)
-		}
-	}
-	if err := names.Err(); err != nil {
-		return fmt.Errorf("bench: list streams: %w", err)
-	}
-	for _, n := range drop {
-		if err := js.DeleteStream(ctx, n); err != nil {
-			return fmt.Errorf("bench: delete stream %s: %w", n, err)
-		}
-	}
-	return nil
+	return dropWhere(url, func(n string) bool {
+		return strings.HasPrefix(n, strings.ToUpper(prefix)+"_") || strings.HasPrefix(n, "KV_"+prefix+"_")
+	})
 }
