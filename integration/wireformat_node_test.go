@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
-	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -28,20 +27,7 @@ import (
 // package cannot be installed (no registry); it says why.
 func TestWireFormatFromNodeJS(t *testing.T) {
 	node, dir := nodeClient(t)
-	srv, err := embedded.Start(embedded.Options{Dir: t.TempDir(), SyncEvery: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, _, js := wireServer(t)
 	p, calls := serveWire(t, js, js, js)
 	checkNodeWire(t, runNodeWire(t, node, dir, srv.ClientURL(), "js", nil), p, calls)
 }

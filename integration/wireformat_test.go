@@ -42,10 +42,10 @@ type wireSeen struct {
 	scheduled, creat time.Time
 }
 
-func wireSetup(t *testing.T) *wireEnv {
+// wireServer starts an embedded server (fsync every 1 s, not 10 ms: see
+// exampleServer) and connects to it; both end with the test.
+func wireServer(t *testing.T) (*embedded.Server, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	ctx := context.Background()
-	// fsync every 1 s, not 10 ms: see exampleServer.
 	srv, err := embedded.Start(embedded.Options{Dir: t.TempDir(), SyncEvery: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +60,13 @@ func wireSetup(t *testing.T) *wireEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, nc, js
+}
+
+func wireSetup(t *testing.T) *wireEnv {
+	t.Helper()
+	ctx := context.Background()
+	_, nc, js := wireServer(t)
 	p, err := producer.New(ctx, js, producer.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ var ErrFetchStalled = errors.New("kv: pending messages not delivered")
 
 // fetchTries bounds the empty fetches in a row FetchPending makes while its
 // consumer still has messages pending.
-var fetchTries = 10
+const fetchTries = 10
 
 // FetchPending hands each the messages consumer c has pending, oldest
 // first, up to n of them, fetching at most batch at a time without waiting

@@ -101,14 +101,7 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 		if err := keep(url); err != nil {
 			return err
 		}
-		defer func() {
-			nc, js, err := connect(url, "bench-cleanup")
-			if err != nil {
-				return
-			}
-			defer nc.Close()
-			_ = js.DeleteStream(context.Background(), keepStream)
-		}()
+		defer func() { _ = dropWhere(url, func(n string) bool { return n == keepStream }) }()
 	}
 	e2e, err := EndToEnd(ctx, url, "benchcle2e", o.N, o.ArgsSize)
 	if err != nil {
