@@ -257,7 +257,9 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 		r.StartedTime = j.started
 		r.Owner = w.cfg.ID
 		r.Heartbeat = j.started
+		t0 := time.Now()
 		rev, err := w.claim(ctx, j.rec.State, &r, j.rev)
+		telemetry.ClaimWaited(ctx, time.Since(t0), e.recAttr...)
 		if err != nil {
 			// Canceled, or another worker claimed it: not ours to run.
 			w.log.Debug("claim lost", "function", e.name, "run_id", env.ID, "error", err)

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -68,6 +70,7 @@ var (
 	otelParent = jetflow.Define[echoArgs]("otel.parent")
 	otelChild  = jetflow.Define[echoArgs]("otel.child")
 	otelFlaky  = jetflow.Define[echoArgs]("otel.flaky")
+	otelClaim  = jetflow.Define[echoArgs]("otel.claimed")
 )
 
 // Enqueue -> run -> child run is one trace: the producer span (kind
@@ -200,17 +203,32 @@ func TestRetrySpanLinksEarlierAttempts(t *testing.T) {
 }
 
 // The handler-duration and queue-wait histograms are in seconds, with
-// descriptions, under jetflow's scope with its version.
+// descriptions, under jetflow's scope with its version; so is the claim
+// wait, recorded for a run claimed before its handler starts only.
 func TestHistograms(t *testing.T) {
 	installOTel()
 	e := setup(t, worker.Config{})
 	worker.Handle(e.W, echo, func(ctx context.Context, j *worker.Job[echoArgs]) error { return nil })
+	worker.Handle(e.W, otelClaim, func(ctx context.Context, j *worker.Job[echoArgs]) error { return nil },
+		worker.Options{ClaimAfter: -1})
 	e.start(t)
-	id, err := e.P.Enqueue(context.Background(), echo.With(echoArgs{}))
-	if err != nil {
-		t.Fatal(err)
+	var observed atomic.Int64
+	stop := telemetry.ObserveClaims(func(d time.Duration) {
+		if d > 0 {
+			observed.Add(1)
+		}
+	})
+	defer stop()
+	for _, c := range []jetflow.Call{echo.With(echoArgs{}), otelClaim.With(echoArgs{N: 1}), otelClaim.With(echoArgs{N: 2})} {
+		id, err := e.P.Enqueue(context.Background(), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.wait(t, id)
 	}
-	e.wait(t, id)
+	if n := observed.Load(); n != 2 {
+		t.Errorf("%d claim waits observed, want 2 (the claimed-first runs')", n)
+	}
 	var rm metricdata.ResourceMetrics
 	if err := metricReader.Collect(context.Background(), &rm); err != nil {
 		t.Fatal(err)
@@ -232,16 +250,25 @@ func TestHistograms(t *testing.T) {
 				t.Errorf("%s: unit %q, description %q", m.Name, m.Unit, m.Description)
 			}
 			for _, dp := range h.DataPoints {
-				if v, ok := dp.Attributes.Value("jetflow.function"); ok && v.AsString() == echo.Name() && dp.Count > 0 {
-					seen[m.Name] = true
+				if v, ok := dp.Attributes.Value("jetflow.function"); ok && dp.Count > 0 {
+					seen[m.Name+" "+v.AsString()] = true
+					if m.Name == "jetflow.runs.claim_wait" && v.AsString() == otelClaim.Name() && dp.Count != 2 {
+						t.Errorf("%s of %s: %d data, want 2", m.Name, v.AsString(), dp.Count)
+					}
 				}
 			}
 		}
 	}
 	for _, name := range []string{"jetflow.runs.duration", "jetflow.runs.queue_wait"} {
-		if !seen[name] {
+		if !seen[name+" "+echo.Name()] {
 			t.Errorf("no %s data point for %s", name, echo.Name())
 		}
+	}
+	if !seen["jetflow.runs.claim_wait "+otelClaim.Name()] {
+		t.Errorf("no jetflow.runs.claim_wait data point for %s", otelClaim.Name())
+	}
+	if seen["jetflow.runs.claim_wait "+echo.Name()] {
+		t.Errorf("a claim wait recorded for %s, whose runs are claimed late", echo.Name())
 	}
 }
 

@@ -87,11 +87,19 @@ type Metrics struct {
 	// Duration is the time one attempt's handler ran (s), with its outcome
 	// (jetflow.outcome: success or error).
 	Duration metric.Float64Histogram
+	// ClaimWait is the time a run claimed before its handler starts waited
+	// for its claim to be stored (s): a replicated write's round trip,
+	// and the server's queue when it is busy.
+	ClaimWait metric.Float64Histogram
 }
 
 // secondsBuckets are the histogram bounds (s): from a millisecond to an
 // hour, where runs' waits and durations fall.
 var secondsBuckets = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
+
+// claimBuckets are ClaimWait's bounds (s): a stored write takes from a
+// fraction of a millisecond to tens of milliseconds on a busy cluster.
+var claimBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
 
 var (
 	once sync.Once
@@ -115,6 +123,9 @@ func M() *Metrics {
 		m.Duration, _ = meter.Float64Histogram("jetflow.runs.duration", metric.WithUnit("s"),
 			metric.WithDescription("time the handler of one attempt ran"),
 			metric.WithExplicitBucketBoundaries(secondsBuckets...))
+		m.ClaimWait, _ = meter.Float64Histogram("jetflow.runs.claim_wait", metric.WithUnit("s"),
+			metric.WithDescription("time a run claimed before its handler starts waited for its claim to be stored"),
+			metric.WithExplicitBucketBoundaries(claimBuckets...))
 	})
 	return &m
 }
@@ -126,3 +137,24 @@ func Fn(name string) metric.MeasurementOption {
 
 // Seconds converts a duration for histograms.
 func Seconds(d time.Duration) float64 { return d.Seconds() }
+
+// claimObserver, when set, is handed every claim wait recorded.
+var claimObserver atomic.Pointer[func(time.Duration)]
+
+// ObserveClaims hands f every claim wait recorded (ClaimWaited) until stop
+// is called: the bench's percentiles of claim waits, which the histogram's
+// buckets are too coarse for. One observer at a time; f must be safe for
+// concurrent use.
+func ObserveClaims(f func(time.Duration)) (stop func()) {
+	claimObserver.Store(&f)
+	return func() { claimObserver.Store(nil) }
+}
+
+// ClaimWaited records the wait of a claim written before its run's handler
+// starts.
+func ClaimWaited(ctx context.Context, d time.Duration, attrs ...metric.RecordOption) {
+	M().ClaimWait.Record(ctx, d.Seconds(), attrs...)
+	if f := claimObserver.Load(); f != nil {
+		(*f)(d)
+	}
+}

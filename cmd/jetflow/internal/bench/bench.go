@@ -427,6 +427,9 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 			fmtRate(res.EndToEndClaimFirst), fmtRate(res.RawPublishConsume), ratio(res.EndToEndClaimFirst, res.RawPublishConsume),
 			fmtDur(res.EndToEndClaimFirstCPU), ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndClaimFirstCPU)))
 		line("cost ClaimFirst: %s", res.CostClaimFirst)
+		if t := cf.claimText(); t != "" {
+			line("ClaimFirst %s", t)
+		}
 	}
 
 	// The same with a scheduler leading, as a deployment runs one: its

@@ -122,6 +122,9 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 		fmtRate(e2eRate), fmtRate(rawRate), ratio(e2eRate, rawRate), fmtDur(per(e2e.CPU, o.N)),
 		fmtDur(per(raw.PublishCPU+raw.ConsumeCPU, o.N)))
 	line("cost: %s", e2e.Cost)
+	if t := e2e.claimText(); t != "" {
+		line("%s", t)
+	}
 	// Runs claimed late (ClaimAfter set: an opt-in on a cluster, with the
 	// limit docs/scaling.md describes).
 	lc, err := EndToEndLateClaims(ctx, url, "benchcllate2e", o.N, o.ArgsSize)

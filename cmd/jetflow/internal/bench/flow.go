@@ -11,6 +11,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/runindex"
+	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
@@ -228,6 +229,21 @@ type E2E struct {
 	// IndexEntries is the index entries stored per run (with a scheduler):
 	// one per record write.
 	IndexEntries float64
+	// Claims is how long runs claimed before their handler started waited
+	// for their claim to be stored (none when runs are claimed late).
+	Claims Percentiles
+}
+
+// claimText says how long claims waited and what that wait allows runners
+// (Concurrency of them, each waiting its claim) at most: empty without
+// claims.
+func (r E2E) claimText() string {
+	if r.Claims.N == 0 || r.Claims.P50 <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("claims waited p50 %s p99 %s: %d runners waiting one each allow at most %s runs/s",
+		fmtDur(r.Claims.P50), fmtDur(r.Claims.P99), handlerOptions.Concurrency,
+		fmtRate(float64(handlerOptions.Concurrency)/r.Claims.P50.Seconds()))
 }
 
 // startLeader starts a scheduler on a connection of its own and waits
@@ -480,6 +496,16 @@ func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.
 		}
 		defer stop()
 	}
+	var (
+		claimsMu sync.Mutex
+		claims   = make([]time.Duration, 0, n)
+	)
+	stopClaims := telemetry.ObserveClaims(func(d time.Duration) {
+		claimsMu.Lock()
+		claims = append(claims, d)
+		claimsMu.Unlock()
+	})
+	defer stopClaims()
 	c := call(size)
 	before := f.wire()
 	start, cpu := time.Now(), cpuTime()
@@ -499,6 +525,10 @@ func endToEnd(ctx context.Context, url, prefix string, n, size int, opts worker.
 	}
 	res.Handled = time.Unix(0, handledAt.Load()).Sub(start)
 	res.CPU = cpuAt - cpu
+	stopClaims()
+	claimsMu.Lock()
+	res.Claims = percentiles(claims)
+	claimsMu.Unlock()
 	if _, err := waitSuccess(ctx, f.obs, prefix, n); err != nil {
 		return res, err
 	}
