@@ -25,6 +25,9 @@ var (
 	ErrBadArgs = errors.New("jetflow: bad arguments")
 	// ErrBadMessage: a message on a function subject that jetflow cannot use.
 	ErrBadMessage = errors.New("jetflow: bad message")
+	// ErrBadRecord: a stored run record that cannot be read (not a record
+	// jetflow wrote: its JSON, a time or its state is unreadable).
+	ErrBadRecord = errors.New("jetflow: unreadable run record")
 	// ErrPanic: the handler panicked; the record holds the stack.
 	ErrPanic = errors.New("jetflow: handler panicked")
 )

@@ -78,12 +78,16 @@ func ValidateName(name string) error {
 	if name == "" || len(name) > 128 {
 		return fmt.Errorf("%w: %q must be 1-128 bytes", ErrInvalidName, name)
 	}
-	for _, tok := range strings.Split(name, ".") {
+	for rest := name; ; {
+		tok, after, more := strings.Cut(rest, ".")
 		if !validToken(tok) {
 			return fmt.Errorf("%w: %q: tokens are letters, digits, '_' and '-' separated by single dots", ErrInvalidName, name)
 		}
+		if !more {
+			return nil
+		}
+		rest = after
 	}
-	return nil
 }
 
 // ValidateRunID checks a run id (generated or given by the caller as an

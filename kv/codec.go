@@ -2,11 +2,14 @@ package kv
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/streams"
 )
 
 // The record codec. Every state change encodes a record, so this is on the
@@ -30,6 +33,11 @@ func EncodeRun(r *jetflow.Run) ([]byte, error) {
 }
 
 func appendRun(b []byte, r *jetflow.Run) ([]byte, error) {
+	for _, t := range [...]time.Time{r.ScheduledTime, r.CreationTime, r.StartedTime, r.Heartbeat, r.CompletedTime} {
+		if !streams.TimeFits(t) {
+			return b, fmt.Errorf("time %s: %w", t.UTC().Format(time.RFC3339), errTimeRange)
+		}
+	}
 	b = append(b, `{"id":`...)
 	b = appendString(b, r.ID)
 	b = append(b, `,"name":`...)
@@ -142,6 +150,9 @@ func appendJSON(b []byte, v any) ([]byte, error) {
 	}
 	return append(b, j...), nil
 }
+
+// errTimeRange: a time a record cannot hold (streams.TimeFits).
+var errTimeRange = errors.New("outside years 0 through 9999")
 
 func appendTime(b []byte, t time.Time) []byte {
 	b = append(b, '"')

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -248,11 +249,16 @@ func apiPrefix(js jetstream.JetStream) string {
 	return jetstream.DefaultAPIPrefix
 }
 
-// Decode reads a record body.
+// Decode reads a record body. A body that is no record jetflow wrote (its
+// JSON or a time does not parse, or it names no known state) is
+// jetflow.ErrBadRecord.
 func Decode(data []byte, rev uint64) (*jetflow.Run, error) {
 	r := new(jetflow.Run)
 	if err := json.Unmarshal(data, r); err != nil {
-		return nil, fmt.Errorf("kv: decode run record: %w", err)
+		return nil, fmt.Errorf("%w (revision %d): %v", jetflow.ErrBadRecord, rev, err)
+	}
+	if !r.State.Valid() {
+		return nil, fmt.Errorf("%w (revision %d): state %.64q", jetflow.ErrBadRecord, rev, r.State)
 	}
 	r.Revision = rev
 	return r, nil
@@ -270,6 +276,11 @@ func (s *Store) RecordMsg(r *jetflow.Run, expect uint64, from jetflow.State) (*n
 	data, err := EncodeRun(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
+	}
+	if max := s.nc.MaxPayload(); max > 0 && int64(len(data))+recordHeaderRoom > max {
+		if data, err = fitRecord(r, int(max)-recordHeaderRoom); err != nil {
+			return nil, err
+		}
 	}
 	// Every run writes a record or two: the header values share one backing
 	// array, and the TTL's text is made once (PutMsg's options would
@@ -923,4 +934,69 @@ func (s *Store) queuedRunMsg(ctx context.Context, subj string, seq *uint64) (*je
 		ScheduledTime: sched, CreationTime: created, Attempts: e.Attempt - 1,
 		MaxAttempts: e.MaxAttempts, Timeout: e.Timeout, Parent: e.Parent,
 	}, true, nil
+}
+
+// recordHeaderRoom is what a record write's subject and headers take at
+// most, beside its body, within the server's max payload.
+const recordHeaderRoom = 1024
+
+// fitRecord encodes r cut down to at most room bytes, so that its state
+// change is stored even when its fields add up to more than the server
+// takes (args near their limit beside a long error, a panic's stack, a
+// long history). Errors are clipped (the run's to 2 KB and its history's to
+// 256 bytes, then to 512 and 64 bytes and the last 5 attempts), the
+// progress message likewise (1 KB, then 128 bytes), the children listed to
+// the last 1,000 (then 100); a terminal record's result and args, which no
+// later attempt reads, give way to their summaries (BodySummary). r itself
+// is left as it is. A record that still does not fit is
+// jetflow.ErrBadArgs.
+func fitRecord(r *jetflow.Run, room int) ([]byte, error) {
+	var n int
+	for _, cut := range [...]struct{ err, hist, hists, progress, kids int }{
+		{2048, 256, jetflow.MaxHistory, 1024, 1000},
+		{512, 64, 5, 128, 100},
+	} {
+		c := *r
+		c.Error = clipText(c.Error, cut.err)
+		if k := len(c.History); k > 0 {
+			c.History = slices.Clone(c.History[max(0, k-cut.hists):])
+			for i := range c.History {
+				c.History[i].Error = clipText(c.History[i].Error, cut.hist)
+			}
+		}
+		if c.Progress != nil && len(c.Progress.Message) > cut.progress {
+			p := *c.Progress
+			p.Message = clipText(p.Message, cut.progress)
+			c.Progress = &p
+		}
+		if k := len(c.Children); k > cut.kids {
+			c.Children = c.Children[k-cut.kids:]
+		}
+		if c.State.Terminal() {
+			if len(c.Result) > room/8 {
+				c.Result = BodySummary(c.Result, room/8)
+			}
+			if len(c.Args) > room/8 {
+				c.Args = BodySummary(c.Args, room/8)
+			}
+		}
+		data, err := EncodeRun(&c)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
+		}
+		if len(data) <= room {
+			return data, nil
+		}
+		n = len(data)
+	}
+	return nil, fmt.Errorf("%w: the record of run %s takes %d bytes, more than the server's max payload leaves it (%d)",
+		jetflow.ErrBadArgs, r.ID, n, room)
+}
+
+// clipText cuts s to at most n bytes of valid UTF-8, marking the cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }

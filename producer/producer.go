@@ -237,6 +237,9 @@ func (p *Producer) prepare(ctx context.Context, t time.Time, c jetflow.Call, opt
 	if o.hold && o.parent == "" {
 		return nil, o, fmt.Errorf("%w: a held run needs WithParent", jetflow.ErrInvalidRunID)
 	}
+	if !streams.TimeFits(t) {
+		return nil, o, fmt.Errorf("%w: time %s: a run record holds years 0 through 9999", jetflow.ErrBadArgs, t.UTC().Format(time.RFC3339))
+	}
 	now := p.now().UTC()
 	sched := t.UTC()
 	if t.IsZero() || sched.Before(now) {

@@ -283,7 +283,7 @@ func (p *Producer) Watch(ctx context.Context, id string) (<-chan *jetflow.Run, e
 				sent = true
 				r, err := kv.Decode(e.Value(), e.Revision())
 				if err != nil {
-					continue
+					return // an unreadable record (Wait says why)
 				}
 				select {
 				case out <- r:
@@ -314,6 +314,9 @@ func (p *Producer) Wait(ctx context.Context, id string) (*jetflow.Run, error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return last, err
+	}
+	if _, err := p.store.Get(ctx, id); errors.Is(err, jetflow.ErrBadRecord) {
+		return last, fmt.Errorf("producer: wait for %s: %w", id, err)
 	}
 	return last, fmt.Errorf("producer: watch of %s ended at %v", id, time.Now())
 }

@@ -3,7 +3,9 @@ package scheduler
 import (
 	"container/heap"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -202,6 +204,10 @@ type item struct {
 	key string
 	rev uint64
 	d   kv.Delayed
+	// bad: the entry cannot be dispatched (undecodable, or naming no valid
+	// run or function): it is dead-lettered (deadLetter).
+	bad  error
+	data []byte
 	// doubts counts the dispatches that found the record missing or
 	// behind and could not ask the stream's leader, since doubtSince.
 	doubts     int
@@ -302,7 +308,7 @@ func (d *dispatcher) setLoaded(sec int64) {
 }
 
 func (d *dispatcher) add(key string, rev uint64, data []byte) {
-	sec, _, ok := kv.ParseDelayedKey(key)
+	sec, keyID, ok := kv.ParseDelayedKey(key)
 	if !ok {
 		return
 	}
@@ -312,10 +318,16 @@ func (d *dispatcher) add(key string, rev uint64, data []byte) {
 	if sec > loaded {
 		return // read later, when its second comes within the horizon
 	}
+	it := &item{sec: sec, key: key, rev: rev}
 	e, err := kv.DecodeDelayed(data)
+	if err == nil {
+		err = checkDelayed(e, keyID)
+	}
+	it.due, it.d = e.Due, e
 	if err != nil {
-		d.s.log.Warn("undecodable delayed entry", "key", key, "error", err)
-		return
+		// Written by another client (docs/wire-format.md): dead-lettered
+		// when its second comes, not retried for ever.
+		it.due, it.bad, it.data = time.Unix(sec, 0), err, data
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -323,7 +335,7 @@ func (d *dispatcher) add(key string, rev uint64, data []byte) {
 		return
 	}
 	d.known[key] = rev
-	heap.Push(&d.h, &item{due: e.Due, sec: sec, key: key, rev: rev, d: e})
+	heap.Push(&d.h, it)
 	if len(d.h) > 0 && d.h[0].key == key {
 		d.poke() // due before what the loop waits for
 	}
@@ -627,7 +639,89 @@ func (d *dispatcher) fire(ctx context.Context) {
 // a new run's message expects no message on its subject),
 // then removes the entry.
 // It reports whether the entry is done with (published or obsolete).
+// checkDelayed reports why a delayed entry cannot be dispatched: it names
+// no valid run (or another than its key) or function, or a time no record
+// holds.
+func checkDelayed(e kv.Delayed, keyID string) error {
+	switch {
+	case jetflow.ValidateRunID(e.ID) != nil:
+		return fmt.Errorf("%w: %.256q", jetflow.ErrInvalidRunID, e.ID)
+	case e.ID != keyID:
+		return fmt.Errorf("run %.256q under the key of run %.256q", e.ID, keyID)
+	case jetflow.ValidateName(e.Function) != nil:
+		return fmt.Errorf("%w: %.256q", jetflow.ErrInvalidName, e.Function)
+	case e.Attempt < 0 || e.MaxAttempts < 0 || e.Timeout < 0:
+		return fmt.Errorf("attempt %d, max attempts %d, timeout %s", e.Attempt, e.MaxAttempts, e.Timeout)
+	case e.Parent != "" && jetflow.ValidateRunID(e.Parent) != nil:
+		return fmt.Errorf("parent: %w: %.256q", jetflow.ErrInvalidRunID, e.Parent)
+	}
+	for _, t := range [...]time.Time{e.Due, e.Scheduled, e.Created} {
+		if !streams.TimeFits(t) {
+			return fmt.Errorf("time %s: outside years 0 through 9999", t.UTC().Format(time.RFC3339))
+		}
+	}
+	return nil
+}
+
+// invalidFunction names the function of a dead-lettered delayed entry whose
+// own is no valid name, so that pages and counts find it (the error quotes
+// the name it had).
+const invalidFunction = "invalid-function"
+
+// deadLetter records a delayed entry that cannot be dispatched as a failed
+// run with the reason (the entry's run id when it is valid and has no
+// record yet, otherwise dlq-<delayed stream>-<revision>), then removes the
+// entry: nothing is dropped silently, nor retried for ever.
+func (d *dispatcher) deadLetter(ctx context.Context, it *item) bool {
+	s := d.s
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	dlq := engine.DeadLetterID(streams.KVStream(s.scfg.DelayedBucket()), it.rev)
+	id, fn := it.d.ID, it.d.Function
+	if _, keyID, _ := kv.ParseDelayedKey(it.key); jetflow.ValidateRunID(id) != nil || id != keyID {
+		id = dlq
+	}
+	if jetflow.ValidateName(fn) != nil {
+		fn = invalidFunction
+	}
+	now := s.now().UTC()
+	args := it.d.Args
+	if it.data != nil {
+		args = kv.BodySummary(it.data, 64<<10)
+	} else if len(args) > 0 && !json.Valid(args) {
+		args = kv.BodySummary(args, 64<<10)
+	}
+	r := &jetflow.Run{
+		ID: id, Name: fn, Kind: jetflow.Retryable, Args: args, State: jetflow.Failed, Permanent: true,
+		ScheduledTime: now, CreationTime: now, CompletedTime: now,
+		Error: fmt.Sprintf("%v: delayed entry %.256q: %v", jetflow.ErrBadMessage, it.key, it.bad),
+	}
+	_, err := s.runs.Write(ctx, engine.DeadLetter, engine.None, r, 0)
+	if errors.Is(err, kv.ErrExists) && id != dlq {
+		// The run has a record: the entry's own dead letter, written by
+		// an earlier dispatch of it (its removal not seen yet), or the
+		// record of a run the entry may not touch.
+		if cur, gerr := s.store.Get(ctx, id); gerr != nil || cur.State != jetflow.Failed || cur.Error != r.Error {
+			r.ID = dlq
+			_, err = s.runs.Write(ctx, engine.DeadLetter, engine.None, r, 0)
+		}
+	}
+	if err != nil && !errors.Is(err, kv.ErrExists) {
+		s.log.Debug("dead letter of a delayed entry", "key", it.key, "error", err)
+		d.retry(ctx, it)
+		return false
+	}
+	s.log.Warn("bad delayed entry recorded as failed run", "key", it.key, "run_id", r.ID, "reason", it.bad)
+	if err := s.store.RemoveDelayed(ctx, it.key, it.rev); err != nil {
+		s.log.Debug("remove delayed entry", "key", it.key, "error", err)
+	}
+	return true
+}
+
 func (d *dispatcher) publish(ctx context.Context, it *item) bool {
+	if it.bad != nil {
+		return d.deadLetter(ctx, it)
+	}
 	s := d.s
 	// Each request is bounded: one sent to a node that just died (a
 	// cluster electing a new leader) is given up after publishTimeout and

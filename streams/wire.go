@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/jetflow-dev/jetflow"
 	"github.com/nats-io/nats.go"
 )
 
@@ -131,7 +132,12 @@ func (c Config) ParseMessage(subject string, h nats.Header, data []byte) (Envelo
 		}
 		e.Timeout = d
 	}
-	e.Parent = h.Get(HeaderParent)
+	if v := h.Get(HeaderParent); v != "" {
+		if jetflow.ValidateRunID(v) != nil {
+			return e, &ErrBadHeader{HeaderParent, v}
+		}
+		e.Parent = v
+	}
 	e.Reload = h.Get(HeaderReload) != ""
 	e.New = h.Get(HeaderNew) != ""
 	var err error
@@ -144,14 +150,23 @@ func (c Config) ParseMessage(subject string, h nats.Header, data []byte) (Envelo
 	if e.Scheduled.IsZero() {
 		e.Scheduled = e.Created
 	}
-	if v := h.Get("traceparent"); v != "" {
+	// W3C trace context that cannot be valid (a traceparent is 55
+	// characters, a tracestate at most 32 entries in 512) is ignored, as
+	// the W3C asks of a malformed one: the run starts a trace of its own.
+	if v := h.Get("traceparent"); v != "" && len(v) <= maxTraceParent {
 		e.Trace = map[string]string{"traceparent": v}
-		if ts := h.Get("tracestate"); ts != "" {
+		if ts := h.Get("tracestate"); ts != "" && len(ts) <= maxTraceState {
 			e.Trace["tracestate"] = ts
 		}
 	}
 	return e, nil
 }
+
+// The longest trace context a run carries (see ParseMessage).
+const (
+	maxTraceParent = 128
+	maxTraceState  = 1024
+)
 
 func parseTime(h nats.Header, name string) (time.Time, error) {
 	v := h.Get(name)
@@ -159,8 +174,19 @@ func parseTime(h nats.Header, name string) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
+	if err != nil || !TimeFits(t) {
+		// An offset can carry a time RFC 3339 reads past what it writes:
+		// 9999-12-31T23:59:59-23:59 is in year 10000 in UTC.
 		return time.Time{}, &ErrBadHeader{name, v}
 	}
 	return t.UTC(), nil
 }
+
+var (
+	firstTime = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
+	lastTime  = time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC)
+)
+
+// TimeFits reports whether a run record can hold t: RFC 3339, and so JSON's
+// times, hold years 0 through 9999 (in UTC, as records keep them).
+func TimeFits(t time.Time) bool { return !t.Before(firstTime) && !t.After(lastTime) }

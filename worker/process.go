@@ -263,6 +263,10 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 		if err != nil {
 			// Canceled, or another worker claimed it: not ours to run.
 			w.log.Debug("claim lost", "function", e.name, "run_id", env.ID, "error", err)
+			if errors.Is(err, jetflow.ErrBadArgs) {
+				w.deadLetterMsg(ctx, e, m, err) // no claim of it can be stored
+				return
+			}
 			if !errors.Is(err, kv.ErrConflict) {
 				w.settle(m, nakAfter(time.Second))
 				return
@@ -359,6 +363,14 @@ func (w *Worker) runsLeaderSince(ctx context.Context) (time.Time, error) {
 func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, replay bool, numDelivered uint64) bool {
 	env := j.env
 	r, err := w.store.Get(ctx, env.ID)
+	if errors.Is(err, jetflow.ErrBadRecord) {
+		// Not a record jetflow wrote (written by hand, or by a broken
+		// client): the run cannot go on from it, and retrying will not
+		// change it. The message is dead-lettered with the reason; the
+		// record is left as it is, for whoever wrote it.
+		w.deadLetterMsg(ctx, j.fn, m, fmt.Errorf("the record of run %s: %w", env.ID, err))
+		return false
+	}
 	if j.fn.claimLate() && (errors.Is(err, jetflow.ErrNotFound) || err == nil && r.State == jetflow.Pending) {
 		if d := w.replayWait(); replay && d > 0 {
 			w.log.Debug("possible replay: waiting for a claim elsewhere", "function", j.fn.name, "run_id", env.ID, "delay", d)
@@ -385,6 +397,11 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 				w.settle(m, nakAfter(time.Second))
 				return false
 			}
+		} else if errors.Is(err, jetflow.ErrBadArgs) {
+			// The message makes a record the server cannot take: no retry
+			// will store it.
+			w.deadLetterMsg(ctx, j.fn, m, err)
+			return false
 		} else if err != nil {
 			w.settle(m, nakAfter(time.Second))
 			return false
@@ -491,6 +508,20 @@ func (w *Worker) argsLimit() int { return kv.ArgsLimit(w.nc.MaxPayload()) }
 // maxReason bounds the reason a dead-letter record gives (a header value
 // it quotes may be as large as the message).
 const maxReason = 2048
+
+// maxError bounds the error a failed attempt's record keeps (a panic's
+// stack included).
+const maxError = 16 << 10
+
+// deadLetterMsg is deadLetter for a message whose metadata is not read yet.
+func (w *Worker) deadLetterMsg(ctx context.Context, e *fnEntry, m jetstream.Msg, reason error) {
+	md, err := m.Metadata()
+	if err != nil {
+		w.settle(m, termIt)
+		return
+	}
+	w.deadLetter(ctx, e, m, md, reason)
+}
 
 // deadLetter records a message jetflow cannot use as a failed run with the
 // reason, then terminates it, so nothing is silently dropped. The record
@@ -696,8 +727,8 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			}
 			return 0, err
 		}
-		if w.isStopping() || w.now().After(deadline) {
-			return 0, err
+		if errors.Is(err, jetflow.ErrBadArgs) || w.isStopping() || w.now().After(deadline) {
+			return 0, err // ErrBadArgs: no write of this record can be stored
 		}
 		retried = true
 		w.log.Debug("outcome write failed; retrying", "run_id", r.ID, "error", err)
@@ -790,7 +821,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	r := *j.rec
 	from := j.rec.State
 	r.Attempts = j.env.Attempt
-	r.Error = herr.Error()
+	r.Error = clip(herr.Error(), maxError)
 	r.Progress = j.progress
 	r.Children = append([]string(nil), j.kids...)
 	if r.StartedTime.IsZero() {
@@ -822,11 +853,30 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	if errors.As(herr, &ra) {
 		delay = ra.Delay
 	}
+	started, kids := r.StartedTime, r.Children
 	r.State = jetflow.Pending
 	r.ScheduledTime = w.now().UTC().Add(delay)
 	r.StartedTime = time.Time{}
 	r.Children = nil
 	newRev, err := w.writeOutcome(ctx, engine.Retry, from, &r, rev, false)
+	if errors.Is(err, jetflow.ErrBadArgs) {
+		// The record cannot hold another attempt (its args beside what the
+		// attempts added): the run fails here, with the reason, rather than
+		// running again without a record of it.
+		r.State, r.Permanent, r.ScheduledTime = jetflow.Failed, true, j.rec.ScheduledTime
+		r.StartedTime, r.Children = started, kids
+		r.CompletedTime = w.now().UTC()
+		r.Error = fmt.Sprintf("%s (not retried: %v)", r.Error, err)
+		if _, err := w.writeOutcome(ctx, engine.Fail, from, &r, rev, false); err != nil {
+			w.outcomeLost(ctx, j, m, err)
+			return
+		}
+		met.Failed.Add(ctx, 1, j.fn.attr)
+		w.releaseHeld(ctx, j, false)
+		w.complete(ctx, &r)
+		w.settle(m, ackIt)
+		return
+	}
 	if err != nil {
 		w.outcomeLost(ctx, j, m, err)
 		return

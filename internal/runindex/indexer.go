@@ -443,8 +443,10 @@ func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstr
 	}
 	to := jetflow.State(h.Get(kv.HeaderState))
 	fn := h.Get(kv.HeaderFunction)
-	if !to.Valid() || fn == "" {
-		// Not a record jetflow wrote: counted nowhere.
+	if !to.Valid() || jetflow.ValidateName(fn) != nil {
+		// Not a record jetflow wrote (a function name that is no subject
+		// token, written by hand, would make no index entry): counted
+		// nowhere.
 		st.cp.Seq, ix.stats.Seq = seq, seq
 		return nil
 	}

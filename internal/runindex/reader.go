@@ -417,6 +417,15 @@ func (p *pager) record(ctx context.Context, id string, rev uint64) (*jetflow.Run
 	if errors.Is(err, jetflow.ErrNotFound) {
 		return nil, nil
 	}
+	if errors.Is(err, jetflow.ErrBadRecord) {
+		// A record jetflow did not write: one row saying so (in a page
+		// of every run, which it belongs to) instead of no page at all.
+		if p.q.State != "" || p.q.Function != "" {
+			return nil, nil
+		}
+		p.seen[id] = true
+		return &jetflow.Run{ID: id, Revision: rev, Error: err.Error()}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
