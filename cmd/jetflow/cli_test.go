@@ -476,3 +476,33 @@ func TestDevOnceRunsTheDemo(t *testing.T) {
 		t.Logf("output:\n%s", out)
 	}
 }
+
+// cancelOn is an output that cancels a command's context as soon as it
+// prints marker, as Ctrl-C does when the user sees it.
+type cancelOn struct {
+	syncBuffer
+	marker string
+	cancel context.CancelFunc
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	n, err := c.syncBuffer.Write(p)
+	if strings.Contains(c.syncBuffer.String(), c.marker) {
+		c.cancel()
+	}
+	return n, err
+}
+
+// Ctrl-C right after dev's banner, while it schedules the demo runs,
+// stops it gracefully: no error, as at any other time.
+func TestDevCtrlCWhileSeeding(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	out := &cancelOn{marker: "Ctrl-C stops.", cancel: cancel}
+	var errw syncBuffer
+	code := runMain(withOutput(ctx, out, &errw), []string{"dev", "--port", "0", "--data", t.TempDir(), "--sync-every", testSyncEvery.String()})
+	if code != exitOK || errw.String() != "" || !strings.Contains(out.String(), "jetflow dev stopped") {
+		t.Fatalf("dev, Ctrl-C after the banner: exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errw.String())
+	}
+}

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -32,6 +34,9 @@ type connFlags struct {
 	tlsKey   string
 	tlsCA    string
 	context  string
+	// persistent: the command runs until stopped (dashboard, runs watch),
+	// so its connection reconnects for as long as it takes.
+	persistent bool
 }
 
 func (c *connFlags) add(fs *flag.FlagSet) {
@@ -202,24 +207,69 @@ func (c *connFlags) settings() (*dialSettings, error) {
 // connect dials the server; the caller closes the connection. A
 // permissions violation the server reports on it ends a one-shot command
 // at once (see register) or, in a long-running one, is printed.
+//
+// When the connection drops, a line says so, and another when it is back.
+// A persistent command (c.persistent) reconnects forever; a one-shot one
+// within nats.go's budget (60 attempts, 2 s apart), and its error then
+// names the lost connection (see finish). A connection closed other than
+// by the command (the budget spent, a login refused on reconnect) ends the
+// command with an error that says so.
 func (c *connFlags) connect(ctx context.Context) (*nats.Conn, jetstream.JetStream, error) {
 	s, err := c.settings()
 	if err != nil {
 		return nil, nil, err
 	}
 	addSecrets(ctx, s.secrets...)
-	opts := append([]nats.Option{
+	cs := &connState{server: redactURL(s.url)}
+	pol := reconnectPolicyOf(ctx)
+	opts := []nats.Option{
 		nats.Name("jetflow-cli"),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		nats.ErrorHandler(func(nc *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrPermissionViolation) && !natsperm.Optional(err) && endOnViolation(ctx, err) {
 				return
 			}
 			if natsperm.Optional(err) {
 				return // a read from a leader, denied: the direct get answers (docs/permissions.md)
 			}
-			fmt.Fprintf(stderr(ctx), "jetflow: %v\n", redactString(ctx, err.Error()))
+			if errors.Is(err, nats.ErrConsumerNotActive) && nc.Status() != nats.CONNECTED {
+				// The watches' consumers miss their heartbeats while the
+				// connection is down: the disconnect line said so once.
+				return
+			}
+			fmt.Fprintf(stderr(ctx), "jetflow: %s\n", printable(redactString(ctx, err.Error())))
 		}),
-	}, s.opts...)
+		// The handlers below are for what the server or the network does,
+		// not for the command's own Close.
+		nats.NoCallbacksAfterClientClose(),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			from := cs.disconnected(err)
+			if err == nil {
+				err = errors.New("connection closed")
+			}
+			fmt.Fprintf(stderr(ctx), "jetflow: disconnected from %s: %s; reconnecting\n", from, printable(redactString(ctx, err.Error())))
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			to := cs.reconnected(redactURL(nc.ConnectedUrl()))
+			fmt.Fprintf(stderr(ctx), "jetflow: reconnected to %s\n", to)
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if st := stateOf(ctx); st != nil && st.cancel != nil {
+				st.cancel(cs.closed(nc.LastError()))
+			}
+		}),
+	}
+	if c.persistent {
+		opts = append(opts, nats.MaxReconnects(-1))
+	} else if pol.attempts != 0 {
+		opts = append(opts, nats.MaxReconnects(pol.attempts))
+	}
+	if pol.wait > 0 {
+		opts = append(opts, nats.ReconnectWait(pol.wait), nats.ReconnectJitter(0, 0))
+	}
+	if pol.failed != nil {
+		opts = append(opts, nats.ReconnectErrHandler(func(*nats.Conn, error) { pol.failed() }))
+	}
+	opts = append(opts, s.opts...)
 	nc, err := nats.Connect(s.url, opts...)
 	if err != nil {
 		hint := ""
@@ -227,6 +277,10 @@ func (c *connFlags) connect(ctx context.Context) (*nats.Conn, jetstream.JetStrea
 			hint = " (is `jetflow dev` running?)"
 		}
 		return nil, nil, fmt.Errorf("connect %s: %w%s", redactURL(s.url), err, hint)
+	}
+	cs.connected(nc, redactURL(nc.ConnectedUrl()))
+	if st := stateOf(ctx); st != nil {
+		st.setConn(cs)
 	}
 	var js jetstream.JetStream
 	if s.jsDomain != "" {
@@ -239,6 +293,152 @@ func (c *connFlags) connect(ctx context.Context) (*nats.Conn, jetstream.JetStrea
 		return nil, nil, err
 	}
 	return nc, js, nil
+}
+
+// connState follows one command's connection: the server it is connected
+// to, and why it was lost, if it was.
+type connState struct {
+	mu     sync.Mutex
+	nc     *nats.Conn
+	server string // redacted URL of the server connected to (or asked for)
+	down   error  // why it disconnected, while it reconnects; nil when connected
+	lost   *connLostError
+}
+
+func (cs *connState) connected(nc *nats.Conn, server string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.nc = nc
+	if server != "" {
+		cs.server = server
+	}
+}
+
+// disconnected records err and returns the server that was lost.
+func (cs *connState) disconnected(err error) string {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if err == nil {
+		err = errors.New("connection closed")
+	}
+	cs.down = err
+	return cs.server
+}
+
+func (cs *connState) reconnected(server string) string {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	cs.down = nil
+	if server != "" {
+		cs.server = server
+	}
+	return cs.server
+}
+
+// closed records that the connection closed for good (not by the command),
+// with the connection's last error, and returns the error that says so.
+func (cs *connState) closed(last error) *connLostError {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if cs.lost == nil {
+		cs.lost = &connLostError{server: cs.server, cause: cs.down, final: last, closed: true}
+	}
+	return cs.lost
+}
+
+// lostError reports the lost connection a command's error (err, nil to
+// ask whether it is lost now) may be due to: closed for good, or down at
+// the time. Nil if it was up.
+func (cs *connState) lostError(err error) *connLostError {
+	cs.mu.Lock()
+	lost, down, nc := cs.lost, cs.down, cs.nc
+	cs.mu.Unlock()
+	switch {
+	case lost != nil:
+		return lost
+	case err == nil && nc != nil && nc.IsClosed():
+		// Closed, not by the command (which has not closed it yet): the
+		// closed handler may not have run yet.
+		return cs.closed(nc.LastError())
+	case err != nil && errors.Is(err, nats.ErrConnectionClosed):
+		return &connLostError{server: cs.server, cause: down, closed: true}
+	case down != nil:
+		return &connLostError{server: cs.server, cause: down}
+	}
+	return nil
+}
+
+// connLostError is a connection to the server that was lost: down when a
+// one-shot command failed, or closed for good.
+type connLostError struct {
+	server string
+	cause  error // why it disconnected (nil if not known)
+	final  error // the connection's last error when it closed
+	closed bool
+}
+
+func (e *connLostError) Error() string {
+	msg := "lost the connection to " + e.server
+	if e.cause != nil {
+		msg += ": " + e.cause.Error()
+	}
+	switch {
+	case !e.closed:
+		return msg + " (reconnecting)"
+	case e.final == nil, errors.Is(e.final, nats.ErrNoServers), errors.Is(e.final, nats.ErrConnectionClosed):
+		return msg + "; gave up reconnecting"
+	case e.cause != nil && e.final.Error() == e.cause.Error():
+		return msg + "; connection closed"
+	}
+	return msg + "; connection closed: " + e.final.Error()
+}
+
+func (e *connLostError) Unwrap() []error {
+	var errs []error
+	for _, err := range []error{e.cause, e.final} {
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if e.closed {
+		errs = append(errs, nats.ErrConnectionClosed)
+	}
+	return errs
+}
+
+// reconnectPolicy overrides nats.go's reconnect timing (tests).
+type reconnectPolicy struct {
+	wait     time.Duration // between attempts at one server; jitter off
+	attempts int           // one-shot commands' budget
+	failed   func()        // called after each failed attempt
+}
+
+type reconnectKey struct{}
+
+func withReconnectPolicy(ctx context.Context, p reconnectPolicy) context.Context {
+	return context.WithValue(ctx, reconnectKey{}, p)
+}
+
+func reconnectPolicyOf(ctx context.Context) reconnectPolicy {
+	p, _ := ctx.Value(reconnectKey{}).(reconnectPolicy)
+	return p
+}
+
+// connLost is the lost connection that ended the command, if it did; for
+// a command that has not closed its connection yet.
+func connLost(ctx context.Context) *connLostError {
+	var lost *connLostError
+	if errors.As(context.Cause(ctx), &lost) {
+		return lost
+	}
+	if st := stateOf(ctx); st != nil {
+		if cs := st.getConn(); cs != nil {
+			if lost := cs.lostError(nil); lost != nil && lost.closed {
+				return lost
+			}
+		}
+	}
+	return nil
 }
 
 // devHintApplies reports whether the failure to connect to rawURL may mean
@@ -325,6 +525,23 @@ type runState struct {
 	secrets []string
 	// endRun, for one-shot commands, ends the command with the violation.
 	endRun context.CancelCauseFunc
+	// cancel ends the command whose connection closed under it.
+	cancel context.CancelCauseFunc
+
+	mu   sync.Mutex
+	conn *connState // the command's connection
+}
+
+func (st *runState) setConn(cs *connState) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.conn = cs
+}
+
+func (st *runState) getConn() *connState {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.conn
 }
 
 func withRunState(ctx context.Context, st *runState) context.Context {
@@ -389,20 +606,38 @@ type cliError struct {
 func (e *cliError) Error() string { return e.msg }
 func (e *cliError) Unwrap() error { return e.err }
 
-// finish turns a command's error into what it prints.
+// finish turns a command's error into what it prints: a permissions
+// violation, or the lost connection, that ended or failed the command is
+// named in it.
 func finish(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
 	wrapped := err
+	var extra error
+	var lost *connLostError
 	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, nats.ErrPermissionViolation) && !errors.Is(err, nats.ErrPermissionViolation) {
-		if strings.Contains(msg, context.Canceled.Error()) {
-			msg = strings.Replace(msg, context.Canceled.Error(), cause.Error(), 1)
-		} else {
-			msg = msg + ": " + cause.Error()
+		extra = cause
+	} else if !errors.As(err, &lost) {
+		if errors.As(context.Cause(ctx), &lost) {
+			extra = lost
+		} else if st := stateOf(ctx); st != nil {
+			if cs := st.getConn(); cs != nil {
+				if l := cs.lostError(err); l != nil {
+					extra = l
+				}
+			}
 		}
-		wrapped = errors.Join(err, cause)
+	}
+	if extra != nil {
+		switch {
+		case strings.Contains(msg, context.Canceled.Error()):
+			msg = strings.Replace(msg, context.Canceled.Error(), extra.Error(), 1)
+		case !strings.Contains(msg, extra.Error()):
+			msg = msg + ": " + extra.Error()
+		}
+		wrapped = errors.Join(err, extra)
 	}
 	msg = redactString(ctx, msg)
 	if msg == err.Error() && wrapped == err {

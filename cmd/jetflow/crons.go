@@ -110,9 +110,9 @@ func cronsList(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tTYPE\tSCHEDULE\tTZ\tSTATUS\tNEXT (UTC)\tLAST RUN\tOUTCOME\tSKIPPED\tMISSED\tFUNCTION\tORIGIN")
 	for _, ci := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", ci.Name, ci.Schedule.Kind,
-			scheduleText(ci.Schedule), zoneText(ci.Schedule), status(ci), utcTime(ci.Next),
-			lastRunText(ci.Last), outcomeText(ci.Last), ci.Skipped, ci.Missed, ci.Function, ci.Origin)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", printable(ci.Name), printable(string(ci.Schedule.Kind)),
+			printable(scheduleText(ci.Schedule)), printable(zoneText(ci.Schedule)), status(ci), utcTime(ci.Next),
+			printable(lastRunText(ci.Last)), printable(outcomeText(ci.Last)), ci.Skipped, ci.Missed, printable(ci.Function), printable(string(ci.Origin)))
 	}
 	return tw.Flush()
 }
@@ -147,7 +147,7 @@ func cronsGet(ctx context.Context, args []string) error {
 
 func printCron(w io.Writer, ci *scheduler.CronInfo) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, v) }
+	row := func(k, v string) { fmt.Fprintf(tw, "%s\t%s\n", k, printable(v)) }
 	row("name", ci.Name)
 	row("origin", string(ci.Origin))
 	row("type", string(ci.Schedule.Kind))
@@ -286,7 +286,7 @@ func cronsAdd(ctx context.Context, args []string) error {
 	if *asJSON {
 		return writeJSON(stdout(ctx), ci)
 	}
-	fmt.Fprintf(stdout(ctx), "cron %s registered: %s; next fire %s\n", ci.Name, ci.Schedule, fireTime(ci.Next, ci.Schedule.TZ))
+	fmt.Fprintf(stdout(ctx), "cron %s registered: %s; next fire %s\n", printable(ci.Name), printable(ci.Schedule.String()), fireTime(ci.Next, ci.Schedule.TZ))
 	return nil
 }
 

@@ -27,6 +27,7 @@ func runDashboard(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "dashboard", "[--listen ADDR] [--base-path /P] [--allow-host HOST]... [--token T | --basic-auth USER:PASS] [--insecure] [--url URL] [--prefix P]")
 	var cf connFlags
 	cf.add(fs)
+	cf.persistent = true // it serves until stopped, across server restarts
 	listen := fs.String("listen", "127.0.0.1:8080", "address to serve the dashboard on (port 0 picks a free one); beyond loopback it needs --token or --basic-auth")
 	base := fs.String("base-path", "", "serve under this path, e.g. /jetflow (behind a reverse proxy)")
 	var sec dashboardSecurity
@@ -70,6 +71,10 @@ func runDashboard(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(info, "  reading runs from %s (prefix %s)\nCtrl-C stops.\n", cf.displayURL(), cf.prefix)
 	<-ctx.Done()
+	if lost := connLost(ctx); lost != nil {
+		// Not up and answering 500s: the connection will not come back.
+		return fmt.Errorf("dashboard: %w", lost)
+	}
 	return nil
 }
 

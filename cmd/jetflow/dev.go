@@ -236,8 +236,14 @@ func runDev(ctx context.Context, args []string) error {
 	var seeded []demo.Scheduled
 	if !*noDemo {
 		seeded, err = demo.Seed(ctx, p)
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			return fmt.Errorf("dev: %w", err)
+		}
+		if ctx.Err() != nil {
+			// Ctrl-C while it seeded, right after the banner: a graceful
+			// stop, as any other.
+			fmt.Fprintln(out, "stopping...")
+			return nil
 		}
 	}
 
@@ -407,7 +413,7 @@ func (t *runTracker) watch(ctx context.Context, st *kv.Store) (<-chan struct{}, 
 				}
 				r, err := kv.Decode(e.Value(), e.Revision())
 				if err != nil {
-					fmt.Fprintf(t.out, "%s  undecodable run record %s: %v\n", time.Now().Format("15:04:05.000"), e.Key(), err)
+					fmt.Fprintf(t.out, "%s  undecodable run record %s: %s\n", time.Now().Format("15:04:05.000"), printable(e.Key()), printable(err.Error()))
 					continue
 				}
 				t.apply(r, !initial)

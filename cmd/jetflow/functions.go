@@ -80,7 +80,7 @@ func runFunctions(ctx context.Context, args []string) error {
 		if r.Paused {
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s ago\t%s\n", r.Name, r.Kind, len(r.Workers), r.Concurrency,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s ago\t%s\n", printable(r.Name), printable(r.Kind), len(r.Workers), r.Concurrency,
 			r.MaxAttempts, humanAge(time.Since(r.LastSeen)), state)
 	}
 	return tw.Flush()

@@ -48,16 +48,29 @@ var commands = map[string]command{}
 var longRunning = map[string]bool{"dev": true, "dashboard": true, "bench": true}
 
 func register(name, usage string, run func(ctx context.Context, args []string) error) {
-	commands[name] = command{usage: usage, run: func(ctx context.Context, args []string) error {
+	commands[name] = command{usage: usage, run: commandRun(name, run)}
+}
+
+// commandRun is run as command name runs it: with its run state (secrets,
+// permissions, connection) and its error as printed (see finish).
+func commandRun(name string, run func(ctx context.Context, args []string) error) func(ctx context.Context, args []string) error {
+	return func(ctx context.Context, args []string) error {
 		st := &runState{}
 		ctx, cancel := context.WithCancelCause(ctx)
 		defer cancel(nil)
 		if !longRunning[name] {
 			st.endRun = cancel
 		}
+		st.cancel = cancel
 		ctx = withRunState(ctx, st)
-		return finish(ctx, run(ctx, args))
-	}}
+		err := run(ctx, args)
+		var lost *connLostError
+		if err == nil && errors.As(context.Cause(ctx), &lost) {
+			// Ended because its connection closed: not a success.
+			err = lost
+		}
+		return finish(ctx, err)
+	}
 }
 
 func main() {
@@ -129,7 +142,7 @@ func exitCode(ctx context.Context, err error) int {
 	if errors.As(err, &ce) {
 		code = ce.code
 	}
-	fmt.Fprintln(stderr(ctx), "jetflow:", err)
+	fmt.Fprintln(stderr(ctx), "jetflow:", printableLines(err.Error()))
 	return code
 }
 

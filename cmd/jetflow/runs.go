@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -36,7 +37,8 @@ change). runs list prints the newest activity first, a page at a time
 prints the runs in each state. With a scheduler running, both read its run
 index (docs/runindex.md) and cost in proportion to what they print;
 without one they read every record and say so. runs watch exits with 0 when the run ends success, 3 when it ends
-failed and 4 when it ends canceled (1 on an error of its own).`
+failed and 4 when it ends canceled (1 on an error of its own). If the server
+goes away, runs watch says so on stderr and reconnects for as long as it runs.`
 
 func runRuns(ctx context.Context, args []string) error {
 	if done, err := subcommandHelp(ctx, "runs", runsUsage, args); done {
@@ -118,7 +120,7 @@ func runsList(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tFUNCTION\tSTATE\tATTEMPTS\tSCHEDULED\tCOMPLETED\tERROR")
 	for _, r := range page.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ID, r.Name, r.State, r.Attempts,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(r.ID), printable(r.Name), printable(string(r.State)), r.Attempts,
 			shortTime(r.ScheduledTime), shortTime(r.CompletedTime), oneLine(r.Error, 60))
 	}
 	if err := tw.Flush(); err != nil {
@@ -271,7 +273,7 @@ func runsCancel(ctx context.Context, args []string) error {
 		if *asJSON {
 			return writeJSON(stdout(ctx), cancelJSON{Canceled: false, Run: before})
 		}
-		fmt.Fprintf(stdout(ctx), "run %s already ended (%s); nothing to cancel\n", id, before.State)
+		fmt.Fprintf(stdout(ctx), "run %s already ended (%s); nothing to cancel\n", id, printable(string(before.State)))
 		return nil
 	}
 	res, err := c.p.CancelRun(ctx, id)
@@ -296,14 +298,14 @@ func runsCancel(ctx context.Context, args []string) error {
 	}
 	switch {
 	case res.Canceled:
-		fmt.Fprintf(stdout(ctx), "run %s canceled (was %s)\n", id, before.State)
+		fmt.Fprintf(stdout(ctx), "run %s canceled (was %s)\n", id, printable(string(before.State)))
 		if err != nil {
 			// Canceled, but a part of it failed (a waiting entry left).
 			return err
 		}
 	default:
 		// It ended on its own between the read and the cancel.
-		fmt.Fprintf(stdout(ctx), "run %s ended as %s before it could be canceled\n", id, after.State)
+		fmt.Fprintf(stdout(ctx), "run %s ended as %s before it could be canceled\n", id, printable(string(after.State)))
 	}
 	return nil
 }
@@ -316,6 +318,9 @@ func runsWatch(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	// A watch waits out a server restart, however long: it reconnects
+	// for as long as it runs.
+	cf.persistent = true
 	c, err := cf.client(ctx)
 	if err != nil {
 		return err
@@ -345,6 +350,9 @@ func runsWatch(ctx context.Context, args []string) error {
 	}
 	if last != nil && last.State.Terminal() {
 		return watchOutcome(last)
+	}
+	if lost := connLost(ctx); lost != nil {
+		return fmt.Errorf("watch of run %s ended before the run did: %w", id, lost)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil // interrupted: not an error of the run
@@ -378,20 +386,21 @@ func describeChange(prev, r *jetflow.Run) string {
 	if prev == nil && r.State.Terminal() && !r.CompletedTime.IsZero() {
 		ts = r.CompletedTime // an old record, first seen now
 	}
-	fmt.Fprintf(&b, "%s  %s  %s  ", ts.Local().Format("15:04:05.000"), r.Name, r.ID)
+	fmt.Fprintf(&b, "%s  %s  %s  ", ts.Local().Format("15:04:05.000"), printable(r.Name), printable(r.ID))
 	from := "new"
 	if prev != nil {
-		from = string(prev.State)
+		from = printable(string(prev.State))
 	}
+	state := printable(string(r.State))
 	if prev != nil && prev.State == r.State && prev.Attempts == r.Attempts && r.Progress != nil &&
 		!sameProgress(prev.Progress, r.Progress) {
-		fmt.Fprintf(&b, "%s  progress %s", r.State, progressText(r.Progress))
+		fmt.Fprintf(&b, "%s  progress %s", state, progressText(r.Progress))
 		return b.String()
 	}
 	if prev == nil && (r.State != jetflow.Pending || r.Attempts > 0) {
-		fmt.Fprintf(&b, "is %s", r.State) // first seen in the middle of its life
+		fmt.Fprintf(&b, "is %s", state) // first seen in the middle of its life
 	} else {
-		fmt.Fprintf(&b, "%s -> %s", from, r.State)
+		fmt.Fprintf(&b, "%s -> %s", from, state)
 	}
 	var notes []string
 	switch {
@@ -446,7 +455,7 @@ func progressText(p *jetflow.Progress) string {
 		parts = append(parts, fmt.Sprintf("%d done", p.Processed))
 	}
 	if p.Message != "" {
-		parts = append(parts, p.Message)
+		parts = append(parts, printable(p.Message))
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -457,12 +466,18 @@ func progressText(p *jetflow.Progress) string {
 // runLabel is the width of the labels of printRun.
 const runLabel = 14
 
-// printRun prints every field of r that is set, one per line.
+// printRun prints every field of r that is set, one per line (the error,
+// args and result may take several).
 func printRun(w io.Writer, r *jetflow.Run) error {
 	var b strings.Builder
+	lines := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(&b, "%-*s%s\n", runLabel, k+":", printableLines(v))
+		}
+	}
 	line := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(&b, "%-*s%s\n", runLabel, k+":", v)
+			fmt.Fprintf(&b, "%-*s%s\n", runLabel, k+":", printable(v))
 		}
 	}
 	kind := string(r.Kind)
@@ -489,7 +504,7 @@ func printRun(w io.Writer, r *jetflow.Run) error {
 	if r.Timeout > 0 {
 		line("timeout", r.Timeout.String())
 	}
-	line("error", r.Error)
+	lines("error", r.Error)
 	line("parent", r.Parent)
 	line("held by", r.HeldBy)
 	line("children", strings.Join(r.Children, " "))
@@ -506,8 +521,8 @@ func printRun(w io.Writer, r *jetflow.Run) error {
 		}
 		line("progress", pg)
 	}
-	line("args", prettyJSON(r.Args))
-	line("result", prettyJSON(r.Result))
+	lines("args", prettyJSON(r.Args))
+	lines("result", prettyJSON(r.Result))
 	if len(r.Trace) > 0 {
 		line("traceparent", r.Trace["traceparent"])
 	}
@@ -563,17 +578,18 @@ func longTime(t time.Time) string {
 	return t.Local().Format("2006-01-02 15:04:05.000 MST")
 }
 
+// oneLine is the first line of s, at most max runes of it, printable.
 func oneLine(s string, max int) string {
 	if i := strings.IndexByte(s, '\n'); i >= 0 {
 		s = s[:i] + " ..."
 	}
-	if len(s) > max {
-		s = s[:max-3] + "..."
+	if utf8.RuneCountInString(s) > max {
+		s = string([]rune(s)[:max-3]) + "..."
 	}
 	if s == "" {
 		return "-"
 	}
-	return s
+	return printable(s)
 }
 
 func roundDur(d time.Duration) time.Duration {

@@ -86,9 +86,9 @@ func triggersList(ctx context.Context, args []string) error {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSOURCE\tTARGET\tSTATE\tRUNNERS\tWAITING\tMESSAGES\tRUNS\tEXISTING\tSKIPPED\tFAILED\tORIGIN")
 	for _, ti := range list {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", ti.Name, sourceText(ti.TriggerDef), targetText(ti.TriggerDef),
-			triggerState(ti), len(ti.Runners), waitingText(ti), ti.Totals.Messages, ti.Totals.Runs, ti.Totals.Existing,
-			ti.Totals.Skipped, ti.Totals.Failed, ti.Origin)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", printable(ti.Name), printable(sourceText(ti.TriggerDef)),
+			printable(targetText(ti.TriggerDef)), printable(triggerState(ti)), len(ti.Runners), waitingText(ti), ti.Totals.Messages,
+			ti.Totals.Runs, ti.Totals.Existing, ti.Totals.Skipped, ti.Totals.Failed, printable(string(ti.Origin)))
 	}
 	return tw.Flush()
 }
@@ -171,7 +171,7 @@ func triggersAdd(ctx context.Context, args []string) error {
 	if *asJSON {
 		return writeJSON(stdout(ctx), d)
 	}
-	fmt.Fprintf(stdout(ctx), "trigger %s added: %s -> %s (window %d); trigger runners start it now\n", d.Name, sourceText(*d), targetText(*d), d.Window)
+	fmt.Fprintf(stdout(ctx), "trigger %s added: %s -> %s (window %d); trigger runners start it now\n", printable(d.Name), printable(sourceText(*d)), printable(targetText(*d)), d.Window)
 	return nil
 }
 

@@ -75,7 +75,7 @@ func runWorkflows(ctx context.Context, args []string) error {
 		if *asJSON {
 			return writeJSON(out, map[string]string{"definition": id, "state": string(st)})
 		}
-		fmt.Fprintf(out, "workflow definition %s is %s\n", id, st)
+		fmt.Fprintf(out, "workflow definition %s is %s\n", printable(id), printable(string(st)))
 		return nil
 	case "get":
 		st, err := workflow.Get(ctx, c.p, id)
@@ -104,7 +104,7 @@ func runWorkflows(ctx context.Context, args []string) error {
 		if res.Canceled {
 			fmt.Fprintf(out, "workflow %s canceled: it stops at its next step, and what it started is canceled\n", id)
 		} else {
-			fmt.Fprintf(out, "workflow %s had already ended (%s)\n", id, res.Run.State)
+			fmt.Fprintf(out, "workflow %s had already ended (%s)\n", id, printable(string(res.Run.State)))
 		}
 		return nil
 	default: // restart
@@ -127,16 +127,16 @@ func runWorkflows(ctx context.Context, args []string) error {
 // printWorkflow prints a workflow's record and steps.
 func printWorkflow(w io.Writer, st *workflow.Status) {
 	r := st.Run
-	fmt.Fprintf(w, "workflow  %s (%s)\nstate     %s", r.ID, r.Name, r.State)
+	fmt.Fprintf(w, "workflow  %s (%s)\nstate     %s", printable(r.ID), printable(r.Name), printable(string(r.State)))
 	if st.Waiting {
-		fmt.Fprintf(w, ", waiting for %s", strings.Join(st.Waits, ", "))
+		fmt.Fprintf(w, ", waiting for %s", printable(strings.Join(st.Waits, ", ")))
 	}
 	fmt.Fprintln(w)
 	if r.Error != "" {
-		fmt.Fprintf(w, "error     %s\n", r.Error)
+		fmt.Fprintf(w, "error     %s\n", printableLines(r.Error))
 	}
 	if len(r.Result) > 0 && r.State == jetflow.Success {
-		fmt.Fprintf(w, "result    %s\n", r.Result)
+		fmt.Fprintf(w, "result    %s\n", printableLines(string(r.Result)))
 	}
 	if len(st.Steps) == 0 {
 		fmt.Fprintln(w, "no step journaled yet")
@@ -145,8 +145,8 @@ func printWorkflow(w io.Writer, st *workflow.Status) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tNAME\tKIND\tSTATE\tATTEMPTS\tSTARTED\tCOMPLETED\tERROR")
 	for _, s := range st.Steps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", s.Step, s.Name, s.Kind, s.State, s.Attempts,
-			fmtStepTime(s.Started), fmtStepTime(s.Completed), s.Error)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(s.Step), printable(s.Name), printable(string(s.Kind)),
+			printable(string(s.State)), s.Attempts, fmtStepTime(s.Started), fmtStepTime(s.Completed), printable(s.Error))
 	}
 	_ = tw.Flush()
 }

@@ -138,6 +138,9 @@ func Seed(ctx context.Context, p *producer.Producer) ([]Scheduled, error) {
 	}
 	out := make([]Scheduled, 0, len(plan))
 	for _, it := range plan {
+		if err := ctx.Err(); err != nil {
+			return out, err // stopped: schedule no more
+		}
 		id, err := p.RunAfter(ctx, it.delay, it.call)
 		if err != nil {
 			return out, fmt.Errorf("demo: schedule %s: %w", it.call.Name, err)
