@@ -121,7 +121,7 @@ func (h *handler) rerun(ctx context.Context, id string) (rerunResult, error) {
 	if old.Timeout > 0 {
 		opts = append(opts, producer.WithTimeout(old.Timeout))
 	}
-	if _, err := h.p.Enqueue(ctx, call, opts...); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
+	if err := h.enqueue(ctx, call, opts...); err != nil {
 		return rerunResult{}, err
 	}
 	r, err := h.get(ctx, nid)
@@ -129,6 +129,22 @@ func (h *handler) rerun(ctx context.Context, id string) (rerunResult, error) {
 		return rerunResult{}, err
 	}
 	return rerunResult{Run: r, RetryOf: id}, nil
+}
+
+// enqueue starts a run (a re-run, a cron triggered by hand) whose id is an
+// idempotency key: a repeated request is no error. A user that may not
+// write its record fails at once with the server's violation; one that may
+// write it but not publish the run gets it recorded, and the scheduler's
+// repair sweep publishes it (as for any producer: the record is durable).
+func (h *handler) enqueue(ctx context.Context, call jetflow.Call, opts ...producer.Option) error {
+	err := h.act(ctx, func(ctx context.Context) error {
+		_, err := h.p.Enqueue(ctx, call, opts...)
+		return err
+	})
+	if errors.Is(err, producer.ErrAlreadyExists) {
+		return nil
+	}
+	return err
 }
 
 func (h *handler) apiRerun(w http.ResponseWriter, r *http.Request) {
@@ -211,11 +227,12 @@ func (h *handler) apiCronAction(action string) http.HandlerFunc {
 				h.fail(w, r, fmt.Errorf("%w: this dashboard's Config.Crons cannot pause or resume crons (give it a *scheduler.Crons)", errNotImplemented))
 				return
 			}
-			if action == "pause" {
-				err = ctl.Pause(ctx, name)
-			} else {
-				err = ctl.Resume(ctx, name)
-			}
+			err = h.act(ctx, func(ctx context.Context) error {
+				if action == "pause" {
+					return ctl.Pause(ctx, name)
+				}
+				return ctl.Resume(ctx, name)
+			})
 			if err != nil {
 				h.fail(w, r, err)
 				return
@@ -226,7 +243,7 @@ func (h *handler) apiCronAction(action string) http.HandlerFunc {
 				id = "trigger-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			}
 			call := jetflow.Call{Name: c.Function, Kind: c.Kind, Args: c.Args}
-			if _, err := h.p.Enqueue(ctx, call, producer.WithID(id)); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
+			if err := h.enqueue(ctx, call, producer.WithID(id)); err != nil {
 				h.fail(w, r, err)
 				return
 			}
@@ -269,12 +286,12 @@ func (h *handler) apiFunctionAction(pause bool) http.HandlerFunc {
 		ctx, cancel := h.ctx(r)
 		defer cancel()
 		name := r.PathValue("name")
-		var err error
-		if pause {
-			err = h.p.PauseFunction(ctx, name)
-		} else {
-			err = h.p.ResumeFunction(ctx, name)
-		}
+		err := h.act(ctx, func(ctx context.Context) error {
+			if pause {
+				return h.p.PauseFunction(ctx, name)
+			}
+			return h.p.ResumeFunction(ctx, name)
+		})
 		if err != nil {
 			h.fail(w, r, err)
 			return

@@ -14,8 +14,10 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/nats-io/nats.go"
 )
 
 // CronLister lists crons for the crons page and /api/crons.
@@ -260,11 +262,20 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, errNotImplemented):
 		return http.StatusNotImplemented
+	case errors.Is(err, nats.ErrPermissionViolation):
+		return http.StatusForbidden // the dashboard's NATS user may not
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout
 	default:
 		return http.StatusInternalServerError
 	}
+}
+
+// act runs a button's writes, ending them at once with the server's
+// permissions violation when the dashboard's NATS user may not make them
+// (docs/permissions.md), instead of after the request's timeout.
+func (h *handler) act(ctx context.Context, fn func(ctx context.Context) error) error {
+	return natsperm.Do(ctx, engine.Of(h.p).Conn(), fn)
 }
 
 // fail answers err as JSON, logging server-side failures.

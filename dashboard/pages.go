@@ -34,6 +34,10 @@ func (h *handler) parsePages() (*pages, error) {
 		"runPath":  func(id string) string { return h.path("/runs/" + url.PathEscape(id)) },
 		"apiRun":   func(id string) string { return h.path("/api/runs/" + url.PathEscape(id)) },
 		"fnPath":   func(fn string) string { return h.path("/?" + url.Values{"function": {fn}}.Encode()) },
+		// a button's endpoint: /api/<kind>/<name, one path segment>/<action>
+		"apiAction": func(kind, name, action string) string {
+			return h.path("/api/" + kind + "/" + url.PathEscape(name) + "/" + action)
+		},
 		"dur":      func(d time.Duration) string { return d.String() },
 		"span":     fmtSpan,
 		"sub1":     func(n int) int { return n - 1 },

@@ -68,6 +68,21 @@ func withNoPurgeUser(t *testing.T, conf string) string {
 	return conf[:end] + entry + conf[end:]
 }
 
+// withCancellerUser adds a user "canceller": the dashboard's permissions
+// without publishing runs or pausing (a dashboard that only cancels).
+func withCancellerUser(t *testing.T, conf string) string {
+	t.Helper()
+	start := strings.Index(conf, "{ user: dashboard,")
+	end := strings.Index(conf, "# The CLI")
+	if start < 0 || end < start {
+		t.Fatal("no dashboard user in the configuration")
+	}
+	entry := strings.Replace(conf[start:end], "{ user: dashboard, password: $DASHBOARD_PASSWORD,", "{ user: canceller, password: $PRODUCER_PASSWORD,", 1)
+	entry = strings.Replace(entry, "publish: { allow: [",
+		`publish: { deny: ["jetflow.fn.>", "$KV.jetflow_functions.>", "$KV.jetflow_crons.>"], allow: [`, 1)
+	return conf[:end] + entry + conf[end:]
+}
+
 // startSecuredNATS starts a nats-server process with JetStream and conf's
 // authorization, and returns its URL.
 func startSecuredNATS(t *testing.T, conf string) string {
@@ -169,7 +184,7 @@ var (
 // what it may not do fails at once with the server's permissions
 // violation.
 func TestRolePermissions(t *testing.T) {
-	url := startSecuredNATS(t, withNoPurgeUser(t, permissionsConf(t)))
+	url := startSecuredNATS(t, withCancellerUser(t, withNoPurgeUser(t, permissionsConf(t))))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -447,6 +462,77 @@ func TestRolePermissions(t *testing.T) {
 	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), `"canceled":true`) {
 		t.Fatalf("dashboard cancel: %d %s", res.StatusCode, body)
 	}
+	// Its other buttons, each with the rights the role documents.
+	post := func(srv *httptest.Server, path string) (int, string, time.Duration) {
+		t.Helper()
+		start := time.Now()
+		res, err := http.Post(srv.URL+path, "application/json", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return res.StatusCode, string(body), time.Since(start)
+	}
+	for _, b := range []struct {
+		path   string
+		status int
+	}{
+		{"/api/functions/" + permFn.Name() + "/pause", http.StatusOK},
+		{"/api/functions/" + permFn.Name() + "/resume", http.StatusOK},
+		{"/api/crons/perm-every-second/pause", http.StatusOK},
+		{"/api/crons/perm-every-second/resume", http.StatusOK},
+		{"/api/crons/perm-every-second/trigger", http.StatusOK},
+		{"/api/runs/" + pending + "/rerun", http.StatusCreated},
+	} {
+		if st, body, _ := post(srv, b.path); st != b.status {
+			t.Fatalf("dashboard POST %s: %d %s", b.path, st, body)
+		}
+	}
+	// A dashboard whose user may cancel but not publish runs nor pause:
+	// its pause buttons fail at once with the violation (403); a re-run
+	// or a trigger is recorded at once, pending, for the scheduler's repair
+	// sweep to publish (before: every button waited 15 s and said it
+	// failed, and a second click re-ran the run twice).
+	_, cjs := connectAs(t, url, "canceller")
+	cp, err := producer.New(ctx, cjs, producer.Config{Provision: producer.ProvisionOff})
+	if err != nil {
+		t.Fatalf("canceller producer: %v", err)
+	}
+	ccrons, err := scheduler.NewCrons(ctx, cjs, scheduler.CronConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csrv := httptest.NewServer(dashboard.New(cp, dashboard.Config{Crons: ccrons}))
+	t.Cleanup(csrv.Close)
+	for _, b := range []struct {
+		path   string
+		status int
+	}{
+		{"/api/runs/" + pending + "/rerun", http.StatusCreated},
+		{"/api/crons/perm-every-second/trigger", http.StatusOK},
+		{"/api/functions/" + permFn.Name() + "/pause", http.StatusForbidden},
+		{"/api/crons/perm-every-second/pause", http.StatusForbidden},
+	} {
+		st, body, took := post(csrv, b.path)
+		if st != b.status || st == http.StatusForbidden && !strings.Contains(body, "Permissions Violation") {
+			t.Fatalf("canceller POST %s: %d %s; want %d", b.path, st, body, b.status)
+		}
+		if took > 5*time.Second {
+			t.Fatalf("canceller POST %s took %s", b.path, took)
+		}
+	}
+	if r, err := p.Get(ctx, pending+"-rerun-2"); err != nil || r.State != jetflow.Pending {
+		t.Fatalf("the canceller's re-run: %+v %v; want it pending", r, err)
+	}
+	if paused, err := dp.PausedFunctions(ctx); err != nil || paused[permFn.Name()] {
+		t.Fatalf("paused after a denied pause: %v %v", paused, err)
+	}
+	// The producer role may not read the functions bucket: told at once
+	// (before: three listings of 10 s each, then kv.ErrListStalled).
+	start = time.Now()
+	_, err = p.PausedFunctions(ctx)
+	denied(t, "PausedFunctions as the producer", start, err)
 
 	// The CLI, read-only: reads work, writes fail at once.
 	cli := goBuild(t, "./cmd/jetflow")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -91,6 +92,9 @@ func ReadFunctions(ctx context.Context, js jetstream.JetStream, cfg streams.Conf
 			if fi.Name == "" {
 				fi.Name = name
 			}
+			if jetflow.ValidateName(fi.Name) != nil {
+				continue // not a worker's entry: its name names no function
+			}
 			if fi.Worker == "" {
 				fi.Worker = wid
 			}
@@ -139,7 +143,13 @@ func Paused(ctx context.Context, js jetstream.JetStream, cfg streams.Config) (ma
 	if err != nil {
 		return nil, fmt.Errorf("functions bucket: %w", err)
 	}
-	keys, err := ListKeys(ctx, b, pausedPrefix+">")
+	var keys []string
+	// A user that may not read the bucket is told at once (the listing's
+	// consumer is denied), not after the listing's retries.
+	err = natsperm.Do(ctx, js.Conn(), func(ctx context.Context) error {
+		keys, err = ListKeys(ctx, b, pausedPrefix+">")
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("functions bucket: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -42,6 +43,14 @@ func TestReadFunctionsSortedAndFiltered(t *testing.T) {
 		if _, err := ts.JS.PublishMsg(ctx, kv.FunctionMsg(streams.Config{}, fi)); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// An entry written by another client whose name is no function name
+	// (it would make the dashboard's Pause button post elsewhere) is not
+	// a worker's: left out.
+	bad := nats.NewMsg(streams.KVSubject(streams.Config{}.WithDefaults().FunctionsBucket(), "w3.x"))
+	bad.Data = []byte(`{"name":"x/../../runs/some-run/cancel?","worker":"w3"}`)
+	if _, err := ts.JS.PublishMsg(ctx, bad); err != nil {
+		t.Fatal(err)
 	}
 	all, err := kv.ReadFunctions(ctx, ts.JS, streams.Config{}, "")
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -98,6 +99,9 @@ func (d *Dispatcher) Value(key any, mk func() any) any {
 
 // Store is the runs store the dispatcher reads.
 func (d *Dispatcher) Store() *kv.Store { return d.store }
+
+// Conn is the producer's connection.
+func (d *Dispatcher) Conn() *nats.Conn { return d.js.Conn() }
 
 // Runs is the engine over the runs store: every record write.
 func (d *Dispatcher) Runs() *Runs { return d.runs }
