@@ -277,8 +277,11 @@ func (s *Store) RecordMsg(r *jetflow.Run, expect uint64, from jetflow.State) (*n
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
 	}
-	if max := s.nc.MaxPayload(); max > 0 && int64(len(data))+recordHeaderRoom > max {
-		if data, err = fitRecord(r, int(max)-recordHeaderRoom); err != nil {
+	// (No server takes less than 8 KB a message: the connection, whose
+	// lock every publish takes, is asked only about larger records.)
+	if len(data) > 8192-recordHeaderRoom {
+		data, err = s.fit(r, data)
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -934,6 +937,15 @@ func (s *Store) queuedRunMsg(ctx context.Context, subj string, seq *uint64) (*je
 		ScheduledTime: sched, CreationTime: created, Attempts: e.Attempt - 1,
 		MaxAttempts: e.MaxAttempts, Timeout: e.Timeout, Parent: e.Parent,
 	}, true, nil
+}
+
+// fit returns data, the encoding of r, or r cut down to fit the server's
+// max payload (fitRecord).
+func (s *Store) fit(r *jetflow.Run, data []byte) ([]byte, error) {
+	if max := s.nc.MaxPayload(); max > 0 && int64(len(data))+recordHeaderRoom > max {
+		return fitRecord(r, int(max)-recordHeaderRoom)
+	}
+	return data, nil
 }
 
 // recordHeaderRoom is what a record write's subject and headers take at
