@@ -38,6 +38,17 @@ func publishRaw(t *testing.T, e *env, id string, hdr map[string]string, body []b
 	}
 }
 
+// hostileEnv starts a worker serving hostileRec with a handler that counts
+// its runs, and a scheduler.
+func hostileEnv(t *testing.T) (*env, *calls) {
+	t.Helper()
+	e := setup(t, worker.Config{})
+	ran := new(calls)
+	worker.Handle(e.W, hostileRec, func(ctx context.Context, j *worker.Job[echoArgs]) error { ran.add(j.ID()); return nil })
+	e.start(t)
+	return e, ran
+}
+
 // waitQueueEmpty waits until the function stream holds no message: every
 // delivery was acknowledged or terminated, none is redelivered for ever.
 func waitQueueEmpty(t *testing.T, e *env) {
@@ -52,10 +63,7 @@ func waitQueueEmpty(t *testing.T, e *env) {
 // and every List with it.
 func TestTimeHeaderPastWhatARecordHolds(t *testing.T) {
 	t.Parallel()
-	e := setup(t, worker.Config{})
-	var ran calls
-	worker.Handle(e.W, hostileRec, func(ctx context.Context, j *worker.Job[echoArgs]) error { ran.add(j.ID()); return nil })
-	e.start(t)
+	e, ran := hostileEnv(t)
 	ctx := context.Background()
 	good, err := e.P.Enqueue(ctx, hostileRec.With(echoArgs{N: 1}))
 	if err != nil {
@@ -103,10 +111,7 @@ func TestTimeHeaderPastWhatARecordHolds(t *testing.T) {
 // the error instead of waiting for its context.
 func TestUnreadableRecordsAreNamedNotRetried(t *testing.T) {
 	t.Parallel()
-	e := setup(t, worker.Config{})
-	var ran calls
-	worker.Handle(e.W, hostileRec, func(ctx context.Context, j *worker.Job[echoArgs]) error { ran.add(j.ID()); return nil })
-	e.start(t)
+	e, ran := hostileEnv(t)
 	ctx := context.Background()
 	scfg := streams.Config{}.WithDefaults()
 	now := time.Now().UTC().Format(time.RFC3339Nano)
@@ -245,10 +250,7 @@ func TestRecordsNearThePayloadLimitEnd(t *testing.T) {
 // a subject no worker reads.
 func TestBadDelayedEntriesAreDeadLettered(t *testing.T) {
 	t.Parallel()
-	e := setup(t, worker.Config{})
-	var ran calls
-	worker.Handle(e.W, hostileRec, func(ctx context.Context, j *worker.Job[echoArgs]) error { ran.add(j.ID()); return nil })
-	e.start(t)
+	e, ran := hostileEnv(t)
 	ctx := context.Background()
 	scfg := streams.Config{}.WithDefaults()
 	due := time.Now().Add(500 * time.Millisecond).UTC()

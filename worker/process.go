@@ -838,15 +838,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	if !retry {
 		r.State = jetflow.Failed
 		r.Permanent = jetflow.IsPermanent(herr)
-		r.CompletedTime = w.now().UTC()
-		if _, err := w.writeOutcome(ctx, engine.Fail, from, &r, rev, false); err != nil {
-			w.outcomeLost(ctx, j, m, err)
-			return
-		}
-		met.Failed.Add(ctx, 1, j.fn.attr)
-		w.releaseHeld(ctx, j, false)
-		w.complete(ctx, &r)
-		w.settle(m, ackIt)
+		w.failFinal(ctx, j, m, from, &r, rev)
 		return
 	}
 	delay := j.fn.opts.Backoff.Delay(j.env.Attempt)
@@ -865,16 +857,8 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 		// running again without a record of it.
 		r.State, r.Permanent, r.ScheduledTime = jetflow.Failed, true, j.rec.ScheduledTime
 		r.StartedTime, r.Children = started, kids
-		r.CompletedTime = w.now().UTC()
 		r.Error = fmt.Sprintf("%s (not retried: %v)", r.Error, err)
-		if _, err := w.writeOutcome(ctx, engine.Fail, from, &r, rev, false); err != nil {
-			w.outcomeLost(ctx, j, m, err)
-			return
-		}
-		met.Failed.Add(ctx, 1, j.fn.attr)
-		w.releaseHeld(ctx, j, false)
-		w.complete(ctx, &r)
-		w.settle(m, ackIt)
+		w.failFinal(ctx, j, m, from, &r, rev)
 		return
 	}
 	if err != nil {
@@ -887,6 +871,20 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 		w.log.Warn("schedule retry; repair sweep will", "run_id", r.ID, "error", err)
 	}
 	met.Retried.Add(ctx, 1, j.fn.attr)
+	w.settle(m, ackIt)
+}
+
+// failFinal writes r, the attempt's failure with no retry after it, and
+// settles the attempt's message.
+func (w *Worker) failFinal(ctx context.Context, j *jobCore, m jetstream.Msg, from jetflow.State, r *jetflow.Run, rev uint64) {
+	r.CompletedTime = w.now().UTC()
+	if _, err := w.writeOutcome(ctx, engine.Fail, from, r, rev, false); err != nil {
+		w.outcomeLost(ctx, j, m, err)
+		return
+	}
+	telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
+	w.releaseHeld(ctx, j, false)
+	w.complete(ctx, r)
 	w.settle(m, ackIt)
 }
 
