@@ -436,6 +436,11 @@ func (c *Crons) recordOf(d CronDef, origin CronOrigin) (cronRecord, error) {
 	if err != nil {
 		return cronRecord{}, fmt.Errorf("%w: %s: %w", ErrInvalidCron, d.Name, err)
 	}
+	if limit := kv.ArgsLimit(c.js.Conn().MaxPayload()); len(args) > limit {
+		// Its definition, and each of its runs' records, would not fit.
+		return cronRecord{}, fmt.Errorf("%w: %s: %d bytes of args, more than a run record holds (%d): %w",
+			ErrInvalidCron, d.Name, len(args), limit, jetflow.ErrBadArgs)
+	}
 	kind := d.Call.Kind
 	if kind == "" {
 		kind = jetflow.Retryable

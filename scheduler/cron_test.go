@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -516,6 +517,9 @@ func TestCronValidation(t *testing.T) {
 		{scheduler.CronDef{Name: "y", Schedule: scheduler.Cron("0 0 * * * 2026"), Call: call}, []error{scheduler.ErrInvalidSchedule}},
 		{scheduler.CronDef{Name: "fn", Schedule: scheduler.Hourly(0), Call: jetflow.RawCall("bad fn", nil)}, []error{scheduler.ErrInvalidCron, jetflow.ErrInvalidName}},
 		{scheduler.CronDef{Name: "cu", Schedule: scheduler.Hourly(0), Call: call, CatchUp: -1}, []error{scheduler.ErrInvalidCron}},
+		// args no run record can hold (the embedded server takes 8 MB)
+		{scheduler.CronDef{Name: "big", Schedule: scheduler.Hourly(0), Call: jetflow.RawCall(cronFn.Name(), []byte(`"`+strings.Repeat("a", 9<<20)+`"`))},
+			[]error{scheduler.ErrInvalidCron, jetflow.ErrBadArgs}},
 	}
 	for _, tc := range cases {
 		_, err := c.Register(ctx, tc.def)
