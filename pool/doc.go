@@ -98,8 +98,8 @@
 //
 // An item may have a key, e.g. the customer it works for: Config.Key
 // derives it from the args (pool.KeyOf for typed args), WithKey sets it per
-// item (at most MaxKeyLen bytes; a failing Config.Key fails the Enqueue with
-// ErrInvalidKey). Items without a key are in the key "".
+// item (at most MaxKeyLen bytes of UTF-8; a failing Config.Key fails the
+// Enqueue with ErrInvalidKey). Items without a key are in the key "".
 //
 //	pl, err := pool.New(ctx, p, pool.Config{
 //		Name:           "reports",

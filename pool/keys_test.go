@@ -598,6 +598,13 @@ func TestKeyInvalid(t *testing.T) {
 	if _, err := pl.Enqueue(ctx, Work.With(WorkArgs{}), pool.WithKey(strings.Repeat("x", pool.MaxKeyLen+1))); !errors.Is(err, pool.ErrInvalidKey) {
 		t.Errorf("long key: %v", err)
 	}
+	// Keys that are not UTF-8 would be stored as U+FFFD, one key for two
+	// tenants: refused.
+	for _, k := range []string{"\xff", "\xfe", "tenant-\xc3"} {
+		if _, err := pl.Enqueue(ctx, Work.With(WorkArgs{}), pool.WithKey(k)); !errors.Is(err, pool.ErrInvalidKey) {
+			t.Errorf("key %+q: %v", k, err)
+		}
+	}
 	if _, err := pl.Enqueue(ctx, Work.With(WorkArgs{}), pool.WithKey("ok"), pool.WithDebounce(-time.Second, 0)); !errors.Is(err, pool.ErrInvalidConfig) {
 		t.Errorf("bad debounce: %v", err)
 	}

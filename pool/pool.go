@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
@@ -53,7 +54,8 @@ var (
 	// ErrBatchFailed: the batch was refused by the server; none of it was
 	// written.
 	ErrBatchFailed = errors.New("pool: batch not written")
-	// ErrInvalidKey: an item's key is longer than MaxKeyLen, or the pool's
+	// ErrInvalidKey: an item's key is longer than MaxKeyLen or not UTF-8
+	// (JSON, which stores it, would merge such keys), or the pool's
 	// Config.Key function failed on the item's args (the error wraps the
 	// function's error too). Nothing was enqueued.
 	ErrInvalidKey = errors.New("pool: invalid item key")
@@ -572,6 +574,11 @@ func (pl *Pool) prepare(ctx context.Context, c jetflow.Call, opts []Option) (*pr
 	}
 	if len(key) > MaxKeyLen {
 		return nil, fmt.Errorf("%w: key of %d bytes, at most %d", ErrInvalidKey, len(key), MaxKeyLen)
+	}
+	if !utf8.ValidString(key) {
+		// JSON would store it with U+FFFD in place of each bad byte: two
+		// tenants' keys would become one, and share its limits.
+		return nil, fmt.Errorf("%w: key %+q is not UTF-8", ErrInvalidKey, key)
 	}
 	deb := pl.cfg.Debounce
 	if o.debounce != nil {
