@@ -144,12 +144,39 @@ type TriggerInfo struct {
 	Waiting       int64  `json:"waiting"`
 	InFlight      int    `json:"inFlight"`
 	ConsumerError string `json:"consumerError,omitempty"`
+	// Unreadable says why the stored definition cannot be read (not a
+	// definition's JSON, or it names another trigger than its key, written
+	// by hand): no runner runs it, and only Name (the key's) and Revision
+	// are set; trigger.Delete removes it.
+	Unreadable string `json:"unreadable,omitempty"`
 }
 
-// State is what a trigger does now: "paused", "held" (its window of
+// readTriggerDef is the listing of the definition entry e of trigger name,
+// flagged Unreadable when it is not one.
+func readTriggerDef(name string, e jetstream.KeyValueEntry) *TriggerInfo {
+	var d TriggerDef
+	err := json.Unmarshal(e.Value(), &d)
+	why := ""
+	switch {
+	case err != nil:
+		why = "definition unreadable: " + err.Error()
+	case d.Name != name:
+		why = fmt.Sprintf("definition names trigger %.80q, not its key's", d.Name)
+	}
+	if why != "" {
+		d = TriggerDef{Name: name}
+	}
+	d.Revision = e.Revision()
+	return &TriggerInfo{TriggerDef: d, Runners: []TriggerStats{}, Unreadable: why}
+}
+
+// State is what a trigger does now: "unreadable" (its definition, see
+// Unreadable), "paused", "held" (its window of
 // unstarted runs is full), "no runner" (no process runs it) or "running".
 func (ti TriggerInfo) State() string {
 	switch {
+	case ti.Unreadable != "":
+		return "unreadable"
 	case ti.Paused:
 		return "paused"
 	case ti.Totals.Held:
@@ -202,12 +229,8 @@ func ReadTriggers(ctx context.Context, js jetstream.JetStream, cfg streams.Confi
 				if e.Operation() != jetstream.KeyValuePut {
 					continue
 				}
-				if _, ok := TriggerName(e.Key()); ok {
-					var d TriggerDef
-					if json.Unmarshal(e.Value(), &d) == nil && d.Name != "" {
-						d.Revision = e.Revision()
-						defs[d.Name] = &TriggerInfo{TriggerDef: d, Runners: []TriggerStats{}}
-					}
+				if name, ok := TriggerName(e.Key()); ok {
+					defs[name] = readTriggerDef(name, e)
 					continue
 				}
 				var st TriggerStats
@@ -226,6 +249,10 @@ func ReadTriggers(ctx context.Context, js jetstream.JetStream, cfg streams.Confi
 				sort.Slice(ti.Runners, func(i, j int) bool { return ti.Runners[i].Runner < ti.Runners[j].Runner })
 				ti.Totals = ti.sum()
 				ti.Waiting, ti.InFlight = -1, -1
+				if ti.Unreadable != "" {
+					out = append(out, *ti)
+					continue
+				}
 				c, err := js.Consumer(ctx, ti.SourceStream(cfg), TriggerConsumer(cfg, ti.Name))
 				if err != nil {
 					ti.ConsumerError = err.Error()

@@ -80,6 +80,12 @@
 // (messages, runs made, runs found existing, skipped, failed) and its
 // consumer's backlog.
 //
+// A trigger never reads what its runs write: Validate refuses (ErrInvalid)
+// jetflow's own streams and capture subjects overlapping _INBOX.>,
+// <prefix>.> or the server's ($KV, $JS, $SYS, $O, ...). A definition
+// written by hand that cannot be read, or names another trigger, is listed
+// as unreadable, Get says so (ErrUnreadable), and Delete removes it.
+//
 // docs/triggers.md has the design, the guarantees and the permissions a
 // trigger needs on a user's stream.
 package trigger

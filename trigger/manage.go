@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -43,7 +44,8 @@ func bucket(ctx context.Context, p *producer.Producer) (jetstream.KeyValue, jets
 // another stream captures).
 func Add(ctx context.Context, p *producer.Producer, def Def) (*Def, error) {
 	def.Origin = kv.TriggerOriginRuntime
-	if err := Validate(&def); err != nil {
+	d := engine.Of(p)
+	if err := validate(&def, d.Streams(), d.JetStream().Conn().Opts.InboxPrefix); err != nil {
 		return nil, err
 	}
 	err := natsperm.Do(ctx, engine.Of(p).JetStream().Conn(), func(ctx context.Context) error {
@@ -88,6 +90,15 @@ func Get(ctx context.Context, p *producer.Producer, name string) (*Def, error) {
 }
 
 func get(ctx context.Context, b jetstream.KeyValue, name string) (*Def, error) {
+	e, err := getEntry(ctx, b, name)
+	if err != nil {
+		return nil, err
+	}
+	return decodeDef(e, name)
+}
+
+// getEntry reads the entry of trigger name's definition, undecoded.
+func getEntry(ctx context.Context, b jetstream.KeyValue, name string) (jetstream.KeyValueEntry, error) {
 	e, err := b.Get(ctx, kv.TriggerKey(name))
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 		return nil, fmt.Errorf("%w: %s", ErrNotFound, name)
@@ -95,9 +106,18 @@ func get(ctx context.Context, b jetstream.KeyValue, name string) (*Def, error) {
 	if err != nil {
 		return nil, fmt.Errorf("trigger %s: %w", name, err)
 	}
+	return e, nil
+}
+
+// decodeDef decodes the definition entry e of trigger name: ErrUnreadable
+// when it is not a definition's JSON or names another trigger.
+func decodeDef(e jetstream.KeyValueEntry, name string) (*Def, error) {
 	var d Def
 	if err := json.Unmarshal(e.Value(), &d); err != nil {
-		return nil, fmt.Errorf("trigger %s: definition unreadable: %w", name, err)
+		return nil, fmt.Errorf("%w: %s: %v", ErrUnreadable, name, err)
+	}
+	if d.Name != name {
+		return nil, fmt.Errorf("%w: %s: it names trigger %.80q", ErrUnreadable, name, d.Name)
 	}
 	d.Revision = e.Revision()
 	return &d, nil
@@ -147,27 +167,38 @@ func setPaused(ctx context.Context, p *producer.Producer, name string, paused bo
 // durable consumer and, for a trigger on plain subjects, its capture
 // stream with the messages not yet turned into runs. Runs it made are
 // untouched. A trigger declared in code is defined again when its program
-// starts. Errors: ErrNotFound.
+// starts. A definition that is unreadable (ErrUnreadable) or cannot run
+// is removed too, with the capture stream of that name if there is one.
+// Errors: ErrNotFound.
 func Delete(ctx context.Context, p *producer.Producer, name string) error {
 	b, js, scfg, err := bucket(ctx, p)
 	if err != nil {
 		return err
 	}
-	d, err := get(ctx, b, name)
+	e, err := getEntry(ctx, b, name)
 	if err != nil {
 		return err
 	}
 	if err := b.Purge(ctx, kv.TriggerKey(name)); err != nil {
 		return fmt.Errorf("trigger %s: %w", name, err)
 	}
-	stream := d.SourceStream(scfg)
-	if d.Stream == "" {
-		if err := js.DeleteStream(ctx, stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+	d, err := decodeDef(e, name)
+	switch {
+	case err != nil || d.Stream == "":
+		// Capture stream (or, for an unreadable definition, the one it
+		// may have had). Only a valid name can have one.
+		if len(name) > MaxNameLen || jetflow.ValidateRunID(name) != nil {
+			return nil
+		}
+		err := js.DeleteStream(ctx, kv.CaptureStream(scfg, name))
+		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("trigger %s: capture stream: %w", name, err)
 		}
 		return nil
+	case !validStreamName(d.Stream):
+		return nil // no stream of that name, so no consumer
 	}
-	err = js.DeleteConsumer(ctx, stream, kv.TriggerConsumer(scfg, name))
+	err = js.DeleteConsumer(ctx, d.Stream, kv.TriggerConsumer(scfg, name))
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("trigger %s: consumer: %w", name, err)
 	}

@@ -86,6 +86,11 @@ func ensureSource(ctx context.Context, js jetstream.JetStream, scfg streams.Conf
 	if err != nil {
 		return nil, 0, fmt.Errorf("stream %s: %w", stream, err)
 	}
+	if def.Stream != "" {
+		if own := ownSource(scfg, st.CachedInfo().Config); own != "" {
+			return nil, 0, fmt.Errorf("%w: %s: stream %s copies jetflow's stream %s (its runs would make more runs)", ErrInvalid, def.Name, stream, own)
+		}
+	}
 	deliver := jetstream.DeliverAllPolicy
 	if def.DeliverNew {
 		deliver = jetstream.DeliverNewPolicy
@@ -191,4 +196,19 @@ func recordArgs(b []byte, limit int) json.RawMessage {
 		return b
 	}
 	return kv.BodySummary(b, limit)
+}
+
+// ownSource is the jetflow stream (reservedStream) that a stream of this
+// config mirrors or sources in the same account and domain, or "".
+func ownSource(scfg streams.Config, cfg jetstream.StreamConfig) string {
+	srcs := cfg.Sources
+	if cfg.Mirror != nil {
+		srcs = append([]*jetstream.StreamSource{cfg.Mirror}, srcs...)
+	}
+	for _, src := range srcs {
+		if src != nil && src.External == nil && src.Domain == "" && reservedStream(scfg, src.Name) {
+			return src.Name
+		}
+	}
+	return ""
 }

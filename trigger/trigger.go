@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
@@ -56,6 +58,10 @@ var (
 	// stream captures already (NATS refuses overlapping streams); it wraps
 	// the server's error.
 	ErrSubjectsTaken = errors.New("trigger: subjects captured by another stream")
+	// ErrUnreadable: a stored definition (written by hand) that is not a
+	// definition's JSON, or that names another trigger than its key. It
+	// matches jetflow.ErrBadRecord. Delete removes it.
+	ErrUnreadable = fmt.Errorf("trigger: definition unreadable: %w", jetflow.ErrBadRecord)
 )
 
 // Target is what a trigger starts for each message: a run of a function,
@@ -195,6 +201,11 @@ func New(p *producer.Producer, cfg Config) *Runner {
 	}
 }
 
+// validate is validate for r's streams and connection.
+func (r *Runner) validate(d *kv.TriggerDef) error {
+	return validate(d, r.scfg, r.js.Conn().Opts.InboxPrefix)
+}
+
 // ID is the runner's id.
 func (r *Runner) ID() string { return r.cfg.ID }
 
@@ -207,7 +218,7 @@ func Bind[A any](r *Runner, target Target[A], s Spec[A]) error {
 		Stream: s.Stream, Subjects: s.Subjects, IDHeader: s.IDHeader, Window: s.Window,
 		DeliverNew: s.DeliverNew, Origin: kv.TriggerOriginCode,
 	}
-	if err := Validate(&def); err != nil {
+	if err := r.validate(&def); err != nil {
 		return err
 	}
 	mapFn, filter := s.Map, s.Filter
@@ -265,11 +276,26 @@ func body(m jetstream.Msg) []byte {
 	return []byte("null")
 }
 
-// Validate checks a definition and fills its defaults (Window, Kind).
+// Validate checks a definition for the default prefix ("jetflow") and
+// fills its defaults (Window, Kind); ValidateFor checks it for another.
 // Errors: ErrInvalid, naming what is wrong.
-func Validate(d *kv.TriggerDef) error {
+func Validate(d *kv.TriggerDef) error { return ValidateFor(d, streams.Config{}) }
+
+// ValidateFor checks a definition for jetflow's streams of scfg and fills
+// its defaults (Window, Kind). Besides the shape of each field, it refuses
+// what would feed the trigger its own runs: a Stream jetflow provisions
+// (reservedStream), and capture subjects that overlap subjects NATS or
+// jetflow publish on (reservedSubjects). Errors: ErrInvalid, naming what
+// is wrong.
+func ValidateFor(d *kv.TriggerDef, scfg streams.Config) error {
+	return validate(d, scfg, "")
+}
+
+// validate is ValidateFor, with the inbox prefix of the connection
+// ("" for NATS's default, _INBOX) also reserved.
+func validate(d *kv.TriggerDef, scfg streams.Config, inbox string) error {
 	if len(d.Name) > MaxNameLen || jetflow.ValidateRunID(d.Name) != nil {
-		return fmt.Errorf("%w: name %q: 1-%d letters, digits, '_' or '-'", ErrInvalid, d.Name, MaxNameLen)
+		return fmt.Errorf("%w: name %.80q: 1-%d letters, digits, '_' or '-'", ErrInvalid, d.Name, MaxNameLen)
 	}
 	if err := jetflow.ValidateName(d.Function); err != nil {
 		return fmt.Errorf("%w: %s: target: %w", ErrInvalid, d.Name, err)
@@ -279,21 +305,35 @@ func Validate(d *kv.TriggerDef) error {
 		d.Kind = string(jetflow.Retryable)
 	case jetflow.Retryable, jetflow.AtMostOnce:
 	default:
-		return fmt.Errorf("%w: %s: unknown kind %q", ErrInvalid, d.Name, d.Kind)
+		return fmt.Errorf("%w: %s: unknown kind %.80q", ErrInvalid, d.Name, d.Kind)
 	}
 	if d.Stream == "" && len(d.Subjects) == 0 {
 		return fmt.Errorf("%w: %s: a stream or at least one subject", ErrInvalid, d.Name)
 	}
-	if d.Stream != "" && strings.ContainsAny(d.Stream, " \t\r\n.*>/\\") {
-		return fmt.Errorf("%w: %s: stream name %q", ErrInvalid, d.Name, d.Stream)
+	if d.Stream != "" && !validStreamName(d.Stream) {
+		return fmt.Errorf("%w: %s: stream name %.80q", ErrInvalid, d.Name, d.Stream)
+	}
+	if d.Stream != "" && reservedStream(scfg, d.Stream) {
+		return fmt.Errorf("%w: %s: stream %s is jetflow's own (its runs would make more runs)", ErrInvalid, d.Name, d.Stream)
 	}
 	for _, s := range d.Subjects {
 		if !validSubject(s) {
-			return fmt.Errorf("%w: %s: subject %q", ErrInvalid, d.Name, s)
+			return fmt.Errorf("%w: %s: subject %.80q", ErrInvalid, d.Name, s)
+		}
+		if d.Stream != "" {
+			continue // a filter of the user's stream: it takes only what the stream holds
+		}
+		if t, _, _ := strings.Cut(s, "."); t == "*" || t == ">" {
+			return fmt.Errorf("%w: %s: subject %q: a captured subject begins with a literal token", ErrInvalid, d.Name, s)
+		}
+		for _, r := range reservedSubjects(scfg, inbox) {
+			if subjectsOverlap(s, r) {
+				return fmt.Errorf("%w: %s: subject %q overlaps %s, which NATS or jetflow publish on", ErrInvalid, d.Name, s, r)
+			}
 		}
 	}
-	if d.IDHeader != "" && strings.ContainsAny(d.IDHeader, " \t\r\n:") {
-		return fmt.Errorf("%w: %s: header name %q", ErrInvalid, d.Name, d.IDHeader)
+	if d.IDHeader != "" && (strings.ContainsAny(d.IDHeader, ":") || !printable(d.IDHeader)) {
+		return fmt.Errorf("%w: %s: header name %.80q", ErrInvalid, d.Name, d.IDHeader)
 	}
 	if d.Window == 0 {
 		d.Window = DefaultWindow
@@ -304,10 +344,76 @@ func Validate(d *kv.TriggerDef) error {
 	return nil
 }
 
+// maxStreamName is the longest stream name the server takes.
+const maxStreamName = 255
+
+// validStreamName reports whether s can name a stream: printable, no
+// whitespace, none of . * > / \.
+func validStreamName(s string) bool {
+	return s != "" && len(s) <= maxStreamName && printable(s) && !strings.ContainsAny(s, ".*>/\\")
+}
+
+// printable reports whether s is valid UTF-8 of printable characters, none
+// of them whitespace.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) || unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// reservedStream reports whether name is a stream jetflow provisions for
+// scfg's prefix: the function stream, the run index, and the stream of
+// each of its buckets (KV_<prefix>_*: runs, delayed, leases, functions,
+// crons, journal, pools and any to come). A trigger on one would turn
+// jetflow's own writes into runs, which write more.
+func reservedStream(scfg streams.Config, name string) bool {
+	c := scfg.WithDefaults()
+	own := []string{c.FunctionStream(), c.IndexStream()}
+	for _, b := range []string{c.RunsBucket(), c.DelayedBucket(), c.LeasesBucket(), c.FunctionsBucket(), c.CronsBucket(), c.JournalBucket()} {
+		own = append(own, streams.KVStream(b))
+	}
+	return slices.Contains(own, name) || strings.HasPrefix(name, streams.KVStream(c.Prefix+"_"))
+}
+
+// reservedSubjects are the subjects a trigger may not capture: replies
+// (the connection's inbox prefix and NATS's default), jetflow's own
+// (<prefix>.>), and the server's APIs, buckets and object stores.
+func reservedSubjects(scfg streams.Config, inbox string) []string {
+	out := []string{"_INBOX.>", scfg.WithDefaults().Prefix + ".>", "$KV.>", "$O.>", "$JS.>", "$JSC.>", "$SYS.>", "$NRG.>", "$MQTT.>", "$SRV.>"}
+	if inbox != "" && inbox != "_INBOX" && validSubject(inbox) {
+		out = append(out, inbox+".>")
+	}
+	return out
+}
+
+// subjectsOverlap reports whether some subject matches both subject
+// filters a and b (NATS semantics: '*' one token, '>' one or more, last).
+func subjectsOverlap(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(at) && i < len(bt); i++ {
+		x, y := at[i], bt[i]
+		switch {
+		case x == ">" || y == ">":
+			return true
+		case x == "*" || y == "*" || x == y:
+		default:
+			return false
+		}
+	}
+	return len(at) == len(bt)
+}
+
 // validSubject reports whether s is a subject or a subject filter: tokens
-// separated by single dots, '>' only last.
+// of printable characters (no whitespace) separated by single dots, '*'
+// and '>' only as whole tokens, '>' only last.
 func validSubject(s string) bool {
-	if s == "" || strings.ContainsAny(s, " \t\r\n") {
+	if s == "" || !printable(s) {
 		return false
 	}
 	toks := strings.Split(s, ".")
@@ -475,7 +581,7 @@ func (r *Runner) apply(ctx context.Context, e jetstream.KeyValueEntry) {
 	case b != nil && def.Origin == kv.TriggerOriginCode:
 		decide = b.decide
 	case def.Origin == kv.TriggerOriginRuntime && !r.cfg.CodeOnly && b == nil:
-		if err := Validate(&def); err != nil {
+		if err := r.validate(&def); err != nil {
 			r.log.Warn("run-time trigger invalid: not run", "trigger", name, "error", err)
 			return
 		}
