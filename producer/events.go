@@ -8,6 +8,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nuid"
 )
 
@@ -29,7 +30,7 @@ var (
 // needs no import of package workflow to send one (workflow.SendEvent does
 // the same, resuming the workflow directly). Errors: ErrInvalidEventName,
 // jetflow.ErrNotFound (no such run), ErrNotWorkflow, ErrWorkflowEnded,
-// jetflow.ErrBadArgs (payload not JSON-encodable).
+// jetflow.ErrBadArgs (payload not JSON-encodable), ErrArgsTooLarge.
 func (p *Producer) SendEvent(ctx context.Context, workflowID, name string, payload any) error {
 	if err := wfwire.ValidEventName(name); err != nil {
 		return err
@@ -37,6 +38,11 @@ func (p *Producer) SendEvent(ctx context.Context, workflowID, name string, paylo
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		return fmt.Errorf("%w: event %s: %v", jetflow.ErrBadArgs, name, err)
+	}
+	// The await that consumes it journals it with 1 KB of its own, within
+	// a run's args limit (as workflow.SendEvent).
+	if max := p.nc.MaxPayload(); max > 0 && len(raw) > kv.ArgsLimit(max)-1024 {
+		return fmt.Errorf("%w: event %s: %d bytes of payload, limit %d", ErrArgsTooLarge, name, len(raw), kv.ArgsLimit(max)-1024)
 	}
 	r, err := p.Get(ctx, workflowID)
 	if err != nil {

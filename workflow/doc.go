@@ -86,6 +86,12 @@
 //     its waiter wait.
 //   - Patched: a marker.
 //
+// A result that does not fit a journal entry (the server's max payload
+// less 4 KB) fails its step with ErrResultTooLarge, once; an input Start
+// cannot carry is producer.ErrArgsTooLarge; a journal entry or cursor that
+// cannot be read fails the workflow with jetflow.ErrBadRecord naming the
+// key (docs/workflows.md, "Sizes and unreadable journals").
+//
 // Each step costs one journal write (two for an at-most-once step), plus
 // the run it starts. A segment reads the record, writes its own run's
 // record (its outcome) and, when it parks, the cursor. The first segment,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,6 +61,9 @@ const (
 	codeEventTimeout = "eventTimeout"
 	codeWorkerLost   = "workerLost"
 	codeCanceled     = "canceled"
+	codeTooLarge     = "tooLarge"
+	codeArgsTooLarge = "argsTooLarge"
+	codeBadArgs      = "badArgs"
 )
 
 // Waits is what a waiting step waits for.
@@ -185,22 +189,22 @@ func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
 		k := strings.TrimPrefix(e.Key(), wf+".")
 		switch {
 		case strings.HasPrefix(k, "s."):
-			var en Entry
-			if err := json.Unmarshal(e.Value(), &en); err != nil {
-				return fmt.Errorf("workflow %s: journal entry %s: %w", wf, k, err)
+			en, err := decodeEntry(e.Key(), strings.TrimPrefix(k, "s."), e.Value())
+			if err != nil {
+				return err
 			}
 			en.Revision = e.Revision()
-			s.steps[en.Step] = &en
+			s.steps[en.Step] = en
 		case strings.HasPrefix(k, "claim."):
 			seq, _ := strconv.ParseUint(strings.TrimPrefix(k, "claim."), 10, 64)
 			s.claims[seq] = string(e.Value())
 		case k == "wf":
-			var c cursor
-			if err := json.Unmarshal(e.Value(), &c); err != nil {
-				return fmt.Errorf("workflow %s: cursor: %w", wf, err)
+			c, err := decodeCursor(e.Key(), e.Value())
+			if err != nil {
+				return err
 			}
 			c.rev = e.Revision()
-			s.cur = &c
+			s.cur = c
 		}
 		return nil
 	})
@@ -294,12 +298,12 @@ func (j *journal) cursorOf(ctx context.Context, wf string) (*cursor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s: cursor: %w", wf, err)
 	}
-	var c cursor
-	if err := json.Unmarshal(e.Value(), &c); err != nil {
-		return nil, fmt.Errorf("workflow %s: cursor: %w", wf, err)
+	c, err := decodeCursor(e.Key(), e.Value())
+	if err != nil {
+		return nil, err
 	}
 	c.rev = e.Revision()
-	return &c, nil
+	return c, nil
 }
 
 // latestCursor reads the cursor of wf from the journal stream's leader (nil
@@ -316,12 +320,12 @@ func (j *journal) latestCursor(ctx context.Context, wf string) (*cursor, error) 
 	case err != nil:
 		return nil, fmt.Errorf("workflow %s: cursor: %w", wf, err)
 	}
-	var c cursor
-	if err := json.Unmarshal(m.Data, &c); err != nil {
-		return nil, fmt.Errorf("workflow %s: cursor: %w", wf, err)
+	c, err := decodeCursor(cursorKey(wf), m.Data)
+	if err != nil {
+		return nil, err
 	}
 	c.rev = m.Sequence
-	return &c, nil
+	return c, nil
 }
 
 // putCursor writes c over revision c.rev (0: create); false when another
@@ -346,11 +350,16 @@ func (j *journal) putCursor(ctx context.Context, wf string, c *cursor) (bool, er
 }
 
 // putEntry writes e over revision e.Revision (0: create). When another
-// writer came first it returns the stored entry instead.
+// writer came first it returns the stored entry instead. An entry larger
+// than entryLimit is ErrResultTooLarge, never written.
 func (j *journal) putEntry(ctx context.Context, wf string, e *Entry) (*Entry, error) {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s: step %s: %w", wf, e.Step, err)
+	}
+	if limit := entryLimit(j.js.Conn()); len(b) > limit {
+		return nil, fmt.Errorf("%w: workflow %s: journal entry of step %s: %d bytes, more than an entry holds (%d)",
+			ErrResultTooLarge, wf, e.Step, len(b), limit)
 	}
 	key := stepKey(wf, e.Step)
 	var rev uint64
@@ -370,12 +379,12 @@ func (j *journal) putEntry(ctx context.Context, wf string, e *Entry) (*Entry, er
 	if gerr != nil {
 		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, gerr)
 	}
-	var stored Entry
-	if err := json.Unmarshal(cur.Value(), &stored); err != nil {
-		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
+	stored, err := decodeEntry(key, e.Step, cur.Value())
+	if err != nil {
+		return nil, err
 	}
 	stored.Revision = cur.Revision()
-	return &stored, nil
+	return stored, nil
 }
 
 // claim makes step the consumer of event seq; false when another await
@@ -414,4 +423,90 @@ func stepLess(a, b string) bool {
 		}
 	}
 	return len(as) < len(bs)
+}
+
+// entryLimit is the most bytes a journal entry (or an event) takes: as
+// much as a run's args (kv.ArgsLimit), which leaves room for the write's
+// subject and headers within the server's max payload.
+func entryLimit(nc *nats.Conn) int {
+	if max := nc.MaxPayload(); max > 0 {
+		return kv.ArgsLimit(max)
+	}
+	return math.MaxInt // not known: the server decides
+}
+
+// entryRoom is what an await's journal entry takes beside the event's
+// payload it keeps (step, name, times, what it waited for).
+const entryRoom = 1024
+
+// eventLimit is the most bytes of payload an event takes: the await that
+// consumes it journals it in its entry.
+func eventLimit(nc *nats.Conn) int { return entryLimit(nc) - entryRoom }
+
+// badJournalError is a journal entry or cursor that cannot be read or
+// makes no sense (not what this package wrote): retrying will not change
+// it, so the workflow fails with it. It matches jetflow.ErrBadRecord.
+type badJournalError struct{ err error }
+
+func (e *badJournalError) Error() string { return e.err.Error() }
+func (e *badJournalError) Unwrap() error { return e.err }
+
+// badJournal is a badJournalError about journal key key.
+func badJournal(key string, format string, args ...any) error {
+	return &badJournalError{fmt.Errorf("%w: journal key %q: %s", jetflow.ErrBadRecord, key, fmt.Sprintf(format, args...))}
+}
+
+// isBadJournal reports whether err is (or wraps) a badJournalError.
+func isBadJournal(err error) bool {
+	var b *badJournalError
+	return errors.As(err, &b)
+}
+
+// decodeEntry decodes and checks the journal entry of step stored under key.
+func decodeEntry(key, step string, b []byte) (*Entry, error) {
+	var e Entry
+	if err := json.Unmarshal(b, &e); err != nil {
+		return nil, badJournal(key, "%v", err)
+	}
+	if e.Step != step {
+		return nil, badJournal(key, "entry of step %q", e.Step)
+	}
+	switch e.Kind {
+	case KindStep, KindCall, KindChild, KindSleep, KindEvent, KindPatch:
+	default:
+		return nil, badJournal(key, "step kind %q", e.Kind)
+	}
+	switch e.State {
+	case StepDone, StepFailed:
+	case StepStarted:
+		if e.Kind != KindStep {
+			return nil, badJournal(key, "%s step %s", e.Kind, e.State)
+		}
+	case StepWaiting:
+		w := e.Waits
+		switch {
+		case w == nil:
+			return nil, badJournal(key, "waiting step without what it waits for")
+		case (e.Kind == KindCall || e.Kind == KindChild) && w.Run == "",
+			e.Kind == KindSleep && w.Until.IsZero(),
+			e.Kind == KindEvent && w.Event == "",
+			e.Kind == KindStep || e.Kind == KindPatch:
+			return nil, badJournal(key, "waiting %s step, waits %+v", e.Kind, *w)
+		}
+	default:
+		return nil, badJournal(key, "step state %q", e.State)
+	}
+	return &e, nil
+}
+
+// decodeCursor decodes and checks the cursor stored under key.
+func decodeCursor(key string, b []byte) (*cursor, error) {
+	var c cursor
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, badJournal(key, "%v", err)
+	}
+	if c.Seg < 1 {
+		return nil, badJournal(key, "cursor at segment %d", c.Seg)
+	}
+	return &c, nil
 }

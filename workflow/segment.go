@@ -202,12 +202,21 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 // ended waiting. It is idempotent (the segment's id is derived), and a
 // resume that comes while a segment runs does nothing: that segment
 // checks what it waits for once more after it records that it waits.
+//
+// A cursor that cannot be read, or names a segment that never ran, fails
+// the workflow (failBroken): nothing would resume it otherwise.
 func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id string) error {
 	cur, err := jr.cursorOf(ctx, id)
 	if err == nil && (cur == nil || !cur.Waiting) {
 		// Nothing waits, says a direct get, which a replica that is
 		// behind may answer: the leader decides, or the resume is lost.
 		cur, err = jr.latestCursor(ctx, id)
+	}
+	if err == nil {
+		err = checkAhead(ctx, p, id, cur)
+	}
+	if isBadJournal(err) {
+		return failBroken(ctx, p, name, id, err)
 	}
 	if err != nil || cur == nil || !cur.Waiting || cur.Done {
 		return err
@@ -249,8 +258,70 @@ var errBusy = errors.New("workflow: previous segment still running")
 
 // segment runs one segment of a workflow: it replays the workflow
 // function from the journal until the function ends or every branch
-// waits.
+// waits. A journal that cannot be read (badJournal) fails the workflow:
+// retrying would read it again.
 func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
+	err := d.runSegment(ctx, j)
+	if isBadJournal(err) && ctx.Err() == nil {
+		return failBroken(ctx, d.p, d.def.Name(), j.Args.WF, err)
+	}
+	return err
+}
+
+// failBroken fails workflow id, whose journal cannot be read (cause, a
+// badJournalError naming the key), as its end would (the record, its
+// callback, the journal's purge), and returns cause made permanent. A
+// workflow that has ended already is left as it is.
+func failBroken(ctx context.Context, p *producer.Producer, name, id string, cause error) error {
+	eng := engine.Of(p)
+	now := time.Now().UTC()
+	r, err := eng.Runs().Change(ctx, engine.Fail, id, func(r *jetflow.Run) bool {
+		r.State, r.Result, r.CompletedTime, r.Heartbeat = jetflow.Failed, nil, now, now
+		r.Error, r.Permanent = cause.Error(), true
+		if r.StartedTime.IsZero() {
+			r.StartedTime = now
+		}
+		r.Attempts = max(r.Attempts, 1)
+		return true
+	})
+	switch {
+	case errors.Is(err, kv.ErrTerminal):
+		return jetflow.Permanent(cause)
+	case errors.Is(err, jetflow.ErrNotFound), errors.Is(err, jetflow.ErrBadRecord):
+		return jetflow.Permanent(fmt.Errorf("%w (the workflow's record: %v)", cause, err))
+	case err != nil:
+		return err
+	}
+	if err := eng.Complete(ctx, r); err != nil {
+		return err
+	}
+	if err := schedulePurge(ctx, p, name, r); err != nil {
+		return err
+	}
+	return jetflow.Permanent(cause)
+}
+
+// checkAhead checks a cursor that is not waiting and names a later segment
+// than the caller knows of: that segment, a run with a record of its own
+// (resume creates SegmentID(id, n) first, always), runs or ran. A cursor
+// that names a segment that never existed would leave the workflow
+// waiting for it for good.
+func checkAhead(ctx context.Context, p *producer.Producer, id string, cur *cursor) error {
+	if cur == nil || cur.Seg <= 1 || cur.Waiting || cur.Done {
+		return nil
+	}
+	seg := SegmentID(id, cur.Seg)
+	_, err := p.Get(ctx, seg)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		_, err = latestRecord(ctx, p, seg, err)
+	}
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return badJournal(cursorKey(id), "cursor at segment %d, which never ran (run %s)", cur.Seg, seg)
+	}
+	return err
+}
+
+func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	a := j.Args
 	if a.WF == "" || a.N < 1 {
 		return jetflow.Permanent(fmt.Errorf("%w: segment %s", jetflow.ErrBadArgs, j.ID()))
@@ -303,7 +374,7 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 			break
 		}
 		if cur.Done || cur.Seg > 1 {
-			return nil // a later segment ran, or the workflow ended
+			return checkAhead(ctx, d.p, a.WF, cur) // a later segment ran, or the workflow ended
 		}
 		// Segment 1 again (a redelivery): it takes the cursor back.
 		cur.Waiting, cur.Waits = false, nil
@@ -327,7 +398,7 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 		case cur == nil:
 			return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d without a cursor", a.WF, a.N))
 		case cur.Done || cur.Seg > a.N:
-			return nil // a later segment ran, or the workflow ended
+			return checkAhead(ctx, d.p, a.WF, cur) // a later segment ran, or the workflow ended
 		case cur.Seg == a.N, cur.Seg == a.N-1 && cur.Waiting:
 			cur.Seg, cur.Waiting, cur.Waits = a.N, false, nil
 		case cur.Seg == a.N-1:
@@ -479,10 +550,20 @@ func (s *segment) entryAt(id string) *Entry {
 	return s.steps[id]
 }
 
-// put journals e (see journal.putEntry) and keeps what is stored.
+// put journals e (see journal.putEntry) and keeps what is stored. An
+// entry too large for the journal is cut down first (shrink): the step
+// fails with ErrResultTooLarge rather than its segment being retried, and
+// its code run again, for as long as the segment's attempts last. One that
+// still does not fit fails the workflow.
 func (s *segment) put(e *Entry) *Entry {
 	e.Segment = s.n
 	stored, err := s.jr.putEntry(s.ctx, s.wf, e)
+	if tooLarge(err) && shrink(e, entryLimit(s.jr.js.Conn())) {
+		stored, err = s.jr.putEntry(s.ctx, s.wf, e)
+	}
+	if tooLarge(err) {
+		s.failWorkflow(jetflow.Permanent(fmt.Errorf("%w: %w", ErrResultTooLarge, err)))
+	}
 	if err != nil {
 		s.abort(err)
 	}
@@ -490,6 +571,35 @@ func (s *segment) put(e *Entry) *Entry {
 	s.steps[stored.Step] = stored
 	s.mu.Unlock()
 	return stored
+}
+
+// tooLarge reports whether err is a journal write too large for the
+// journal (ours, or the client's or the server's max payload).
+func tooLarge(err error) bool {
+	return errors.Is(err, ErrResultTooLarge) || errors.Is(err, nats.ErrMaxPayload)
+}
+
+// maxStepError bounds the error a journal entry keeps when the entry is
+// too large for the journal.
+const maxStepError = 16 << 10
+
+// shrink cuts entry e down to fit a journal entry of limit bytes: its
+// error clipped, and an ended step's result replaced by the step's failure
+// with ErrResultTooLarge. It reports whether it changed e.
+func shrink(e *Entry, limit int) bool {
+	changed := false
+	if len(e.Error) > maxStepError {
+		e.Error = strings.ToValidUTF8(e.Error[:maxStepError], "") + "…"
+		changed = true
+	}
+	if e.State == StepDone && len(e.Result) > 0 {
+		n := len(e.Result)
+		e.State, e.Result, e.Code = StepFailed, nil, codeTooLarge
+		e.Error = fmt.Sprintf("%v: step %s (%s %q): a result of %d bytes, more than a journal entry holds (%d)",
+			ErrResultTooLarge, e.Step, e.Kind, e.Name, n, limit)
+		changed = true
+	}
+	return changed
 }
 
 // suspend ends the calling branch: it waits for w.

@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/nats-io/nuid"
@@ -24,7 +26,11 @@ var ErrEnded = wfwire.ErrEnded
 // resumes it through a wake run). An event sent
 // before its await is kept until an await consumes it; each event is
 // consumed by one await. Errors: ErrInvalidEventName, jetflow.ErrNotFound
-// (no such workflow), ErrEnded, jetflow.ErrBadArgs.
+// (no such workflow), producer.ErrNotWorkflow (a run that is not a
+// workflow), ErrEnded, jetflow.ErrBadArgs, producer.ErrArgsTooLarge (a
+// payload larger than the await's journal entry holds: the server's max
+// payload less 5 KB), jetflow.ErrBadRecord (the workflow's journal cannot
+// be read: the workflow fails with it).
 func SendEvent(ctx context.Context, p *producer.Producer, id, name string, payload any) error {
 	if err := validEventName(name); err != nil {
 		return err
@@ -33,9 +39,18 @@ func SendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 	if err != nil {
 		return fmt.Errorf("%w: event %s: %v", jetflow.ErrBadArgs, name, err)
 	}
+	if limit := eventLimit(engine.Of(p).Conn()); len(raw) > limit {
+		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an await's journal entry holds (%d)",
+			producer.ErrArgsTooLarge, name, len(raw), limit)
+	}
 	r, err := p.Get(ctx, id)
 	if err != nil {
 		return err
+	}
+	if !slices.Contains(r.Children, SegmentID(id, 1)) {
+		// As producer.SendEvent: an event for a run that is no workflow
+		// would stay in the journal for good.
+		return fmt.Errorf("run %s (%s): %w", id, r.Name, producer.ErrNotWorkflow)
 	}
 	if r.State.Terminal() {
 		return fmt.Errorf("workflow %s is %s: %w", id, r.State, ErrEnded)

@@ -16,8 +16,9 @@ import (
 
 // StepError is the error of a step that failed, as the journal keeps it:
 // on replay the workflow gets the same error back. errors.Is matches
-// ErrEventTimeout, jetflow.ErrWorkerLost and jetflow.ErrCanceled through
-// it.
+// ErrEventTimeout, jetflow.ErrWorkerLost, jetflow.ErrCanceled,
+// ErrResultTooLarge, and producer.ErrArgsTooLarge or jetflow.ErrBadArgs (a
+// call or child workflow refused for its args) through it.
 type StepError struct {
 	Step string
 	Name string
@@ -37,6 +38,12 @@ func (e *StepError) Unwrap() error {
 		return jetflow.ErrWorkerLost
 	case codeCanceled:
 		return jetflow.ErrCanceled
+	case codeTooLarge:
+		return ErrResultTooLarge
+	case codeArgsTooLarge:
+		return producer.ErrArgsTooLarge
+	case codeBadArgs:
+		return jetflow.ErrBadArgs
 	}
 	return nil
 }
@@ -204,6 +211,11 @@ func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) erro
 		sctx, cancel := s.detached()
 		err := start(sctx)
 		cancel()
+		if code := refused(err); code != "" {
+			// Args that no retry makes acceptable: the step fails.
+			e.State, e.Error, e.Code, e.Completed = StepFailed, err.Error(), code, time.Now().UTC()
+			return outcome[T](wf, s.put(e))
+		}
 		if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 			s.abort(err)
 		}
@@ -227,6 +239,19 @@ func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) erro
 	}
 	s.suspend(wait{step: e.Step, kind: e.Kind, run: run})
 	panic("unreachable")
+}
+
+// refused returns the error code of a run or child workflow refused for
+// its args (larger than a run holds, or not encodable), whose start would
+// be refused again: "" for any other err.
+func refused(err error) string {
+	switch {
+	case errors.Is(err, producer.ErrArgsTooLarge):
+		return codeArgsTooLarge
+	case errors.Is(err, jetflow.ErrBadArgs):
+		return codeBadArgs
+	}
+	return ""
 }
 
 // Sleep suspends the workflow for d, durably: nothing stays in memory and
@@ -386,12 +411,16 @@ func StartChild[In, Out any](wf *Context, def *Workflow[In, Out], in In) (string
 	sctx, cancel := s.detached()
 	_, err := Start(sctx, s.d.p, def, in, WithID(child), withParent(s.wf))
 	cancel()
+	now := time.Now().UTC()
+	if code := refused(err); code != "" {
+		return outcome[string](wf, s.put(&Entry{Step: id, Name: def.name, Kind: KindChild, State: StepFailed, Started: now, Completed: now,
+			Error: err.Error(), Code: code, Waits: &Waits{Run: child}}))
+	}
 	if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 		s.abort(err)
 	}
 	s.adopt(child)
 	b, _ := json.Marshal(child)
-	now := time.Now().UTC()
 	return outcome[string](wf, s.put(&Entry{Step: id, Name: def.name, Kind: KindChild, State: StepDone, Started: now, Completed: now, Result: b, Waits: &Waits{Run: child}}))
 }
 

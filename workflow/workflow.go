@@ -28,6 +28,12 @@ var (
 	ErrEventTimeout = errors.New("workflow: event timeout")
 	// ErrBadRecord: the run under a workflow id is not that workflow's.
 	ErrBadRecord = errors.New("workflow: not a record of this workflow")
+	// ErrResultTooLarge: a step's result (a Step's value, a Call's or a
+	// child workflow's result, an event's payload) larger than a journal
+	// entry holds (the server's max payload less 4 KB). The step fails
+	// with it (a *StepError, journaled as the step's failure), having run
+	// once.
+	ErrResultTooLarge = errors.New("workflow: result too large for the journal")
 	// ErrInvalidEventName: an event name that is not one token of letters,
 	// digits, '_' and '-'.
 	ErrInvalidEventName = wfwire.ErrInvalidEventName
@@ -166,6 +172,8 @@ func wakeCallback(name, id string) jetflow.Call {
 // for At and After: a scheduler must run for a delayed start, as for any
 // delayed run). Should Start die between the two, the scheduler's repair
 // sweep publishes the first segment. Errors: jetflow.ErrBadArgs,
+// producer.ErrArgsTooLarge (an input larger than a run's args hold, less
+// about 150 bytes; it matches jetflow.ErrBadArgs too),
 // jetflow.ErrInvalidRunID, ErrDefinitionInactive, producer.ErrAlreadyExists
 // (with the id) when the id was started before.
 func Start[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow[In, Out], in In, opts ...StartOption) (string, error) {
@@ -200,10 +208,18 @@ func start(ctx context.Context, p *producer.Producer, name string, raw json.RawM
 		}
 		a.OnComplete = &jetflow.Callback{Function: o.onComplete.Name, Args: cargs}
 	}
+	eng := engine.Of(p)
+	// The first segment's args carry the input (and the rest of a): a
+	// segment the worker cannot take would be dead-lettered, and the
+	// workflow's record would stay pending for good.
+	segRaw := mustJSON(a)
+	if max := eng.Conn().MaxPayload(); max > 0 && len(segRaw) > kv.ArgsLimit(max) {
+		return "", fmt.Errorf("%w (%w): workflow %s: %d bytes of input, %d with its first segment's args, more than a run holds (%d)",
+			producer.ErrArgsTooLarge, jetflow.ErrBadArgs, name, len(raw), len(segRaw), kv.ArgsLimit(max))
+	}
 	if _, err := startable(ctx, p, name); err != nil {
 		return "", err
 	}
-	eng := engine.Of(p)
 	rec := recordOf(name, a)
 	rec.Trace = telemetry.Inject(ctx)
 	// The record first, create-only: the idempotency point. Get, Watch and
@@ -225,7 +241,7 @@ func start(ctx context.Context, p *producer.Producer, name string, raw json.RawM
 	// first (a pending workflow record whose first segment has neither a
 	// message, nor a delayed entry, nor a record).
 	seg := wfwire.FirstSegment(rec)
-	seg.Args = mustJSON(a)
+	seg.Args = segRaw
 	var err error
 	switch {
 	case strings.Count(seg.Name, ".") < kv.QueuedMaxTokens && sched.After(time.Now()):
