@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"cmp"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -71,6 +72,10 @@ type Options struct {
 	// Warnings, when set, receives the server's warnings and errors, one
 	// line each. Default: the server logs nothing.
 	Warnings io.Writer
+	// MaxPayload is the largest message the server takes (bytes). Default
+	// 8 MB; nats-server's own default is 1 MB. A run's args may take it
+	// less 4 KB (kv.ArgsLimit).
+	MaxPayload int32
 }
 
 // warnLog is a nats-server logger that writes warnings and errors only.
@@ -155,7 +160,7 @@ func Start(o Options) (*Server, error) {
 		StoreDir:   o.Dir,
 		NoSigs:     true,
 		NoLog:      true,
-		MaxPayload: 8 * 1024 * 1024,
+		MaxPayload: cmp.Or(o.MaxPayload, 8*1024*1024),
 	}
 	so.Username, so.Password, so.Authorization = o.User, o.Password, o.Token
 	if o.TLSCert != "" {

@@ -193,7 +193,9 @@ func TestUnreadableRecordsAreNamedNotRetried(t *testing.T) {
 // outcome retried for two minutes and the handler run again.
 func TestRecordsNearThePayloadLimitEnd(t *testing.T) {
 	t.Parallel()
-	e := setup(t, worker.Config{})
+	// nats-server's default max payload (1 MB), not the embedded 8 MB: the
+	// same limits, at a size the test sends quickly.
+	e := setupOn(t, testserver.StartMaxPayload(t, 1<<20), worker.Config{})
 	var ran calls
 	worker.Handle(e.W, hostileRec, func(ctx context.Context, j *worker.Job[echoArgs]) error {
 		ran.add(j.ID())

@@ -21,7 +21,12 @@ type env struct {
 
 func setup(t *testing.T, wcfg worker.Config) *env {
 	t.Helper()
-	ts := testserver.Start(t)
+	return setupOn(t, testserver.Start(t), wcfg)
+}
+
+// setupOn is setup on a server the test started.
+func setupOn(t *testing.T, ts *testserver.Env, wcfg worker.Config) *env {
+	t.Helper()
 	ctx := context.Background()
 	p, err := producer.New(ctx, ts.JS, producer.Config{})
 	if err != nil {

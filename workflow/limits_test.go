@@ -91,8 +91,9 @@ func TestStepResultTooLargeForTheJournalFailsTheStepOnce(t *testing.T) {
 			return "", errors.New("at-most-once step: " + errString(err))
 		}
 		got = append(got, "at-most-once")
-		// A wait, so that the steps above are replayed from the journal.
-		wf.Sleep(time.Millisecond)
+		// A wait long enough to park the segment whatever the machine's
+		// load, so that the steps above are replayed from the journal.
+		wf.Sleep(time.Second)
 		return strings.Join(got, ","), nil
 	})
 	e.startScheduler(t)

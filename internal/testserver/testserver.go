@@ -26,13 +26,20 @@ type Env struct {
 	S    *embedded.Server
 	NC   *nats.Conn
 	JS   jetstream.JetStream
+
+	maxPayload int32
 }
 
 // Start starts a server on a random port and connects to it. Everything is
 // cleaned up when the test ends.
-func Start(t testing.TB) *Env {
+func Start(t testing.TB) *Env { return StartMaxPayload(t, 0) }
+
+// StartMaxPayload is Start with the server taking messages of at most max
+// bytes (0: the embedded default, 8 MB): tests of what happens at the
+// limit, at a size they can send quickly.
+func StartMaxPayload(t testing.TB, max int32) *Env {
 	t.Helper()
-	e := &Env{T: t, Dir: t.TempDir()}
+	e := &Env{T: t, Dir: t.TempDir(), maxPayload: max}
 	e.boot(-1)
 	e.Port = e.S.Addr().(*net.TCPAddr).Port
 	nc, err := e.S.Connect(nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
@@ -59,7 +66,7 @@ func (e *Env) boot(port int) {
 	// very short interval, nats-server v2.15.2's file store races on its
 	// sync timer at stream creation (fileStore.setSyncTimer), which -race
 	// reports. Durability settings do not change any behaviour under test.
-	s, err := embedded.Start(embedded.Options{Dir: e.Dir, Port: port, SyncEvery: time.Second})
+	s, err := embedded.Start(embedded.Options{Dir: e.Dir, Port: port, SyncEvery: time.Second, MaxPayload: e.maxPayload})
 	if err != nil {
 		e.T.Fatal(err)
 	}
