@@ -3,8 +3,10 @@ package scheduler
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -219,7 +221,9 @@ func (s *Scheduler) repairWorkflow(ctx context.Context, r *jetflow.Run) bool {
 	if q, err := s.store.Queued(ctx, seg.Name, seg.ID); err != nil || q {
 		return false
 	}
-	if _, err := s.store.Get(ctx, seg.ID); !errors.Is(err, jetflow.ErrNotFound) {
+	if rec, err := s.store.Get(ctx, seg.ID); err == nil {
+		return s.failDeadLettered(ctx, r, rec)
+	} else if !errors.Is(err, jetflow.ErrNotFound) {
 		return false
 	}
 	if delayed {
@@ -241,6 +245,31 @@ func (s *Scheduler) repairWorkflow(ctx context.Context, r *jetflow.Run) bool {
 		return false
 	}
 	s.log.Info("repaired workflow: record without its first segment", "workflow", r.ID, "function", r.Name)
+	s.mu.Lock()
+	s.stats.Repaired++
+	s.mu.Unlock()
+	return true
+}
+
+// failDeadLettered fails pending workflow record r whose first segment's
+// record, seg, is a dead letter: the worker could not use the segment's
+// message (a bad message published on its subject) and recorded it failed,
+// and nothing else would ever start the workflow. It reports whether it
+// did.
+func (s *Scheduler) failDeadLettered(ctx context.Context, r, seg *jetflow.Run) bool {
+	if seg.State != jetflow.Failed || !strings.HasPrefix(seg.Error, jetflow.ErrBadMessage.Error()) {
+		return false // running, or ended the usual way: its end reaches the workflow
+	}
+	now := s.now().UTC()
+	r.State, r.Permanent, r.CompletedTime = jetflow.Failed, true, now
+	r.Error = fmt.Sprintf("first segment %s dead-lettered: %s", seg.ID, seg.Error)
+	if _, err := s.runs.Write(ctx, engine.Fail, jetflow.Pending, r, r.Revision); err != nil {
+		return false
+	}
+	if err := s.d.Complete(ctx, r); err != nil {
+		s.log.Warn("on-complete of a workflow whose first segment was dead-lettered", "workflow", r.ID, "error", err)
+	}
+	s.log.Warn("workflow failed: its first segment was dead-lettered", "workflow", r.ID, "segment", seg.ID, "reason", seg.Error)
 	s.mu.Lock()
 	s.stats.Repaired++
 	s.mu.Unlock()

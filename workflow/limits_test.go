@@ -9,9 +9,12 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // journalKeys lists the journal keys under workflow (or run) id.
@@ -270,5 +273,52 @@ func TestSendEventPayloadTooLarge(t *testing.T) {
 	n, err := workflow.Result(ctx, e.P, def, id)
 	if err != nil || n != limit-2 {
 		t.Fatalf("result %d, %v; want %d", n, err, limit-2)
+	}
+}
+
+// A workflow whose first segment a worker dead-letters (a message on the
+// segment's subject that no worker can use, published by another client in
+// place of Start's) ends failed with the reason, found by the scheduler's
+// repair sweep; its code never runs. Before, it stayed pending for good:
+// the sweep saw that the segment had a record and looked no further.
+func TestWorkflowWhoseFirstSegmentIsDeadLetteredFails(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	def := workflow.Define("test.deadseg", func(wf *workflow.Context, _ struct{}) (string, error) {
+		e.inc("ran")
+		return "ran", nil
+	})
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, def, struct{}{})
+	must(t, err)
+	scfg := streams.Config{}.WithDefaults()
+	fs, err := e.JS.Stream(ctx, scfg.FunctionStream())
+	must(t, err)
+	subject := scfg.FunctionSubject(workflow.SegmentFunction(def.Name()), workflow.SegmentID(id, 1))
+	must(t, fs.Purge(ctx, jetstream.WithPurgeSubject(subject)))
+	h := nats.Header{}
+	h.Set(streams.HeaderAttempt, "not a number")
+	_, err = e.JS.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: h, Data: []byte(`{}`)})
+	must(t, err)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	_, sjs := e.Connect()
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{LeaseTTL: time.Second, RepairInterval: 500 * time.Millisecond, RepairGrace: 500 * time.Millisecond})
+	must(t, err)
+	must(t, s.Start(ctx))
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Stop(sctx)
+	})
+	if _, err := workflow.Result(ctx, e.P, def, id); err == nil || !strings.Contains(err.Error(), "dead-lettered") {
+		t.Fatalf("Result: %v; want the workflow failed, its first segment dead-lettered", err)
+	}
+	r, err := e.P.Get(ctx, id)
+	must(t, err)
+	if r.State != jetflow.Failed || !strings.Contains(r.Error, jetflow.ErrBadMessage.Error()) || !strings.Contains(r.Error, streams.HeaderAttempt) {
+		t.Fatalf("workflow record: %s %q", r.State, r.Error)
+	}
+	if n := e.n("ran"); n != 0 {
+		t.Fatalf("the workflow's code ran %d times", n)
 	}
 }
