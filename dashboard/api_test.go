@@ -132,9 +132,13 @@ func TestAPIListFiltersAndPages(t *testing.T) {
 		t.Fatalf("no match: runs %v, want an empty list", empty.Runs)
 	}
 
-	for _, q := range []string{"state=done", "limit=0", "limit=1001", "limit=x", "function=a..b", "after=a.b", "before=a.b", "sort=name", "order=up", "sort=created&order=asc", "after=a1&before=a2"} {
+	for _, q := range []string{"state=done", "limit=0", "limit=1001", "limit=x", "function=a..b", "after=a.b", "before=a.b", "sort=name", "order=up", "sort=created&order=asc", "after=a1&before=a2",
+		"function=" + strings.Repeat("a.", 50_000) + "b"} {
 		msg := apiError(t, "GET", e.URL+"/api/runs?"+q, http.StatusBadRequest)
-		t.Logf("%s: %s", q, msg)
+		if len(msg) > 1100 {
+			t.Fatalf("%.40s…: an error of %d bytes echoes the request", q, len(msg))
+		}
+		t.Logf("%.80s: %.200s", q, msg)
 	}
 
 	var c counts

@@ -288,8 +288,16 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
+	if len(msg) > maxErrorText {
+		// A bad request quotes what it got: a 100 KB query value is not
+		// echoed whole.
+		msg = strings.ToValidUTF8(msg[:maxErrorText], "") + "…"
+	}
 	writeJSON(w, status, map[string]string{"error": msg})
 }
+
+// maxErrorText bounds an error answer's text.
+const maxErrorText = 1024
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	data, err := json.Marshal(v)
