@@ -8,7 +8,6 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
-	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nuid"
 )
 
@@ -39,10 +38,8 @@ func (p *Producer) SendEvent(ctx context.Context, workflowID, name string, paylo
 	if err != nil {
 		return fmt.Errorf("%w: event %s: %v", jetflow.ErrBadArgs, name, err)
 	}
-	// The await that consumes it journals it with 1 KB of its own, within
-	// a run's args limit (as workflow.SendEvent).
-	if max := p.nc.MaxPayload(); max > 0 && len(raw) > kv.ArgsLimit(max)-1024 {
-		return fmt.Errorf("%w: event %s: %d bytes of payload, limit %d", ErrArgsTooLarge, name, len(raw), kv.ArgsLimit(max)-1024)
+	if limit := wfwire.EventLimit(p.nc.MaxPayload()); len(raw) > limit {
+		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an await's journal entry holds (%d)", ErrArgsTooLarge, name, len(raw), limit)
 	}
 	r, err := p.Get(ctx, workflowID)
 	if err != nil {

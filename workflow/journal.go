@@ -435,14 +435,6 @@ func entryLimit(nc *nats.Conn) int {
 	return math.MaxInt // not known: the server decides
 }
 
-// entryRoom is what an await's journal entry takes beside the event's
-// payload it keeps (step, name, times, what it waited for).
-const entryRoom = 1024
-
-// eventLimit is the most bytes of payload an event takes: the await that
-// consumes it journals it in its entry.
-func eventLimit(nc *nats.Conn) int { return entryLimit(nc) - entryRoom }
-
 // badJournalError is a journal entry or cursor that cannot be read or
 // makes no sense (not what this package wrote): retrying will not change
 // it, so the workflow fails with it. It matches jetflow.ErrBadRecord.

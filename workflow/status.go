@@ -39,7 +39,7 @@ func SendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 	if err != nil {
 		return fmt.Errorf("%w: event %s: %v", jetflow.ErrBadArgs, name, err)
 	}
-	if limit := eventLimit(engine.Of(p).Conn()); len(raw) > limit {
+	if limit := wfwire.EventLimit(engine.Of(p).Conn().MaxPayload()); len(raw) > limit {
 		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an await's journal entry holds (%d)",
 			producer.ErrArgsTooLarge, name, len(raw), limit)
 	}

@@ -8,10 +8,26 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
 )
+
+// eventRoom is what an await's journal entry takes beside the event's
+// payload it keeps (step, name, times, what it waited for).
+const eventRoom = 1024
+
+// EventLimit is the most bytes of payload an event takes on a server whose
+// max payload is max (0: not known, the server decides): the await that
+// consumes it journals it in an entry within a run's args limit.
+func EventLimit(max int64) int {
+	if max <= 0 {
+		return math.MaxInt
+	}
+	return kv.ArgsLimit(max) - eventRoom
+}
 
 // SegmentFunction is the internal function that runs a definition's
 // segments: "<name>.segment".
