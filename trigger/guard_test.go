@@ -252,3 +252,43 @@ func TestHandWrittenDefinitionsAreListedAndDeletable(t *testing.T) {
 		t.Fatalf("list after deletes: %+v %v", tis, err)
 	}
 }
+
+// A trigger on a user's stream whose definition is then overwritten by
+// garbage (or by one naming no stream that can exist) no longer says
+// where its consumer is: Delete finds it on whichever stream holds it,
+// and leaves other triggers' consumers alone.
+func TestDeleteOverwrittenTriggerRemovesItsConsumer(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	e.ordersStream()
+	for _, n := range []string{"keep", "junk", "wildcard"} {
+		if _, err := trigger.Add(ctx, e.p, trigger.Def{Name: n, Function: Ship.Name(), Stream: "ORDERS"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := e.js.KeyValue(ctx, "jetflow_functions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(ctx, kv.TriggerKey("junk"), []byte("{not json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Put(ctx, kv.TriggerKey("wildcard"), []byte(`{"name":"wildcard","function":"test.trigger.ship","stream":">","origin":"runtime"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"junk", "wildcard"} {
+		if _, err := e.js.Consumer(ctx, "ORDERS", kv.TriggerConsumer(streams.Config{}, n)); err != nil {
+			t.Fatalf("%s's consumer before delete: %v", n, err)
+		}
+		if err := trigger.Delete(ctx, e.p, n); err != nil {
+			t.Fatalf("delete %s: %v", n, err)
+		}
+		if _, err := e.js.Consumer(ctx, "ORDERS", kv.TriggerConsumer(streams.Config{}, n)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			t.Errorf("%s's consumer on ORDERS after delete: %v, want it gone", n, err)
+		}
+	}
+	if _, err := e.js.Consumer(ctx, "ORDERS", kv.TriggerConsumer(streams.Config{}, "keep")); err != nil {
+		t.Fatalf("keep's consumer: %v", err)
+	}
+}

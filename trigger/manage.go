@@ -194,9 +194,15 @@ func Delete(ctx context.Context, p *producer.Producer, name string) error {
 		if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("trigger %s: capture stream: %w", name, err)
 		}
+		if d == nil {
+			// Unreadable: the trigger it overwrote may have had a
+			// consumer on a user's stream, which no definition names now.
+			sweepConsumers(ctx, js, kv.TriggerConsumer(scfg, name))
+		}
 		return nil
 	case !validStreamName(d.Stream):
-		return nil // no stream of that name, so no consumer
+		sweepConsumers(ctx, js, kv.TriggerConsumer(scfg, name))
+		return nil // no stream of that name, so no consumer there
 	}
 	err = js.DeleteConsumer(ctx, d.Stream, kv.TriggerConsumer(scfg, name))
 	if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -219,4 +225,29 @@ func ListOn(ctx context.Context, js jetstream.JetStream, scfg streams.Config) ([
 		return nil, fmt.Errorf("trigger: %w", err)
 	}
 	return tis, nil
+}
+
+// sweepConsumers deletes the durable consumer named consumer from every
+// stream that has one: what a trigger left on a user's stream when its
+// definition was overwritten by one that no longer names that stream.
+// It is best effort: a user not allowed to list streams or delete their
+// consumers leaves them (the first denial ends the sweep at once).
+func sweepConsumers(ctx context.Context, js jetstream.JetStream, consumer string) {
+	_ = natsperm.Do(ctx, js.Conn(), func(ctx context.Context) error {
+		names := js.StreamNames(ctx)
+		var found []string
+		for s := range names.Name() {
+			found = append(found, s)
+		}
+		if err := names.Err(); err != nil {
+			return err
+		}
+		for _, s := range found {
+			err := js.DeleteConsumer(ctx, s, consumer)
+			if err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+				return err
+			}
+		}
+		return nil
+	}, "$JS.API.STREAM.NAMES", "$JS.API.CONSUMER.DELETE")
 }
