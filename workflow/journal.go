@@ -64,6 +64,8 @@ const (
 	codeTooLarge     = "tooLarge"
 	codeArgsTooLarge = "argsTooLarge"
 	codeBadArgs      = "badArgs"
+	codeInvalidName  = "invalidName"
+	codeInactive     = "definitionInactive"
 )
 
 // Waits is what a waiting step waits for.

@@ -12,13 +12,16 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
 )
 
 // StepError is the error of a step that failed, as the journal keeps it:
 // on replay the workflow gets the same error back. errors.Is matches
 // ErrEventTimeout, jetflow.ErrWorkerLost, jetflow.ErrCanceled,
-// ErrResultTooLarge, and producer.ErrArgsTooLarge or jetflow.ErrBadArgs (a
-// call or child workflow refused for its args) through it.
+// ErrResultTooLarge, producer.ErrArgsTooLarge or jetflow.ErrBadArgs (a
+// call or child workflow refused for its args), jetflow.ErrInvalidName (a
+// call of a function whose name is not valid) and ErrDefinitionInactive
+// (a child workflow of a deprecated or deleted definition) through it.
 type StepError struct {
 	Step string
 	Name string
@@ -44,6 +47,10 @@ func (e *StepError) Unwrap() error {
 		return producer.ErrArgsTooLarge
 	case codeBadArgs:
 		return jetflow.ErrBadArgs
+	case codeInvalidName:
+		return jetflow.ErrInvalidName
+	case codeInactive:
+		return ErrDefinitionInactive
 	}
 	return nil
 }
@@ -242,10 +249,17 @@ func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) erro
 }
 
 // refused returns the error code of a run or child workflow refused for
-// its args (larger than a run holds, or not encodable), whose start would
-// be refused again: "" for any other err.
+// its args (larger than a run holds, or not encodable), its function's
+// name, or its definition's state (deprecated or deleted), whose start
+// would be refused again: "" for any other err. Retrying the segment
+// would replay into the same refusal for as long as its attempts last,
+// the workflow stuck meanwhile.
 func refused(err error) string {
 	switch {
+	case errors.Is(err, jetflow.ErrInvalidName):
+		return codeInvalidName
+	case errors.Is(err, ErrDefinitionInactive):
+		return codeInactive
 	case errors.Is(err, producer.ErrArgsTooLarge):
 		return codeArgsTooLarge
 	case errors.Is(err, jetflow.ErrBadArgs):
@@ -268,6 +282,16 @@ func (wf *Context) sleep(t time.Time) {
 	e := wf.entry(id, "sleep", KindSleep)
 	if e != nil && e.ended() {
 		return
+	}
+	if e == nil && !streams.TimeFits(t) {
+		if now := time.Now(); t.Before(now) {
+			t = now // the past: no sleep
+		} else {
+			// Neither the journal nor a timer's record holds it: the
+			// segment would be retried into the same refusal.
+			s.failWorkflow(jetflow.Permanent(fmt.Errorf("%w: step %s (sleep): until %s: a timer holds years 0 through 9999",
+				jetflow.ErrBadArgs, id, t.UTC().Format(time.RFC3339))))
+		}
 	}
 	if e == nil {
 		e = s.put(&Entry{Step: id, Name: "sleep", Kind: KindSleep, State: StepWaiting, Started: time.Now().UTC(), Waits: &Waits{Until: t.UTC()}})

@@ -1,0 +1,117 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
+)
+
+// errsOf names the sentinels err matches, for a workflow's result.
+func errsOf(err error) string {
+	var se *workflow.StepError
+	return fmt.Sprintf("step=%v invalidName=%v inactive=%v", errors.As(err, &se),
+		errors.Is(err, jetflow.ErrInvalidName), errors.Is(err, workflow.ErrDefinitionInactive))
+}
+
+// A call of a function whose name is not valid, and a child workflow of a
+// deprecated or deleted definition, are refused for good: the step fails
+// with the refusal (a *StepError matching it), once, instead of the
+// segment being retried into the same refusal with the workflow stuck
+// for hours.
+func TestRefusedCallOrChildFailsTheStep(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	child := workflow.Define("test.refused.child", func(wf *workflow.Context, _ struct{}) (string, error) { return "child", nil })
+	badCall := workflow.Define("test.refused.call", func(wf *workflow.Context, _ struct{}) (string, error) {
+		_, err := workflow.Call[string](wf, jetflow.Call{Name: "orders.*", Args: 1})
+		return errsOf(err), nil
+	})
+	runChild := workflow.Define("test.refused.runchild", func(wf *workflow.Context, _ struct{}) (string, error) {
+		_, err := workflow.RunChild(wf, child, struct{}{})
+		return errsOf(err), nil
+	})
+	startChild := workflow.Define("test.refused.startchild", func(wf *workflow.Context, _ struct{}) (string, error) {
+		_, err := workflow.StartChild(wf, child, struct{}{})
+		return errsOf(err), nil
+	})
+	e.startWorker(t, func(w *worker.Worker) {
+		for _, def := range []*workflow.Workflow[struct{}, string]{child, badCall, runChild, startChild} {
+			must(t, workflow.Register(w, def))
+		}
+	})
+	must(t, workflow.SetDefinitionState(ctx, e.P, child.Name(), workflow.DefinitionDeprecated))
+	for _, c := range []struct {
+		def  *workflow.Workflow[struct{}, string]
+		want string
+	}{
+		{badCall, `"step=true invalidName=true inactive=false"`},
+		{runChild, `"step=true invalidName=false inactive=true"`},
+		{startChild, `"step=true invalidName=false inactive=true"`},
+	} {
+		id, err := workflow.Start(ctx, e.P, c.def, struct{}{})
+		must(t, err)
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		r, err := e.P.Wait(wctx, id)
+		cancel()
+		if err != nil {
+			st, _ := workflow.Get(ctx, e.P, id)
+			t.Fatalf("%s: did not end: %v (steps %+v)", c.def.Name(), err, st.Steps)
+		}
+		if r.State != jetflow.Success || string(r.Result) != c.want {
+			t.Errorf("%s: %s %s %q, want success %s", c.def.Name(), r.State, r.Result, r.Error, c.want)
+		}
+		if st := e.status(t, id); len(st.Steps) != 1 || st.Steps[0].State != workflow.StepFailed || st.Steps[0].Attempts > 1 {
+			t.Errorf("%s: steps %+v, want one failed step", c.def.Name(), st.Steps)
+		}
+	}
+}
+
+// A sleep until a time no record holds (after year 9999) fails the
+// workflow with jetflow.ErrBadArgs at once; one before year 0 does not
+// sleep. Neither leaves the workflow pending while its segment is retried.
+func TestSleepUntilOutOfRange(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	far := workflow.Define("test.sleep.far", func(wf *workflow.Context, _ struct{}) (string, error) {
+		wf.SleepUntil(time.Date(20000, 1, 1, 0, 0, 0, 0, time.UTC))
+		return "woke", nil
+	})
+	past := workflow.Define("test.sleep.past", func(wf *workflow.Context, _ struct{}) (string, error) {
+		wf.SleepUntil(time.Date(-5, 1, 1, 0, 0, 0, 0, time.UTC))
+		return "woke", nil
+	})
+	e.startWorker(t, func(w *worker.Worker) {
+		must(t, workflow.Register(w, far))
+		must(t, workflow.Register(w, past))
+	})
+	e.startScheduler(t)
+	for _, c := range []struct {
+		def   *workflow.Workflow[struct{}, string]
+		state jetflow.State
+		text  string
+	}{
+		{far, jetflow.Failed, jetflow.ErrBadArgs.Error()},
+		{past, jetflow.Success, `"woke"`},
+	} {
+		id, err := workflow.Start(ctx, e.P, c.def, struct{}{})
+		must(t, err)
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		r, err := e.P.Wait(wctx, id)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: did not end: %v", c.def.Name(), err)
+		}
+		if r.State != c.state || !strings.Contains(r.Error+string(r.Result), c.text) {
+			t.Errorf("%s: %s %s %q, want %s with %s", c.def.Name(), r.State, r.Result, r.Error, c.state, c.text)
+		}
+	}
+}
