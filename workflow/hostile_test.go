@@ -115,3 +115,43 @@ func TestSleepUntilOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// Restart of a workflow whose definition is deprecated is refused with
+// ErrDefinitionInactive and leaves nothing in the journal under the new id
+// (it copied the steps that succeeded there first, for good); Restart of a
+// plain run is producer.ErrNotWorkflow.
+func TestRestartRefusedLeavesNoJournal(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	def := workflow.Define("test.restart.inactive", func(wf *workflow.Context, _ struct{}) (string, error) {
+		if _, err := workflow.Step(wf, "a", func(context.Context) (int, error) { return 1, nil }); err != nil {
+			return "", err
+		}
+		_, err := workflow.Step(wf, "b", func(context.Context) (int, error) { return 0, errors.New("b fails") })
+		return "", err
+	})
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	id, err := workflow.Start(ctx, e.P, def, struct{}{})
+	must(t, err)
+	if r := e.wait(t, id); r.State != jetflow.Failed {
+		t.Fatalf("workflow %s", r.State)
+	}
+	must(t, workflow.SetDefinitionState(ctx, e.P, def.Name(), workflow.DefinitionDeprecated))
+	if _, err := workflow.Restart(ctx, e.P, id, workflow.WithID("restarted-1")); !errors.Is(err, workflow.ErrDefinitionInactive) {
+		t.Fatalf("restart of a deprecated definition's workflow: %v", err)
+	}
+	kv, err := e.JS.KeyValue(ctx, "jetflow_journal")
+	must(t, err)
+	keys, err := kv.ListKeysFiltered(ctx, "restarted-1.>")
+	must(t, err)
+	for k := range keys.Keys() {
+		t.Errorf("journal key %s left by a refused restart", k)
+	}
+	plain, err := e.P.Enqueue(ctx, jetflow.Call{Name: "test.plain", Args: 1}, producerWithID("plain-1"))
+	must(t, err)
+	must(t, e.P.Cancel(ctx, plain))
+	if _, err := workflow.Restart(ctx, e.P, plain); !errors.Is(err, producerErrNotWorkflow) || !errors.Is(err, workflow.ErrBadRecord) {
+		t.Fatalf("restart of a plain run: %v", err)
+	}
+}

@@ -26,7 +26,9 @@ var ErrNotRestartable = errors.New("workflow: only a failed or canceled workflow
 // journal starts with every step that succeeded before that one, which
 // return their results without running again (DBOS's fork, Temporal's
 // reset). It returns the new id. Errors: jetflow.ErrNotFound,
-// ErrNotRestartable, producer.ErrAlreadyExists (the new id is taken).
+// ErrNotRestartable, producer.ErrNotWorkflow (a run that is not a
+// workflow; it matches ErrBadRecord too), ErrDefinitionInactive (nothing
+// is written), producer.ErrAlreadyExists (the new id is taken).
 func Restart(ctx context.Context, p *producer.Producer, id string, opts ...StartOption) (string, error) {
 	r, err := p.Get(ctx, id)
 	if err != nil {
@@ -44,7 +46,11 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 		return "", err
 	}
 	if snap.cur == nil && len(snap.steps) == 0 && !wfwire.IsWorkflow(r) {
-		return "", fmt.Errorf("%w: %s is not a workflow", ErrBadRecord, id)
+		return "", fmt.Errorf("%w (%w): %s is not a workflow", producer.ErrNotWorkflow, ErrBadRecord, id)
+	}
+	// Before the journal is copied: a refused start would leave it behind.
+	if _, err := startable(ctx, p, r.Name); err != nil {
+		return "", err
 	}
 	var o startOptions
 	for _, f := range opts {
@@ -67,6 +73,12 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 		}
 		return "", err
 	}
+	// What an earlier workflow of the new id left (its record expired
+	// before its journal's purge ran) would be taken for the fork's own
+	// entries.
+	if err := purgeLeftovers(ctx, p, o.id); err != nil {
+		return "", err
+	}
 	cut := ""
 	for step, e := range snap.steps {
 		if e.State != StepDone && (cut == "" || stepLess(step, cut)) {
@@ -83,7 +95,13 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 			return "", err
 		}
 	}
-	return start(ctx, p, r.Name, r.Args, append(opts, func(o *startOptions) { o.forked = true })...)
+	nid, err := start(ctx, p, r.Name, r.Args, append(opts, func(o *startOptions) { o.forked = true })...)
+	if err != nil && nid == "" {
+		// Refused before its record was written (the definition's state
+		// changed meanwhile, say): the copied journal would stay for good.
+		_ = purge(ctx, p, o.id)
+	}
+	return nid, err
 }
 
 // schedulePurge schedules the removal of an ended workflow's journal for
