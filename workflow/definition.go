@@ -74,8 +74,12 @@ func SetDefinitionState(ctx context.Context, p *producer.Producer, name string, 
 }
 
 // DefinitionStateOf returns the state of workflow definition name (active
-// when none was ever set).
+// when none was ever set). Errors: jetflow.ErrInvalidName, and the
+// server's.
 func DefinitionStateOf(ctx context.Context, p *producer.Producer, name string) (DefinitionState, error) {
+	if err := jetflow.ValidateName(name); err != nil {
+		return "", err
+	}
 	jr, err := openJournal(ctx, p)
 	if err != nil {
 		return "", err

@@ -154,4 +154,10 @@ func TestRestartRefusedLeavesNoJournal(t *testing.T) {
 	if _, err := workflow.Restart(ctx, e.P, plain); !errors.Is(err, producerErrNotWorkflow) || !errors.Is(err, workflow.ErrBadRecord) {
 		t.Fatalf("restart of a plain run: %v", err)
 	}
+	if _, err := workflow.Get(ctx, e.P, plain); !errors.Is(err, producerErrNotWorkflow) {
+		t.Fatalf("Get of a plain run: %v", err)
+	}
+	if st, err := workflow.StepsFunc(e.P)(ctx, plain); st != nil || err != nil {
+		t.Fatalf("StepsFunc of a plain run: %v %v", st, err)
+	}
 }

@@ -82,7 +82,8 @@ type Status struct {
 }
 
 // Get returns workflow id's record and its steps. Errors:
-// jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
+// jetflow.ErrNotFound, jetflow.ErrInvalidRunID, producer.ErrNotWorkflow (a
+// run that is not a workflow).
 func Get(ctx context.Context, p *producer.Producer, id string) (*Status, error) {
 	r, err := p.Get(ctx, id)
 	if err != nil {
@@ -95,6 +96,11 @@ func Get(ctx context.Context, p *producer.Producer, id string) (*Status, error) 
 	snap, err := jr.load(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if !wfwire.IsWorkflow(r) && snap.cur == nil && len(snap.steps) == 0 {
+		// As SendEvent and Restart: a plain run is not shown as a
+		// workflow with no step.
+		return nil, fmt.Errorf("run %s (%s): %w", id, r.Name, producer.ErrNotWorkflow)
 	}
 	st := &Status{Run: r}
 	for _, e := range snap.steps {
@@ -140,7 +146,7 @@ func StepsFunc(p *producer.Producer) func(ctx context.Context, id string) (any, 
 	return func(ctx context.Context, id string) (any, error) {
 		st, err := Get(ctx, p, id)
 		if err != nil {
-			if errors.Is(err, jetflow.ErrNotFound) {
+			if errors.Is(err, jetflow.ErrNotFound) || errors.Is(err, producer.ErrNotWorkflow) {
 				return nil, nil
 			}
 			return nil, err

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
+	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/workflow"
 )
 
@@ -18,7 +20,7 @@ func init() {
 }
 
 const workflowsUsage = `usage: jetflow workflows get <id> [--json]
-       jetflow workflows send-event <id> <event> <json>
+       jetflow workflows send-event <id> <event> <json> [--json]
        jetflow workflows cancel <id> [--json]
        jetflow workflows restart <id> [--id NEW] [--json]
        jetflow workflows definition <name> [active|paused|deprecated|deleted]
@@ -46,6 +48,9 @@ func runWorkflows(ctx context.Context, args []string) error {
 	}
 	if len(pos) != n && !(verb == "definition" && len(pos) == 2) {
 		return usageErrorf("workflows %s: want %d argument(s), got %d", verb, n, len(pos))
+	}
+	if verb != "restart" && *newID != "" {
+		return usageErrorf("workflows %s: --id is restart's flag", verb)
 	}
 	var payload json.RawMessage
 	if verb == "send-event" {
@@ -91,9 +96,20 @@ func runWorkflows(ctx context.Context, args []string) error {
 		if err := workflow.SendEvent(ctx, c.p, id, pos[1], payload); err != nil {
 			return fmt.Errorf("workflow %s: event %s: %w", id, pos[1], err)
 		}
-		fmt.Fprintf(out, "event %s sent to workflow %s\n", pos[1], id)
+		if *asJSON {
+			return writeJSON(out, map[string]any{"workflow": id, "event": pos[1], "sent": true})
+		}
+		fmt.Fprintf(out, "event %s sent to workflow %s\n", printable(pos[1]), printable(id))
 		return nil
 	case "cancel":
+		// A plain run is not canceled as a workflow (runs cancel does that).
+		r, err := c.p.Get(ctx, id)
+		if err != nil {
+			return fmt.Errorf("workflow %s: %w", id, err)
+		}
+		if !wfwire.IsWorkflow(r) {
+			return fmt.Errorf("run %s (%s): %w (cancel it with: jetflow runs cancel %s)", id, r.Name, producer.ErrNotWorkflow, id)
+		}
 		res, err := c.p.CancelRun(ctx, id)
 		if err != nil {
 			return fmt.Errorf("workflow %s: %w", id, err)

@@ -102,3 +102,92 @@ func TestWorkflowsCommands(t *testing.T) {
 		t.Fatalf("definition active: %q", out)
 	}
 }
+
+// A workflow whose step name and error are hostile terminal text.
+var cliEvilFlow = workflow.Define("cli.evil", func(wf *workflow.Context, _ struct{}) (string, error) {
+	_, err := workflow.Step(wf, evil, func(context.Context) (int, error) { return 0, errors.New(evil) })
+	return "", err
+})
+
+// jetflow workflows with hostile arguments: a plain run is neither shown
+// nor canceled as a workflow (it was: "workflow x ... no step journaled
+// yet", and cancel canceled the run); a definition name that is not one
+// is jetflow.ErrInvalidName (it was "nats: invalid key"); --id elsewhere
+// than restart is a usage error (it was ignored); send-event --json prints
+// JSON (it printed text); workflow data is escaped on the terminal.
+func TestWorkflowsCommandsHostileArguments(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	u := []string{"--url", e.URL}
+	_, js := e.Connect()
+	w, err := worker.New(context.Background(), js, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := workflow.Register(w, cliFlow); err != nil {
+		t.Fatal(err)
+	}
+	if err := workflow.Register(w, cliEvilFlow); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	// A plain run, pending (nothing serves it).
+	plain, err := e.P.Enqueue(ctx, jetflow.Call{Name: "cli.unserved", Args: 1}, producer.WithID("plain-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"get", "cancel"} {
+		code, out, errOut := runCLI(ctx, append([]string{"workflows", verb, plain}, u...)...)
+		if code != exitError || !strings.Contains(errOut, "not a workflow") {
+			t.Errorf("workflows %s of a plain run: exit %d\nstdout: %s\nstderr: %s", verb, code, out, errOut)
+		}
+	}
+	if r, err := e.P.Get(ctx, plain); err != nil || r.State != jetflow.Pending {
+		t.Fatalf("the plain run after workflows cancel: %v %v", r, err)
+	}
+	for _, name := range []string{"a*b", ">", "", "a..b"} {
+		code, _, errOut := runCLI(ctx, append([]string{"workflows", "definition", name}, u...)...)
+		if code != exitError || !strings.Contains(errOut, "invalid function name") {
+			t.Errorf("workflows definition %q: exit %d, %s", name, code, errOut)
+		}
+	}
+	if code, _, errOut := runCLI(ctx, append([]string{"workflows", "get", "x", "--id", "y"}, u...)...); code != exitUsage {
+		t.Errorf("workflows get --id: exit %d, %s", code, errOut)
+	}
+	id, err := workflow.Start(ctx, e.P, cliFlow, cliFlowIn{User: "ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 20*time.Second, "workflow waiting", func() bool {
+		st, err := workflow.Get(ctx, e.P, id)
+		return err == nil && st.Waiting
+	})
+	out, _ := mustCLI(ctx, t, "workflows", append([]string{"send-event", id, "approved", `{"by":"bob"}`, "--json"}, u...)...)
+	var sent struct {
+		Workflow string `json:"workflow"`
+		Event    string `json:"event"`
+		Sent     bool   `json:"sent"`
+	}
+	if err := json.Unmarshal([]byte(out), &sent); err != nil || sent.Workflow != id || sent.Event != "approved" || !sent.Sent {
+		t.Errorf("send-event --json printed %q (%v)", out, err)
+	}
+	evilID, err := workflow.Start(ctx, e.P, cliEvilFlow, struct{}{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.P.Wait(ctx, evilID); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCLI(ctx, append([]string{"workflows", "get", evilID}, u...)...)
+	if bad, ok := terminalControls(out + errOut); ok || code != exitOK || !strings.Contains(out, `\x1b]0;PWNED`) {
+		t.Errorf("workflows get writes a workflow's control characters (%q), exit %d:\n%s%s", bad, code, out, errOut)
+	}
+}
