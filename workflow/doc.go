@@ -57,8 +57,8 @@
 // in any worker.
 //
 // A replay that reaches a step whose journaled name or kind differs from
-// what the code asks fails the workflow with ErrNondeterministic, naming
-// both. To change a running workflow's code, branch on Patched: true for
+// what the code asks, or ends before a journaled step, fails the workflow
+// with ErrNondeterministic, naming the steps. To change a running workflow's code, branch on Patched: true for
 // executions that reach the patch after it was deployed, false for those
 // whose journal already holds another step there. Workflow code must be
 // deterministic: read the time with Now, not time.Now; no map-order or

@@ -161,3 +161,41 @@ func TestRestartRefusedLeavesNoJournal(t *testing.T) {
 		t.Fatalf("StepsFunc of a plain run: %v %v", st, err)
 	}
 }
+
+// A replay whose code ends before a step the journal holds (it took
+// another path) fails the workflow with ErrNondeterministic naming the
+// step, as a replay that meets another step does, instead of ending as a
+// success with what that step waited for dropped.
+func TestNondeterministicEarlyEndDetected(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	first := func(wf *workflow.Context) error {
+		_, err := workflow.Step(wf, "reserve", func(ctx context.Context) (int, error) { return 1, nil })
+		return err
+	}
+	v1 := workflow.Define("test.nondet.early", func(wf *workflow.Context, _ struct{}) (string, error) {
+		if err := first(wf); err != nil {
+			return "", err
+		}
+		return workflow.AwaitEvent[string](wf, "approved", 0)
+	})
+	v2 := workflow.Define("test.nondet.early", func(wf *workflow.Context, _ struct{}) (string, error) {
+		if err := first(wf); err != nil {
+			return "", err
+		}
+		return "done without approval", nil
+	})
+	w1 := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, v1)) })
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, v1, struct{}{})
+	must(t, err)
+	e.waiting(t, id)
+	must(t, w1.Stop(ctx))
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, v2)) })
+	must(t, workflow.SendEvent(ctx, e.P, id, "approved", "yes"))
+	r := e.wait(t, id)
+	if r.State != jetflow.Failed || !strings.Contains(r.Error, workflow.ErrNondeterministic.Error()) ||
+		!strings.Contains(r.Error, `step 2 is event "approved"`) {
+		t.Fatalf("workflow %s %s: %s", r.State, r.Result, r.Error)
+	}
+}

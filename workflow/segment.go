@@ -65,6 +65,7 @@ func (wf *Context) begin() string {
 // entry returns the journal entry of step id, or nil, after checking that
 // it is the step the code asks for.
 func (wf *Context) entry(id, name string, kind StepKind) *Entry {
+	wf.seg.visit(id)
 	e := wf.seg.entryAt(id)
 	if e != nil && (e.Name != name || e.Kind != kind) {
 		wf.seg.failWorkflow(fmt.Errorf("%w: step %s is %s %q in the journal, the code now asks for %s %q",
@@ -454,6 +455,11 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 		return s.aborted
 	case s.fatal != nil:
 		return s.finish(ctx, jetflow.Failed, nil, s.fatal)
+	case main.finished && s.unreached() != "":
+		id := s.unreached()
+		e := s.entryAt(id)
+		return s.finish(ctx, jetflow.Failed, nil, jetflow.Permanent(fmt.Errorf("%w: step %s is %s %q in the journal, the code now ends without reaching it",
+			ErrNondeterministic, id, e.Kind, e.Name)))
 	case main.finished && ferr != nil:
 		return s.finish(ctx, jetflow.Failed, nil, ferr)
 	case main.finished:
@@ -488,8 +494,9 @@ type segment struct {
 	steps   map[string]*Entry
 	claims  map[uint64]string
 	waits   []wait
-	aborted error // the segment stops and is retried (replayed)
-	fatal   error // the workflow fails
+	visited map[string]bool // the steps this replay reached
+	aborted error           // the segment stops and is retried (replayed)
+	fatal   error           // the workflow fails
 	wg      sync.WaitGroup
 }
 
@@ -542,6 +549,33 @@ func (s *segment) spawn(body func()) *branch {
 		b.finished = true
 	}()
 	return b
+}
+
+// visit records that this replay reached step id.
+func (s *segment) visit(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.visited == nil {
+		s.visited = map[string]bool{}
+	}
+	s.visited[id] = true
+}
+
+// unreached returns the first journaled step (in program order) that
+// this replay did not reach: the code ended before a step an earlier
+// execution journaled, so it took another path (nondeterministic), and
+// what that step started (a call, a child) or waited for would be
+// dropped silently. "" when every step was reached.
+func (s *segment) unreached() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := ""
+	for id := range s.steps {
+		if !s.visited[id] && (first == "" || stepLess(id, first)) {
+			first = id
+		}
+	}
+	return first
 }
 
 func (s *segment) entryAt(id string) *Entry {

@@ -467,6 +467,7 @@ func Patched(wf *Context, patch string) bool {
 		return false
 	}
 	wf.begin()
+	s.visit(id)
 	if e == nil {
 		now := time.Now().UTC()
 		s.put(&Entry{Step: id, Name: patch, Kind: KindPatch, State: StepDone, Started: now, Completed: now, Result: json.RawMessage("true")})

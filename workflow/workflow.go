@@ -21,8 +21,9 @@ import (
 var (
 	// ErrNondeterministic: a replay reached a step whose journaled name or
 	// kind differs from what the code asks now (the code changed under a
-	// running workflow). The workflow fails with it; the error names both
-	// steps. Use Patched to change a workflow's code safely.
+	// running workflow), or whose code ends before a step the journal
+	// holds. The workflow fails with it; the error names the steps. Use
+	// Patched to change a workflow's code safely.
 	ErrNondeterministic = errors.New("workflow: nondeterministic replay")
 	// ErrEventTimeout: AwaitEvent's timeout passed before an event came.
 	ErrEventTimeout = errors.New("workflow: event timeout")
