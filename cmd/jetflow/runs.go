@@ -553,10 +553,23 @@ func prettyJSON(raw json.RawMessage) string {
 	return b.String()
 }
 
+// writeJSON writes v as indented JSON. The output is valid UTF-8: run data kept as raw JSON (args, results,
+// event payloads) may hold invalid UTF-8 inside its strings, which
+// encoding/json copies as it is and strict parsers refuse; each invalid
+// byte sequence becomes U+FFFD, as encoding/json does for a Go string.
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	out := b.Bytes()
+	if !utf8.Valid(out) {
+		out = bytes.ToValidUTF8(out, []byte("\uFFFD"))
+	}
+	_, err := w.Write(out)
+	return err
 }
 
 func shortTime(t time.Time) string {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
@@ -178,6 +179,24 @@ func TestWorkflowsCommandsHostileArguments(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &sent); err != nil || sent.Workflow != id || sent.Event != "approved" || !sent.Sent {
 		t.Errorf("send-event --json printed %q (%v)", out, err)
+	}
+	// A payload with invalid UTF-8 in a string: get --json is still
+	// UTF-8 (strict JSON parsers refuse it otherwise).
+	id2, err := workflow.Start(ctx, e.P, cliFlow, cliFlowIn{User: "bea"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 20*time.Second, "workflow waiting", func() bool {
+		st, err := workflow.Get(ctx, e.P, id2)
+		return err == nil && st.Waiting
+	})
+	mustCLI(ctx, t, "workflows", append([]string{"send-event", id2, "approved", "{\"by\":\"b\xffob\"}"}, u...)...)
+	if _, err := e.P.Wait(ctx, id2); err != nil {
+		t.Fatal(err)
+	}
+	out, _ = mustCLI(ctx, t, "workflows", append([]string{"get", id2, "--json"}, u...)...)
+	if !utf8.ValidString(out) || !json.Valid([]byte(out)) {
+		t.Errorf("workflows get --json is not valid UTF-8 JSON: %q", out)
 	}
 	evilID, err := workflow.Start(ctx, e.P, cliEvilFlow, struct{}{})
 	if err != nil {
