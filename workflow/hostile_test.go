@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -197,5 +198,54 @@ func TestNondeterministicEarlyEndDetected(t *testing.T) {
 	if r.State != jetflow.Failed || !strings.Contains(r.Error, workflow.ErrNondeterministic.Error()) ||
 		!strings.Contains(r.Error, `step 2 is event "approved"`) {
 		t.Fatalf("workflow %s %s: %s", r.State, r.Result, r.Error)
+	}
+}
+
+// A step name the journal cannot keep as it is (longer than MaxStepName,
+// or not valid UTF-8, which JSON would turn into another name so that
+// every replay found a step of another name) fails the workflow with
+// ErrInvalidStepName before the step runs.
+func TestInvalidStepNameFailsBeforeTheStepRuns(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	var ran atomic.Int32
+	mk := func(wfName, stepName string) *workflow.Workflow[struct{}, string] {
+		return workflow.Define(wfName, func(wf *workflow.Context, _ struct{}) (string, error) {
+			_, err := workflow.Step(wf, stepName, func(context.Context) (int, error) { ran.Add(1); return 1, nil })
+			return "done", err
+		})
+	}
+	long := mk("test.stepname.long", strings.Repeat("s", workflow.MaxStepName+1))
+	bad := mk("test.stepname.utf8", "step\xff")
+	ok := mk("test.stepname.ok", strings.Repeat("s", workflow.MaxStepName))
+	e.startWorker(t, func(w *worker.Worker) {
+		must(t, workflow.Register(w, long))
+		must(t, workflow.Register(w, bad))
+		must(t, workflow.Register(w, ok))
+	})
+	for _, c := range []struct {
+		def   *workflow.Workflow[struct{}, string]
+		state jetflow.State
+		text  string
+	}{
+		{long, jetflow.Failed, workflow.ErrInvalidStepName.Error()},
+		{bad, jetflow.Failed, workflow.ErrInvalidStepName.Error()},
+		{ok, jetflow.Success, `"done"`},
+	} {
+		id, err := workflow.Start(ctx, e.P, c.def, struct{}{})
+		must(t, err)
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		r, err := e.P.Wait(wctx, id)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: did not end: %v", c.def.Name(), err)
+		}
+		if r.State != c.state || !strings.Contains(r.Error+string(r.Result), c.text) {
+			t.Errorf("%s: %s %s %q, want %s with %s", c.def.Name(), r.State, r.Result, r.Error, c.state, c.text)
+		}
+	}
+	if n := ran.Load(); n != 1 {
+		t.Errorf("steps ran %d times, want 1 (only the valid name's)", n)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
@@ -67,6 +68,10 @@ func (wf *Context) begin() string {
 func (wf *Context) entry(id, name string, kind StepKind) *Entry {
 	wf.seg.visit(id)
 	e := wf.seg.entryAt(id)
+	if e == nil && (len(name) > MaxStepName || !utf8.ValidString(name)) {
+		wf.seg.failWorkflow(jetflow.Permanent(fmt.Errorf("%w: step %s (%s): %d bytes, valid UTF-8 %t (at most %d bytes of valid UTF-8)",
+			ErrInvalidStepName, id, kind, len(name), utf8.ValidString(name), MaxStepName)))
+	}
 	if e != nil && (e.Name != name || e.Kind != kind) {
 		wf.seg.failWorkflow(fmt.Errorf("%w: step %s is %s %q in the journal, the code now asks for %s %q",
 			ErrNondeterministic, id, e.Kind, e.Name, kind, name))

@@ -38,7 +38,16 @@ var (
 	// ErrInvalidEventName: an event name that is not one token of letters,
 	// digits, '_' and '-'.
 	ErrInvalidEventName = wfwire.ErrInvalidEventName
+	// ErrInvalidStepName: a step name (Step's, or a Call's function name
+	// as its step's name) longer than MaxStepName bytes or not valid
+	// UTF-8 (the journal, JSON, would keep another name, and every replay
+	// would find a step of another name). The workflow fails with it
+	// before the step runs.
+	ErrInvalidStepName = errors.New("workflow: invalid step name")
 )
+
+// MaxStepName is the longest step name, in bytes.
+const MaxStepName = 1024
 
 // Workflow is a workflow definition: a name and a function of In to Out,
 // replayed from its journal. Producers and workers share one value, as
