@@ -24,7 +24,10 @@
 // # How it works
 //
 // Everything is in JetStream, in the bucket <prefix>_pools; a process that
-// dies loses nothing.
+// dies loses nothing. streams.Provision (jetflow provision) creates the
+// bucket with the others; New creates it only when it is missing, which
+// needs stream-create rights. The NATS permissions of the worker and the
+// producer are docs/permissions.md's "work pools" block.
 //
 //   - Enqueue writes the item's queue entry (one write, refused if the item
 //     exists); EnqueueBatch writes up to 1000 in one atomic batch.

@@ -16,6 +16,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/jsbatch"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -388,16 +389,28 @@ func New(ctx context.Context, p *producer.Producer, cfg Config) (*Pool, error) {
 	cfg = cfg.withDefaults()
 	scfg := engine.Of(p).Streams()
 	js := engine.Of(p).JetStream()
-	st, err := openStore(ctx, js, scfg)
+	var pl *Pool
+	err := watchDenied(ctx, js.Conn(), func(ctx context.Context) error {
+		st, err := openStore(ctx, js, scfg)
+		if err != nil {
+			return err
+		}
+		pl = &Pool{core: core{p: p, scfg: scfg, st: st, log: cfg.Logger, now: cfg.Now}, cfg: cfg, name: cfg.Name}
+		pl.lease = kv.NewLease(js, st.kv, leaseKey(cfg.Name), cfg.ID, cfg.LeaseTTL, cfg.Now)
+		return pl.ensureState(ctx)
+	})
 	if err != nil {
 		return nil, err
 	}
-	pl := &Pool{core: core{p: p, scfg: scfg, st: st, log: cfg.Logger, now: cfg.Now}, cfg: cfg, name: cfg.Name}
-	pl.lease = kv.NewLease(js, st.kv, leaseKey(cfg.Name), cfg.ID, cfg.LeaseTTL, cfg.Now)
-	if err := pl.ensureState(ctx); err != nil {
-		return nil, err
-	}
 	return pl, nil
+}
+
+// watchDenied runs fn so that a request the server denies (a user without
+// the work pools block of docs/permissions.md) ends it at once with the
+// server's permissions violation (errors.Is nats.ErrPermissionViolation),
+// not at ctx's deadline.
+func watchDenied(ctx context.Context, nc *nats.Conn, fn func(ctx context.Context) error) error {
+	return natsperm.Do(ctx, nc, fn, "$JS.", "$KV.")
 }
 
 func (pl *Pool) ensureState(ctx context.Context) error {
@@ -643,6 +656,16 @@ func (p *prepared) entry() queued {
 // jetflow.ErrInvalidRunID, ErrInvalidConfig (priority),
 // producer.ErrArgsTooLarge, ErrAlreadyExists (with the id).
 func (pl *Pool) Enqueue(ctx context.Context, c jetflow.Call, opts ...Option) (string, error) {
+	var id string
+	err := watchDenied(ctx, pl.st.nc, func(ctx context.Context) error {
+		var err error
+		id, err = pl.enqueue(ctx, c, opts)
+		return err
+	})
+	return id, err
+}
+
+func (pl *Pool) enqueue(ctx context.Context, c jetflow.Call, opts []Option) (string, error) {
 	pr, err := pl.prepare(ctx, c, opts)
 	if err != nil {
 		return "", err
@@ -686,6 +709,16 @@ func (pl *Pool) checkSize(n int) error {
 // nothing is written. Errors also: ErrTooManyItems, ErrBatchFailed,
 // producer.ErrArgsTooLarge, and those of Enqueue.
 func (pl *Pool) EnqueueBatch(ctx context.Context, entries []Entry) ([]string, error) {
+	var ids []string
+	err := watchDenied(ctx, pl.st.nc, func(ctx context.Context) error {
+		var err error
+		ids, err = pl.enqueueBatch(ctx, entries)
+		return err
+	})
+	return ids, err
+}
+
+func (pl *Pool) enqueueBatch(ctx context.Context, entries []Entry) ([]string, error) {
 	if len(entries) == 0 {
 		return nil, nil
 	}
@@ -781,6 +814,16 @@ func (pl *Pool) checkNew(ctx context.Context, items []*Item) error {
 // one's as last written. Errors: jetflow.ErrNotFound (never enqueued, or
 // finished longer ago than the retention period), jetflow.ErrInvalidRunID.
 func (pl *Pool) Status(ctx context.Context, id string) (*Item, error) {
+	var it *Item
+	err := watchDenied(ctx, pl.st.nc, func(ctx context.Context) error {
+		var err error
+		it, err = pl.status(ctx, id)
+		return err
+	})
+	return it, err
+}
+
+func (pl *Pool) status(ctx context.Context, id string) (*Item, error) {
 	it, err := pl.st.getItem(ctx, pl.name, id)
 	if !errors.Is(err, jetflow.ErrNotFound) {
 		return it, err
@@ -806,7 +849,7 @@ func (pl *Pool) Status(ctx context.Context, id string) (*Item, error) {
 // Canceled. Canceling a finished item is a no-op. Errors:
 // jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
 func (pl *Pool) Cancel(ctx context.Context, id string) error {
-	return pl.cancel(ctx, id, cancelCause{})
+	return watchDenied(ctx, pl.st.nc, func(ctx context.Context) error { return pl.cancel(ctx, id, cancelCause{}) })
 }
 
 // cancelCause says why the pool itself canceled an item (a key's strategy,

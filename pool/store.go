@@ -28,7 +28,7 @@ import (
 //	                 retention period, by a Nats-TTL on the terminal write
 //
 // BucketName is the pools bucket for a prefix.
-func BucketName(scfg streams.Config) string { return scfg.WithDefaults().Prefix + "_pools" }
+func BucketName(scfg streams.Config) string { return scfg.WithDefaults().PoolsBucket() }
 
 func itemKey(pool, id string) string  { return pool + ".i." + id }
 func queueKey(pool, id string) string { return pool + ".q." + id }
@@ -226,37 +226,17 @@ type store struct {
 	ttl    time.Duration // of terminal items
 }
 
-// openStore opens the pools bucket, creating it when it does not exist. The
-// bucket's stream is created here rather than through the KV API, because
-// the KV API denies message deletes, and queue entries are removed by
-// sequence (no delete marker left behind); it also allows per-message TTLs
-// and atomic batches. An existing bucket is not updated, so that concurrent
-// starts never flip its settings.
+// openStore opens the pools bucket. streams.Provision (jetflow provision)
+// creates it; when it is missing, openStore creates it with
+// streams.PoolsStreamConfig (which needs stream-create rights). An existing
+// bucket is not updated, so that concurrent starts never flip its settings.
 func openStore(ctx context.Context, js jetstream.JetStream, scfg streams.Config) (*store, error) {
 	scfg = scfg.WithDefaults()
 	bucket := BucketName(scfg)
 	name := streams.KVStream(bucket)
 	st, err := js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		st, err = js.CreateStream(ctx, jetstream.StreamConfig{
-			Name:                   name,
-			Description:            "jetflow: work pools (state, queues, items, leases)",
-			Subjects:               []string{streams.KVSubject(bucket, ">")},
-			MaxMsgsPerSubject:      1,
-			MaxBytes:               -1,
-			MaxMsgSize:             -1,
-			MaxMsgs:                -1,
-			MaxConsumers:           -1,
-			Storage:                scfg.Storage,
-			Replicas:               scfg.Replicas,
-			AllowRollup:            true,
-			AllowDirect:            true,
-			Discard:                jetstream.DiscardNew,
-			Duplicates:             2 * time.Minute,
-			AllowMsgTTL:            true,
-			SubjectDeleteMarkerTTL: time.Minute,
-			AllowAtomicPublish:     true,
-		})
+		st, err = js.CreateStream(ctx, streams.PoolsStreamConfig(scfg))
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			st, err = js.Stream(ctx, name)
 		}
@@ -266,7 +246,7 @@ func openStore(ctx context.Context, js jetstream.JetStream, scfg streams.Config)
 	}
 	if cfg := st.CachedInfo().Config; cfg.DenyDelete || !cfg.AllowAtomicPublish || !cfg.AllowMsgTTL {
 		return nil, fmt.Errorf("pool: bucket %s was created with other settings (deny delete %v, atomic publish %v, message TTL %v): "+
-			"let the pool package create it", bucket, cfg.DenyDelete, cfg.AllowAtomicPublish, cfg.AllowMsgTTL)
+			"let streams.Provision (jetflow provision) or the pool package create it", bucket, cfg.DenyDelete, cfg.AllowAtomicPublish, cfg.AllowMsgTTL)
 	}
 	b, err := js.KeyValue(ctx, bucket)
 	if err != nil {

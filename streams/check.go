@@ -93,6 +93,15 @@ func Check(ctx context.Context, js jetstream.JetStream, c Config) error {
 			}
 			shape(name, cfg)
 		}
+		pools := KVStream(c.PoolsBucket())
+		cfg, err = info(pools)
+		if err != nil {
+			return err
+		}
+		if cfg != nil {
+			problems = append(problems, poolsProblems(cfg)...)
+			shape(pools, cfg)
+		}
 		return nil
 	}, "$JS.")
 	if err != nil {

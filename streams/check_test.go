@@ -60,3 +60,45 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("invalid prefix: %v", err)
 	}
 }
+
+// Provision creates the pools bucket as the pool package needs it, and
+// Check reports it missing, or made without what the package needs.
+func TestProvisionPools(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	c := streams.Config{Prefix: "pls"}
+	if err := streams.Provision(ctx, ts.JS, c); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ts.JS.Stream(ctx, streams.KVStream(c.PoolsBucket()))
+	if err != nil {
+		t.Fatalf("pools bucket after Provision: %v", err)
+	}
+	if cfg := st.CachedInfo().Config; cfg.DenyDelete || !cfg.AllowAtomicPublish || !cfg.AllowMsgTTL || !cfg.AllowDirect ||
+		len(cfg.Subjects) != 1 || cfg.Subjects[0] != "$KV.pls_pools.>" {
+		t.Fatalf("pools bucket: %+v", cfg)
+	}
+	if err := ts.JS.DeleteStream(ctx, "KV_pls_pools"); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Check(ctx, ts.JS, c); !errors.Is(err, streams.ErrNotProvisioned) || !strings.Contains(err.Error(), "KV_pls_pools is missing") {
+		t.Fatalf("without the pools bucket: %v", err)
+	}
+	// One made without message TTLs (by hand): Check says so, Provision
+	// allows them.
+	cfg := streams.PoolsStreamConfig(c)
+	cfg.AllowMsgTTL, cfg.SubjectDeleteMarkerTTL = false, 0
+	if _, err := ts.JS.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Check(ctx, ts.JS, c); !errors.Is(err, streams.ErrNotProvisioned) || !strings.Contains(err.Error(), "message TTLs") {
+		t.Fatalf("pools bucket without message TTLs: %v", err)
+	}
+	if err := streams.Provision(ctx, ts.JS, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := streams.Check(ctx, ts.JS, c); err != nil {
+		t.Fatalf("after Provision: %v", err)
+	}
+}

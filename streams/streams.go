@@ -236,6 +236,45 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 			}
 		}
 	}
+	return provisionPools(ctx, js, c, keepShape)
+}
+
+// provisionPools creates the pools bucket's stream (PoolsStreamConfig), so
+// that users without stream-admin rights can open pools. One that exists
+// (made by Provision or by the pool package) keeps its config, except for
+// what this Config asks to change and what the pool package needs.
+func provisionPools(ctx context.Context, js jetstream.JetStream, c Config, keepShape bool) error {
+	want := PoolsStreamConfig(c)
+	st, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateStream(ctx, want)
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("streams: bucket %s: %w", c.PoolsBucket(), err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("streams: bucket %s: %w", c.PoolsBucket(), err)
+	}
+	cfg := st.CachedInfo().Config
+	changed := false
+	if !cfg.AllowAtomicPublish {
+		cfg.AllowAtomicPublish, changed = true, true
+	}
+	if !cfg.AllowMsgTTL {
+		cfg.AllowMsgTTL, changed = true, true
+	}
+	if !keepShape && cfg.Replicas != c.Replicas {
+		cfg.Replicas, changed = c.Replicas, true
+	}
+	if changed {
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("streams: bucket %s: %w", c.PoolsBucket(), err)
+		}
+	}
 	return nil
 }
 

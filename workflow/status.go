@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/nats-io/nuid"
@@ -32,6 +33,18 @@ var ErrEnded = wfwire.ErrEnded
 // payload less 5 KB), jetflow.ErrBadRecord (the workflow's journal cannot
 // be read: the workflow fails with it).
 func SendEvent(ctx context.Context, p *producer.Producer, id, name string, payload any) error {
+	return watchDenied(ctx, p, func(ctx context.Context) error { return sendEvent(ctx, p, id, name, payload) })
+}
+
+// watchDenied runs fn so that a request the server denies (a user without
+// the workflows block of docs/permissions.md) ends it at once with the
+// server's permissions violation, not at ctx's deadline.
+func watchDenied(ctx context.Context, p *producer.Producer, fn func(ctx context.Context) error) error {
+	eng := engine.Of(p)
+	return natsperm.Do(ctx, eng.Conn(), fn, "$JS.", "$KV.", eng.Streams().WithDefaults().Prefix+".")
+}
+
+func sendEvent(ctx context.Context, p *producer.Producer, id, name string, payload any) error {
 	if err := validEventName(name); err != nil {
 		return err
 	}
@@ -85,6 +98,16 @@ type Status struct {
 // jetflow.ErrNotFound, jetflow.ErrInvalidRunID, producer.ErrNotWorkflow (a
 // run that is not a workflow).
 func Get(ctx context.Context, p *producer.Producer, id string) (*Status, error) {
+	var st *Status
+	err := watchDenied(ctx, p, func(ctx context.Context) error {
+		var err error
+		st, err = get(ctx, p, id)
+		return err
+	})
+	return st, err
+}
+
+func get(ctx context.Context, p *producer.Producer, id string) (*Status, error) {
 	r, err := p.Get(ctx, id)
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -194,7 +195,21 @@ func Start[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow
 	return start(ctx, p, def.name, raw, opts...)
 }
 
+// start starts a workflow; a request the server denies (a user without the
+// workflows block of docs/permissions.md) fails it at once with the
+// server's permissions violation, not at ctx's deadline.
 func start(ctx context.Context, p *producer.Producer, name string, raw json.RawMessage, opts ...StartOption) (string, error) {
+	var id string
+	eng := engine.Of(p)
+	err := natsperm.Do(ctx, eng.Conn(), func(ctx context.Context) error {
+		var err error
+		id, err = startWorkflow(ctx, p, name, raw, opts...)
+		return err
+	}, "$JS.", "$KV.", eng.Streams().WithDefaults().Prefix+".")
+	return id, err
+}
+
+func startWorkflow(ctx context.Context, p *producer.Producer, name string, raw json.RawMessage, opts ...StartOption) (string, error) {
 	var o startOptions
 	for _, f := range opts {
 		f(&o)

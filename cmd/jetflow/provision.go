@@ -121,5 +121,6 @@ func provisionedNames(c streams.Config) string {
 	return strings.Join([]string{
 		c.FunctionStream(), streams.KVStream(c.RunsBucket()), streams.KVStream(c.DelayedBucket()),
 		streams.KVStream(c.LeasesBucket()), streams.KVStream(c.FunctionsBucket()), streams.KVStream(c.CronsBucket()),
+		streams.KVStream(c.JournalBucket()), streams.KVStream(c.PoolsBucket()), c.IndexStream(),
 	}, ", ")
 }
