@@ -126,6 +126,9 @@ func (d *dispatcher) credit() int64 { return int64(d.pl.cfg.KeyBurst) * strideUn
 
 // forgetKey removes an idle key's queue.
 func (d *dispatcher) forgetKey(kq *keyQ) {
+	// Admitted entries that started or went away leave the fifo here too:
+	// a key whose items all started is forgotten.
+	kq.fifo = slices.DeleteFunc(kq.fifo, func(e *entry) bool { return !d.live(e) })
 	if kq.hidx < 0 && kq.ready.Len() == 0 && !kq.limited && !kq.throttled && len(kq.incoming) == 0 &&
 		len(kq.fifo) == 0 && kq.deb == nil && d.keys[kq.key] == kq {
 		delete(d.keys, kq.key)
@@ -260,6 +263,7 @@ func (d *dispatcher) admit(st *poolState, counts map[string]int) {
 				})
 			}
 		}
+		d.forgetKey(kq)
 	}
 }
 
@@ -353,6 +357,7 @@ func (d *dispatcher) pick(st *poolState, counts map[string]int, k int, t int64) 
 			heap.Fix(&d.turns, 0)
 		} else {
 			heap.Pop(&d.turns)
+			d.forgetKey(kq)
 		}
 	}
 	return picked, held
@@ -407,6 +412,7 @@ func (d *dispatcher) debounce(e *entry) bool {
 func (d *dispatcher) flushDebounce(e *entry) {
 	if kq := d.keys[e.q.Key]; kq != nil && kq.deb == e {
 		kq.deb = nil
+		d.forgetKey(kq)
 	}
 	for _, c := range e.collapsed {
 		d.pl.stat(func(s *DispatcherStats) { s.Debounced++ })
