@@ -180,7 +180,9 @@ type dispatcher struct {
 	// keys are the per-key queues (see keys.go): turns the runnable keys by
 	// pass, limited the keys at their limit, throttled those out of their
 	// rate, dirty those with new items to admit; nready counts the entries
-	// in the keys' ready heaps, vt is the pass of the key served last.
+	// in the keys' ready heaps, vt is the highest pass served (the pass of
+	// the keys served all along), debt the credit taken by keys served
+	// below it and not yet made up (see credit).
 	keys      map[string]*keyQ
 	turns     turnHeap
 	limited   map[string]*keyQ
@@ -189,6 +191,7 @@ type dispatcher struct {
 	canceling map[string]bool // running items this term canceled (CancelInProgress)
 	nready    int
 	vt        int64
+	debt      int64
 	actSeq    uint64
 	later     timeHeap
 	blocked   bool // no slot or token at the last pass: wait for a wake, the poll or the timer

@@ -155,7 +155,10 @@
 // take to free. (No running item is preempted: with every slot busy, that
 // wait is the floor.)
 // A key served all along banks nothing; an idle key no more than KeyBurst
-// turns.
+// turns. The credit is shared: the keys served on credit together get at
+// most KeyBurst turns ahead of the keys served all along (one given back
+// per turn of theirs), so a flood of new keys, one item each, takes turns
+// with a key served all along rather than starving it.
 //
 // Priorities order the items of one key (by rank, as above); across keys,
 // the turns decide, so a tenant cannot jump ahead of the others by raising

@@ -121,8 +121,14 @@ func (d *dispatcher) keyQ(key string) *keyQ {
 	return kq
 }
 
-// credit is how far below the last pass served a returning key may start.
-func (d *dispatcher) credit() int64 { return int64(d.pl.cfg.KeyBurst) * strideUnit }
+// credit is how far below the last pass served a returning key may start:
+// KeyBurst turns, less the turns that keys took on credit and that the keys
+// served all along have not yet taken back. The credit is shared, so that a
+// flood of new keys (each one new, each with credit of its own) takes turns
+// with the keys served all along rather than starving them.
+func (d *dispatcher) credit() int64 { return max(d.burst()-d.debt, 0) }
+
+func (d *dispatcher) burst() int64 { return int64(d.pl.cfg.KeyBurst) * strideUnit }
 
 // forgetKey removes an idle key's queue.
 func (d *dispatcher) forgetKey(kq *keyQ) {
@@ -351,7 +357,18 @@ func (d *dispatcher) pick(st *poolState, counts map[string]int, k int, t int64) 
 		if kq.deb == e {
 			kq.deb = nil // its collapsed items are recorded before it starts
 		}
-		d.vt = kq.pass
+		if kq.pass < d.vt {
+			// A turn on credit; past the whole burst, it moves the pass
+			// of the keys served all along on, to bring their turn.
+			d.debt += kq.stride
+			if over := d.debt - d.burst(); over > 0 {
+				d.vt += over
+				d.debt -= over
+			}
+		} else {
+			d.vt = kq.pass
+			d.debt = max(d.debt-kq.stride, 0)
+		}
 		kq.pass += kq.stride
 		if kq.ready.Len() > 0 {
 			heap.Fix(&d.turns, 0)
