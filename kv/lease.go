@@ -61,7 +61,14 @@ func (l *Lease) Acquire(ctx context.Context) error {
 			l.rev = e.Revision()
 			return l.Acquire(ctx)
 		}
-		if l.now().Before(v.Expires.Add(l.ttl)) {
+		// A lease lives ttl after its last write (the server removes it
+		// then, by its Nats-TTL): a value claiming more (written by another
+		// client, without a TTL) holds no longer than that.
+		exp := v.Expires
+		if last := e.Created().Add(l.ttl); exp.After(last) {
+			exp = last
+		}
+		if l.now().Before(exp.Add(l.ttl)) {
 			return ErrNotLeader
 		}
 		// Expired but not yet removed by the server: take it over by CAS.
