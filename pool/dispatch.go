@@ -198,7 +198,9 @@ type dispatcher struct {
 	// releases are the slots to give back at the next pass: item id ->
 	// attempt, for attempts seen ending (a finished item, a retry queued).
 	releases map[string]int
-	kept     int // bytes of queue entries kept in memory
+	// seen is when the periodic check first saw each running slot.
+	seen map[slotID]time.Time
+	kept int // bytes of queue entries kept in memory
 	// st and rev are the pool state as this dispatcher last wrote or read
 	// it: passes caused by the watches start from it (a compare-and-swap
 	// that fails reads it again); wakes, polls and timers read it afresh.
@@ -207,6 +209,13 @@ type dispatcher struct {
 	redo chan *entry
 	sem  chan struct{}
 	wg   sync.WaitGroup
+}
+
+// slotID names one grant of a slot.
+type slotID struct {
+	id      string
+	attempt int
+	granted int64
 }
 
 func newDispatcher(pl *Pool) *dispatcher {
@@ -269,8 +278,17 @@ func (d *dispatcher) take(e jetstream.KeyValueEntry) {
 		return
 	}
 	var q queued
-	if err := json.Unmarshal(e.Value(), &q); err != nil || q.Attempt < 1 {
-		d.pl.log.Warn("undecodable pool queue entry", "pool", d.pl.name, "key", e.Key())
+	err := json.Unmarshal(e.Value(), &q)
+	if err == nil {
+		err = jetflow.ValidateRunID(id)
+	}
+	if err == nil {
+		err = q.check(d.pl.name, id)
+	}
+	if err != nil {
+		// Not written by the pool: it starts nothing (Status reports it).
+		d.pl.log.Warn("bad pool queue entry, ignored", "pool", d.pl.name, "key", e.Key(), "error", err)
+		d.pl.stat(func(s *DispatcherStats) { s.Skipped++ })
 		return
 	}
 	if q.Attempt > 1 {
@@ -575,8 +593,25 @@ func (d *dispatcher) pass(ctx context.Context) time.Duration {
 func (d *dispatcher) state(ctx context.Context) (*poolState, uint64, error) {
 	if d.st == nil {
 		st, rev, ok, err := d.pl.st.getState(ctx, d.pl.name)
+		if errors.Is(err, jetflow.ErrBadRecord) {
+			// Another client's garbage: the active dispatcher rebuilds it.
+			if rerr := d.pl.rebuildState(ctx, rev, err); rerr != nil {
+				err = fmt.Errorf("%w; rebuild: %w", err, rerr)
+			}
+			return nil, 0, err
+		}
 		if err != nil {
 			return nil, 0, err
+		}
+		if st.clampFuture(d.pl.now().UnixNano()) {
+			// Written back at once, or every read would clamp them to
+			// its own now, and the window would never pass.
+			nrev, err := d.pl.st.putState(ctx, d.pl.name, st, rev)
+			if err != nil {
+				return nil, 0, err
+			}
+			d.pl.log.Warn("pool start times in the future brought back to now", "pool", d.pl.name)
+			rev = nrev
 		}
 		if !ok {
 			return nil, 0, fmt.Errorf("pool %s: %w", d.pl.name, ErrNoPool)
@@ -698,7 +733,7 @@ func (d *dispatcher) grant(ctx context.Context, e *entry, t int64) {
 		it = e.q.Item
 		if it == nil {
 			q, seq, err := pl.st.getQueued(ctx, pl.name, e.id)
-			if errors.Is(err, jetflow.ErrNotFound) || err == nil && (seq != e.seq || q.Item == nil) {
+			if errors.Is(err, jetflow.ErrNotFound) || errors.Is(err, jetflow.ErrBadRecord) || err == nil && (seq != e.seq || q.Item == nil) {
 				giveBack() // canceled, or replaced by a newer entry
 				pl.stat(func(s *DispatcherStats) { s.Skipped++ })
 				return
@@ -789,15 +824,47 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 	now := pl.now()
 	grace := pl.cfg.ReconcileGrace
 	repaired := func() { pl.stat(func(s *DispatcherStats) { s.Repaired++ }) }
+	// When this term first saw each slot: a slot is old when granted
+	// ReconcileGrace ago, or seen that long (a grant time in the future,
+	// from a clock far ahead or another client, would keep it young for
+	// good).
+	seen := make(map[slotID]time.Time, len(st.Running))
+	for id, s := range st.Running {
+		k := slotID{id, s.Attempt, s.Granted}
+		seen[k] = now
+		if t, ok := d.seen[k]; ok {
+			seen[k] = t
+		}
+	}
+	d.seen = seen
 	for id, s := range st.Running {
 		if ctx.Err() != nil {
 			return
 		}
-		old := now.Sub(time.Unix(0, s.Granted)) >= grace
+		old := now.Sub(time.Unix(0, s.Granted)) >= grace || now.Sub(seen[slotID{id, s.Attempt, s.Granted}]) >= grace
 		if !start && !old {
 			continue
 		}
 		it, err := pl.st.getItem(ctx, pl.name, id)
+		if errors.Is(err, jetflow.ErrInvalidRunID) {
+			// No item has that id: its attempt never started.
+			err = jetflow.ErrNotFound
+		}
+		if errors.Is(err, jetflow.ErrBadRecord) {
+			// Another client overwrote the item's record: the slot is
+			// held while the attempt's run has not ended.
+			if !old {
+				continue
+			}
+			run, rerr := engine.Of(pl.p).Store().GetConfirmed(ctx, RunID(pl.name, id, s.Attempt))
+			if errors.Is(rerr, jetflow.ErrNotFound) || rerr == nil && run.State.Terminal() {
+				pl.log.Warn("slot of an unreadable item given back", "pool", pl.name, "item", id, "error", err)
+				if pl.release(ctx, pl.name, id, s.Attempt) == nil {
+					repaired()
+				}
+			}
+			continue
+		}
 		if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
 			continue
 		}

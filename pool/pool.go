@@ -414,8 +414,14 @@ func watchDenied(ctx context.Context, nc *nats.Conn, fn func(ctx context.Context
 }
 
 func (pl *Pool) ensureState(ctx context.Context) error {
-	for {
+	for range 100 {
 		st, rev, ok, err := pl.st.getState(ctx, pl.name)
+		if errors.Is(err, jetflow.ErrBadRecord) {
+			if err := pl.rebuildState(ctx, rev, err); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -454,6 +460,48 @@ func (pl *Pool) ensureState(ctx context.Context) error {
 		pl.wake()
 		return nil
 	}
+	return fmt.Errorf("pool %s: state keeps changing: %w", pl.name, errConflict)
+}
+
+// rebuildState replaces the pool's state record, unreadable at revision
+// rev (another client wrote it: why), by one made from this Pool's
+// configuration and the item records: every item in progress holds its
+// slot again. A slot granted but whose item was not yet in progress is
+// lost with the record; the start of such an item goes on all the same.
+func (pl *Pool) rebuildState(ctx context.Context, rev uint64, why error) error {
+	pl.log.Warn("pool state unreadable: rebuilding it from the items in progress", "pool", pl.name, "error", why)
+	st := &poolState{Max: DefaultMaxParallelism, Running: map[string]slot{}, Rate: pl.cfg.RateLimit, KeyRate: pl.cfg.KeyRate}
+	if pl.cfg.MaxParallelism > 0 {
+		st.Max = pl.cfg.MaxParallelism
+	}
+	if pl.cfg.KeyLimit > 0 {
+		st.KeyLimit, st.KeyStrategy = pl.cfg.KeyLimit, pl.cfg.KeyStrategy
+		if st.KeyStrategy == "" {
+			st.KeyStrategy = Queue
+		}
+	}
+	keys, err := kv.ListKeys(ctx, pl.st.kv, itemKey(pl.name, "*"))
+	if err != nil {
+		return fmt.Errorf("pool: list items of %s: %w", pl.name, err)
+	}
+	pfx := len(itemKey(pl.name, ""))
+	for _, k := range keys {
+		it, err := pl.st.getItem(ctx, pl.name, k[pfx:])
+		if errors.Is(err, jetflow.ErrNotFound) || errors.Is(err, jetflow.ErrBadRecord) || errors.Is(err, jetflow.ErrInvalidRunID) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if it.State == jetflow.InProgress {
+			st.Running[it.ID] = slot{Attempt: it.Attempts, Granted: it.Started.UnixNano(), Key: it.Key}
+		}
+	}
+	if _, err := pl.st.putState(ctx, pl.name, st, rev); err != nil && !errors.Is(err, errConflict) {
+		return err
+	}
+	pl.stat(func(s *DispatcherStats) { s.Repaired++ })
+	return nil
 }
 
 // Name is the pool's name.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -58,6 +59,46 @@ type queued struct {
 	Deb *debounceEntry `json:"d,omitempty"`
 }
 
+// check reports a queue entry that the pool did not write (another client
+// did): an attempt below 1, a new item whose id or pool is not the entry's,
+// a priority out of range. Errors: jetflow.ErrBadRecord.
+func (q *queued) check(pool, id string) error {
+	switch {
+	case q.Attempt < 1:
+		return fmt.Errorf("pool %s queue entry %s: %w: attempt %d", pool, id, jetflow.ErrBadRecord, q.Attempt)
+	case q.Priority < MinPriority || q.Priority > MaxPriority:
+		return fmt.Errorf("pool %s queue entry %s: %w: priority %d", pool, id, jetflow.ErrBadRecord, q.Priority)
+	case q.Item != nil && (q.Item.ID != id || q.Item.Pool != pool):
+		return fmt.Errorf("pool %s queue entry %s: %w: it holds item %q of pool %q", pool, id, jetflow.ErrBadRecord, q.Item.ID, q.Item.Pool)
+	case q.Item != nil && jetflow.ValidateName(q.Item.Function) != nil:
+		return fmt.Errorf("pool %s queue entry %s: %w: function %q", pool, id, jetflow.ErrBadRecord, q.Item.Function)
+	case q.Item != nil && q.Item.Key != q.Key:
+		return fmt.Errorf("pool %s queue entry %s: %w: keys %q and %q", pool, id, jetflow.ErrBadRecord, q.Key, q.Item.Key)
+	}
+	return nil
+}
+
+// check reports an item record that the pool did not write (another client
+// did). Errors: jetflow.ErrBadRecord.
+func (it *Item) check(pool, id string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("pool %s item %s: %w: %s", pool, id, jetflow.ErrBadRecord, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case it.ID != id || it.Pool != pool:
+		return bad("the record is of item %q of pool %q", it.ID, it.Pool)
+	case !it.State.Valid():
+		return bad("state %q", it.State)
+	case it.Attempts < 0:
+		return bad("attempts %d", it.Attempts)
+	case it.State == jetflow.InProgress && it.RunID != RunID(pool, id, it.Attempts):
+		return bad("in progress at attempt %d with run %q", it.Attempts, it.RunID)
+	case it.State != jetflow.Canceled && jetflow.ValidateName(it.Function) != nil:
+		return bad("function %q", it.Function)
+	}
+	return nil
+}
+
 // debounceEntry is the debounce of a queue entry.
 type debounceEntry struct {
 	Window  time.Duration `json:"w"`
@@ -88,6 +129,58 @@ type poolState struct {
 	// key; keys without a start in the window are removed).
 	KeyRate   RateLimit          `json:"keyRate,omitzero"`
 	KeyStarts map[string][]int64 `json:"keyStarts,omitempty"`
+}
+
+// sanitize holds the values of a state that another client wrote within
+// the pool's limits: a max parallelism, rate or key limit out of range,
+// more start times than a rate keeps.
+func (st *poolState) sanitize() {
+	if st.Running == nil {
+		st.Running = map[string]slot{}
+	}
+	st.Max = min(max(st.Max, 0), MaxParallelismLimit)
+	st.KeyLimit = min(max(st.KeyLimit, 0), MaxParallelismLimit)
+	if st.KeyStrategy.validate() != nil {
+		st.KeyStrategy = Queue
+	}
+	for _, r := range []*RateLimit{&st.Rate, &st.KeyRate} {
+		if r.validate() != nil {
+			if r.N <= 0 {
+				*r = RateLimit{} // what allowance makes of it: no limit
+			} else {
+				r.N, r.Per = min(r.N, MaxRate), max(r.Per, time.Millisecond)
+			}
+		}
+	}
+	if over := len(st.Starts) - MaxRate; over > 0 {
+		st.Starts = st.Starts[over:]
+	}
+	for k, s := range st.KeyStarts {
+		if over := len(s) - MaxRate; over > 0 {
+			st.KeyStarts[k] = s[over:]
+		}
+	}
+}
+
+// clampFuture brings start times more than one period after now (a clock
+// far ahead, another client's garbage) back to now, so that they hold the
+// rate for at most one period, and keeps them ascending.
+// It reports whether it changed any.
+func (st *poolState) clampFuture(now int64) bool {
+	changed := false
+	clamp := func(s []int64, per time.Duration) {
+		for i, t := range s {
+			if t > now+int64(per) {
+				s[i], changed = now, true
+			}
+		}
+		slices.Sort(s)
+	}
+	clamp(st.Starts, st.Rate.Per)
+	for _, s := range st.KeyStarts {
+		clamp(s, st.KeyRate.Per)
+	}
+	return changed
 }
 
 // runningByKey counts the slots per key.
@@ -314,7 +407,10 @@ func (s *store) getQueued(ctx context.Context, pool, id string) (queued, uint64,
 		return q, 0, fmt.Errorf("pool: get queue entry %s: %w", id, err)
 	}
 	if err := json.Unmarshal(e.Value(), &q); err != nil {
-		return q, 0, fmt.Errorf("pool: decode queue entry %s: %w", id, err)
+		return q, e.Revision(), fmt.Errorf("pool %s queue entry %s: %w: %v", pool, id, jetflow.ErrBadRecord, err)
+	}
+	if err := q.check(pool, id); err != nil {
+		return q, e.Revision(), err
 	}
 	return q, e.Revision(), nil
 }
@@ -360,7 +456,10 @@ func (s *store) getItem(ctx context.Context, pool, id string) (*Item, error) {
 	}
 	it := new(Item)
 	if err := json.Unmarshal(e.Value(), it); err != nil {
-		return nil, fmt.Errorf("pool: decode item %s: %w", id, err)
+		return nil, fmt.Errorf("pool %s item %s: %w: %v", pool, id, jetflow.ErrBadRecord, err)
+	}
+	if err := it.check(pool, id); err != nil {
+		return nil, err
 	}
 	it.Revision = e.Revision()
 	return it, nil
@@ -377,11 +476,9 @@ func (s *store) getState(ctx context.Context, pool string) (*poolState, uint64, 
 	}
 	st := new(poolState)
 	if err := json.Unmarshal(e.Value(), st); err != nil {
-		return nil, 0, false, fmt.Errorf("pool: decode state of %s: %w", pool, err)
+		return nil, e.Revision(), false, fmt.Errorf("pool %s state: %w: %v", pool, jetflow.ErrBadRecord, err)
 	}
-	if st.Running == nil {
-		st.Running = map[string]slot{}
-	}
+	st.sanitize()
 	return st, e.Revision(), true, nil
 }
 

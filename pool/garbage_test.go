@@ -1,0 +1,174 @@
+package pool_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/pool"
+	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Another NATS client writes garbage into the pool's bucket: the pool
+// repairs it or reports it with a typed error, and goes on.
+
+func (e *env) poolsKV(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	b, err := e.JS.KeyValue(context.Background(), pool.BucketName(streams.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func (e *env) put(t *testing.T, key, val string) {
+	t.Helper()
+	if _, err := e.poolsKV(t).Put(context.Background(), key, []byte(val)); err != nil {
+		t.Fatalf("put %s: %v", key, err)
+	}
+}
+
+// runOne enqueues one item and waits until it succeeded.
+func (e *env) runOne(t *testing.T, pl *pool.Pool, id string) {
+	t.Helper()
+	enqueue(t, pl, id, WorkArgs{})
+	if it := e.waitFinished(t, pl, []string{id})[id]; it.State != jetflow.Success {
+		t.Fatalf("item %s: %s %s", id, it.State, it.Error)
+	}
+}
+
+// Slots that name no item the pool can have: an id that is not an item id,
+// an item that never existed granted far in the future, an item whose
+// record is not JSON. Each is given back, and the pool, full of them, runs
+// items again.
+func TestGarbageSlots(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	cfg := testConfig("gslots")
+	cfg.MaxParallelism = 4
+	pl := e.newPool(t, cfg)
+	e.put(t, "gslots.i.rotten", "{not json")
+	e.put(t, "gslots.i.norun", fmt.Sprintf(`{"id":"norun","pool":"gslots","fn":%q,"state":"inProgress","attempts":1,"maxAttempts":1}`, Work.Name()))
+	e.put(t, "gslots.state", fmt.Sprintf(`{"max":4,"running":{"a=b":{"a":1,"t":%d},"ghost":{"a":1,"t":%d},"rotten":{"a":1,"t":%d},"norun":{"a":1,"t":%d}}}`,
+		time.Now().UnixNano(), int64(math.MaxInt64), time.Now().UnixNano(), time.Now().UnixNano()))
+	startPool(t, pl)
+	e.runOne(t, pl, "after")
+	testserver.Eventually(t, 20*time.Second, "the garbage slots are given back", func() bool {
+		inf, err := pl.Info(context.Background())
+		return err == nil && len(inf.Running) == 0
+	})
+	for _, id := range []string{"rotten", "norun"} {
+		if _, err := pl.Status(context.Background(), id); !errors.Is(err, jetflow.ErrBadRecord) {
+			t.Errorf("status of bad record %s: %v, want ErrBadRecord", id, err)
+		}
+	}
+}
+
+// A state record that is not JSON, or has wrong types: New and Info report
+// ErrBadRecord... and the dispatcher rebuilds it, from its configuration and
+// the items running.
+func TestGarbageState(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	cfg := testConfig("gstate")
+	cfg.MaxParallelism = 2
+	pl := e.newPool(t, cfg)
+	startPool(t, pl)
+	e.runOne(t, pl, "before")
+	for i, bad := range []string{"\x00\xff garbage", `{"max":"ten"}`, `[1,2,3]`, `{"running":{"x":5}}`} {
+		e.put(t, "gstate.state", bad)
+		e.runOne(t, pl, fmt.Sprintf("after-%d", i))
+		inf, err := pl.Info(context.Background())
+		if err != nil || inf.MaxParallelism != 2 {
+			t.Fatalf("info after %q: %+v %v", bad, inf, err)
+		}
+	}
+	// A new Pool value on a state that is garbage still opens.
+	e.put(t, "gstate.state", "{")
+	if _, err := pool.New(context.Background(), e.P, cfg); err != nil {
+		t.Fatalf("New on a garbage state: %v", err)
+	}
+}
+
+// Values out of range in the state: a max parallelism above the limit is
+// held to MaxParallelismLimit... and start times in the far future do not
+// stop the rate limit for good.
+func TestGarbageStateValues(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	cfg := testConfig("gvals")
+	cfg.RateLimit = pool.RateLimit{N: 2, Per: 200 * time.Millisecond}
+	pl := e.newPool(t, cfg)
+	far := time.Now().Add(1000 * time.Hour).UnixNano()
+	e.put(t, "gvals.state", fmt.Sprintf(`{"max":-7,"rate":{"n":2,"per":200000000},"starts":[%d,%d]}`, far, far))
+	if err := pl.SetMaxParallelism(context.Background(), 5); err != nil {
+		t.Fatal(err)
+	}
+	startPool(t, pl)
+	e.runOne(t, pl, "after")
+	e.put(t, "gvals.state", `{"max":1000000000}`)
+	if inf, err := pl.Info(context.Background()); err != nil || inf.MaxParallelism != pool.MaxParallelismLimit {
+		t.Fatalf("info with max 1e9: %+v %v", inf, err)
+	}
+}
+
+// Queue entries that are garbage: not JSON, an item whose id or pool is not
+// the entry's, an id that is not an item id. None starts anything, nor
+// writes a record anywhere; the pool goes on; Status reports them.
+func TestGarbageQueue(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	cfg := testConfig("gqueue")
+	cfg.MaxParallelism = 1
+	pl := e.newPool(t, cfg)
+	other := e.newPool(t, testConfig("gother"))
+	now := time.Now().UnixNano()
+	item := func(id, pl string) string {
+		return fmt.Sprintf(`{"a":1,"r":%d,"item":{"id":%q,"pool":%q,"fn":%q,"state":"pending","attempts":0,"maxAttempts":1,"enqueued":"2026-01-01T00:00:00Z","args":{"key":"x"}}}`,
+			now, id, pl, Work.Name())
+	}
+	e.put(t, "gqueue.q.junk", "\xff\xfe")
+	e.put(t, "gqueue.q.stolen", item("victim", "gother"))
+	e.put(t, "gqueue.q.renamed", item("someone", "gqueue"))
+	e.put(t, "gqueue.q.a=b", item("a=b", "gqueue"))
+	startPool(t, pl)
+	e.runOne(t, pl, "after")
+	for _, id := range []string{"victim", "someone"} {
+		for _, p := range []*pool.Pool{pl, other} {
+			if it, err := p.Status(context.Background(), id); err == nil {
+				t.Errorf("pool %s: an item %s was made from another's queue entry: %+v", p.Name(), id, it)
+			}
+		}
+	}
+	for _, id := range []string{"junk", "stolen", "renamed"} {
+		if _, err := pl.Status(context.Background(), id); !errors.Is(err, jetflow.ErrBadRecord) {
+			t.Errorf("status of bad queue entry %s: %v, want ErrBadRecord", id, err)
+		}
+	}
+	testserver.Eventually(t, 20*time.Second, "no slot held", func() bool {
+		inf, err := pl.Info(context.Background())
+		return err == nil && len(inf.Running) == 0
+	})
+}
+
+// A lease another client wrote, held by no dispatcher, without a TTL and
+// expiring in a thousand years: the dispatcher takes over all the same.
+func TestGarbageLease(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	pl := e.newPool(t, testConfig("glease"))
+	e.put(t, "glease.lease", `{"holder":"squatter","expires":"3026-01-01T00:00:00Z"}`)
+	startPool(t, pl)
+	e.runOne(t, pl, "after")
+}
