@@ -295,7 +295,7 @@ func (d *dispatcher) take(e jetstream.KeyValueEntry) {
 		// A retry queued: the attempt before it has ended.
 		d.releases[id] = q.Attempt - 1
 	}
-	n := &entry{id: id, seq: e.Revision(), q: q, rank: q.Ready - int64(q.Priority)*int64(d.pl.cfg.Aging), at: q.Ready, size: len(e.Value())}
+	n := &entry{id: id, seq: e.Revision(), q: q, rank: addSat(q.Ready, mulSat(-int64(q.Priority), int64(d.pl.cfg.Aging))), at: q.Ready, size: len(e.Value())}
 	if old := d.index[id]; old != nil && old.seq >= n.seq {
 		return
 	}

@@ -172,3 +172,38 @@ func TestGarbageLease(t *testing.T) {
 	startPool(t, pl)
 	e.runOne(t, pl, "after")
 }
+
+// Limits and windows at the top of their range do not wrap around into
+// times in the past: a debounce window of MaxInt64 waits (it started at
+// once), a rate per MaxInt64 holds the second start back without the
+// dispatcher rewriting the state at every look.
+func TestHugeWindows(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	ctx := context.Background()
+	cfg := testConfig("huge")
+	cfg.RateLimit = pool.RateLimit{N: 1, Per: math.MaxInt64}
+	pl := e.newPool(t, cfg)
+	startPool(t, pl)
+	e.runOne(t, pl, "first")
+	enqueue(t, pl, "held", WorkArgs{})
+	deb := e.newPool(t, testConfig("huged"))
+	startPool(t, deb)
+	enqueue(t, deb, "debounced", WorkArgs{}, pool.WithKey("k"), pool.WithDebounce(math.MaxInt64, 0))
+	e.runOne(t, deb, "other")
+	entry, err := e.poolsKV(t).Get(ctx, "huge.state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	passes := pl.Stats().Passes
+	testserver.Eventually(t, 10*time.Second, "ten passes", func() bool { return pl.Stats().Passes >= passes+10 })
+	if now, err := e.poolsKV(t).Get(ctx, "huge.state"); err != nil || now.Revision() != entry.Revision() {
+		t.Errorf("the state was rewritten while nothing started: revision %d, then %v %v", entry.Revision(), now.Revision(), err)
+	}
+	for id, p := range map[string]*pool.Pool{"held": pl, "debounced": deb} {
+		if it, err := p.Status(ctx, id); err != nil || it.State != jetflow.Pending {
+			t.Errorf("item %s: %+v %v, want pending", id, it, err)
+		}
+	}
+}

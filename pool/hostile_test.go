@@ -1,7 +1,6 @@
 package pool_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -39,5 +38,4 @@ func TestManyKeysForgotten(t *testing.T) {
 	testserver.Eventually(t, 10*time.Second, "dispatcher forgets finished keys", func() bool {
 		return pl.Stats().Keys == 0
 	})
-	_ = context.Background
 }

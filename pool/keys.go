@@ -417,9 +417,9 @@ func (d *dispatcher) debounce(e *entry) bool {
 		d.flushDebounce(h)
 	}
 	kq.deb = e
-	e.at = e.q.Ready + int64(e.q.Deb.Window)
+	e.at = addSat(e.q.Ready, int64(e.q.Deb.Window))
 	if m := e.q.Deb.MaxWait; m > 0 {
-		e.at = min(e.at, e.debFirst+int64(m))
+		e.at = min(e.at, addSat(e.debFirst, int64(m)))
 	}
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -170,7 +171,7 @@ func (st *poolState) clampFuture(now int64) bool {
 	changed := false
 	clamp := func(s []int64, per time.Duration) {
 		for i, t := range s {
-			if t > now+int64(per) {
+			if t > addSat(now, int64(per)) {
 				s[i], changed = now, true
 			}
 		}
@@ -212,7 +213,7 @@ func (st *poolState) keyAllowance(key string, now int64) (n int, next int64) {
 	if n > 0 {
 		return n, 0
 	}
-	return 0, starts[len(starts)-st.KeyRate.N] + int64(st.KeyRate.Per) + 1
+	return 0, addSat(addSat(starts[len(starts)-st.KeyRate.N], int64(st.KeyRate.Per)), 1)
 }
 
 // recordKeyStart records a start of key at t, keeps at most KeyRate.N
@@ -273,7 +274,7 @@ func (st *poolState) allowance(now int64) (n int, next int64) {
 		return n, 0
 	}
 	// The N-th most recent start must leave the window [t-Per, t].
-	return 0, st.Starts[len(st.Starts)-st.Rate.N] + int64(st.Rate.Per) + 1
+	return 0, addSat(addSat(st.Starts[len(st.Starts)-st.Rate.N], int64(st.Rate.Per)), 1)
 }
 
 // grantTime is the timestamp of a start at now: never before the last
@@ -529,4 +530,32 @@ func (s *store) deleteMsg(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("pool: remove queue entry %d: %w", seq, err)
 	}
 	return nil
+}
+
+// addSat is a+b, held within int64 rather than wrapping: limits and
+// windows of hours or centuries must not turn into times in the past.
+func addSat(a, b int64) int64 {
+	c := a + b
+	switch {
+	case a > 0 && b > 0 && c < 0:
+		return math.MaxInt64
+	case a < 0 && b < 0 && c >= 0:
+		return math.MinInt64
+	}
+	return c
+}
+
+// mulSat is a*b, held within int64.
+func mulSat(a, b int64) int64 {
+	if a == 0 || b == 0 {
+		return 0
+	}
+	c := a * b
+	if c/b != a || (a == -1 && b == math.MinInt64) || (b == -1 && a == math.MinInt64) {
+		if (a < 0) != (b < 0) {
+			return math.MinInt64
+		}
+		return math.MaxInt64
+	}
+	return c
 }
