@@ -225,3 +225,123 @@ func replayLedger(t *testing.T, path string, killedAt int64, pid int) (map[strin
 	}
 	return maxOpen, starts
 }
+
+// A worker process (not the dispatcher) is SIGKILLed while it holds pool
+// slots: the slots come back (its runs are delivered again to another
+// worker, or repaired), every item succeeds, and the limit is never
+// exceeded across the processes, the killed one's handlers counted as
+// running until the kill.
+func TestFaultPoolWorkerKilledHoldingSlots(t *testing.T) {
+	t.Parallel()
+	srv := startNATS(t)
+	url := srv.url()
+	ledger := filepath.Join(t.TempDir(), "pool-ledger")
+	const limit = 4
+	n := pick(24, 96)
+	start := func(name string, dispatch bool) *proc {
+		args := []string{"--url", url, "--role", "pool", "--id", name, "--pool", "slots", "--key-limit", fmt.Sprint(limit),
+			"--max-parallelism", fmt.Sprint(limit), "--pool-ledger", ledger, "--concurrency", "8", "--ack-wait", "2s"}
+		if dispatch {
+			args = append(args, "--dispatch")
+		}
+		return startProc(t, name, args...)
+	}
+	start("d1", true)
+	victim := start("w1", false)
+	startProc(t, "scheduler", "--url", url, "--role", "scheduler", "--id", "s1")
+
+	_, js := connect(t, url)
+	p := newProducer(t, js, streams.Config{})
+	var pl *pool.Pool
+	retry(t, 30*time.Second, "pool.New", func(ctx context.Context) error {
+		var err error
+		pl, err = pool.New(ctx, p, pool.Config{Name: "slots", MaxParallelism: limit, KeyLimit: limit,
+			Key: pool.KeyOf(func(a keyedPoolArgs) string { return a.Key })})
+		return err
+	})
+	var entries []pool.Entry
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("S-%d", i)
+		entries = append(entries, pool.Entry{Call: keyedPoolWork.With(keyedPoolArgs{Key: "K", Item: id, WorkMs: 300}),
+			Options: []pool.Option{pool.WithID(id)}})
+		ids = append(ids, id)
+	}
+	retry(t, 30*time.Second, "enqueue", func(ctx context.Context) error {
+		_, err := pl.EnqueueBatch(ctx, entries)
+		return err
+	})
+	pid := victim.cmd.Process.Pid
+	testserver.Eventually(t, 60*time.Second, "the worker process running two items", func() bool {
+		return openOf(ledger, pid) >= 2
+	})
+	victim.kill()
+	killedAt, err := os.Stat(ledger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start("w2", false)
+
+	deadline := time.Now().Add(pick(90*time.Second, 300*time.Second))
+	for _, id := range ids {
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			it, err := pl.Status(ctx, id)
+			cancel()
+			if err == nil && it.Finished() {
+				if it.State != jetflow.Success {
+					t.Errorf("item %s: %s (%s)", id, it.State, it.Error)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("item %s not finished: %+v %v", id, it, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	testserver.Eventually(t, 30*time.Second, "every slot given back", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		inf, err := pl.Info(ctx)
+		return err == nil && len(inf.Running) == 0
+	})
+	maxOpen, started := replayLedger(t, ledger, killedAt.Size(), pid)
+	if maxOpen["K"] > limit {
+		t.Errorf("%d items ran at once across the processes, limit %d", maxOpen["K"], limit)
+	}
+	for _, id := range ids {
+		if started[id] == 0 {
+			t.Errorf("item %s never started a handler", id)
+		}
+	}
+	figs := newFigures()
+	figs.set("items", n)
+	figs.set("limit", limit)
+	figs.set("max_running", maxOpen["K"])
+	figs.print(t, "pool-worker-killed")
+}
+
+// openOf counts the items process pid has started and not ended in the
+// ledger.
+func openOf(path string, pid int) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		var kind, key, item string
+		var p int
+		if _, err := fmt.Sscanf(l, "%s %s %s %d", &kind, &key, &item, &p); err != nil || p != pid {
+			continue
+		}
+		switch kind {
+		case "S":
+			n++
+		case "E":
+			n--
+		}
+	}
+	return n
+}
