@@ -187,24 +187,6 @@ func (c *core) requeue(ctx context.Context, it *Item) error {
 	return err
 }
 
-// release gives back the slot of attempt n of item id, if it holds one.
-// The dispatcher gives slots back itself as it sees items end; release
-// serves the reconciler.
-func (c *core) release(ctx context.Context, pool, id string, n int) error {
-	_, err := c.st.updateState(ctx, pool, func(st *poolState) bool {
-		s, ok := st.Running[id]
-		if !ok || s.Attempt != n {
-			return false
-		}
-		delete(st.Running, id)
-		return true
-	})
-	if errors.Is(err, ErrNoPool) {
-		return nil
-	}
-	return err
-}
-
 // ensureCallback runs a finished item's on-complete callback: exactly once,
 // since its run id is CallbackID(pool, id).
 func (c *core) ensureCallback(ctx context.Context, it *Item) error {

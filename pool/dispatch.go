@@ -837,6 +837,29 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 		}
 	}
 	d.seen = seen
+	// The slots to give back, in one write of the state at the end
+	// (thousands of them, another client's garbage, cost one write).
+	release := map[string]int{}
+	defer func() {
+		if len(release) == 0 {
+			return
+		}
+		n := 0
+		_, err := pl.st.updateState(ctx, pl.name, func(st *poolState) bool {
+			n = 0
+			for id, a := range release {
+				if s, ok := st.Running[id]; ok && s.Attempt == a {
+					delete(st.Running, id)
+					n++
+				}
+			}
+			return n > 0
+		})
+		if err == nil {
+			pl.stat(func(s *DispatcherStats) { s.Repaired += int64(n) })
+			d.st = nil
+		}
+	}()
 	for id, s := range st.Running {
 		if ctx.Err() != nil {
 			return
@@ -859,9 +882,7 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 			run, rerr := engine.Of(pl.p).Store().GetConfirmed(ctx, RunID(pl.name, id, s.Attempt))
 			if errors.Is(rerr, jetflow.ErrNotFound) || rerr == nil && run.State.Terminal() {
 				pl.log.Warn("slot of an unreadable item given back", "pool", pl.name, "item", id, "error", err)
-				if pl.release(ctx, pl.name, id, s.Attempt) == nil {
-					repaired()
-				}
+				release[id] = s.Attempt
 			}
 			continue
 		}
@@ -880,18 +901,14 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 					continue
 				}
 			}
-			if pl.release(ctx, pl.name, id, s.Attempt) == nil {
-				repaired()
-			}
+			release[id] = s.Attempt
 			if it.State.Terminal() {
 				_ = pl.ensureCallback(ctx, it)
 			}
 		case start || !old:
 		case err != nil || it.Attempts < s.Attempt:
 			// The attempt never started.
-			if pl.release(ctx, pl.name, id, s.Attempt) == nil {
-				repaired()
-			}
+			release[id] = s.Attempt
 		default:
 			// From the leader: a replica behind would say there is no run,
 			// and it would be started a second time.

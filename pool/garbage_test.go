@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,5 +206,43 @@ func TestHugeWindows(t *testing.T) {
 		if it, err := p.Status(ctx, id); err != nil || it.State != jetflow.Pending {
 			t.Errorf("item %s: %+v %v, want pending", id, it, err)
 		}
+	}
+}
+
+// A state record that another client filled with thousands of slots of
+// items that do not exist: they are given back together, in a few writes
+// of the state rather than one each.
+func TestGarbageManySlots(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	cfg := testConfig("gmany")
+	cfg.MaxParallelism = 2
+	pl := e.newPool(t, cfg)
+	var b strings.Builder
+	now := time.Now().UnixNano()
+	for i := range 5000 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"ghost-%d":{"a":1,"t":%d}`, i, now)
+	}
+	e.put(t, "gmany.state", `{"max":2,"running":{`+b.String()+`}}`)
+	first, err := e.poolsKV(t).Get(context.Background(), "gmany.state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	startPool(t, pl)
+	e.runOne(t, pl, "after")
+	testserver.Eventually(t, 30*time.Second, "the garbage slots are given back", func() bool {
+		inf, err := pl.Info(context.Background())
+		return err == nil && len(inf.Running) == 0
+	})
+	last, err := e.poolsKV(t).Get(context.Background(), "gmany.state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := last.Revision() - first.Revision(); w > 500 {
+		t.Errorf("%d writes to the bucket to give back 5000 slots", w)
 	}
 }
