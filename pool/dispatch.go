@@ -603,6 +603,15 @@ func (d *dispatcher) state(ctx context.Context) (*poolState, uint64, error) {
 		if err != nil {
 			return nil, 0, err
 		}
+		if !ok {
+			// Deleted by another client: the active dispatcher makes it
+			// again, as New would.
+			err := fmt.Errorf("pool %s: %w", d.pl.name, ErrNoPool)
+			if rerr := d.pl.rebuildState(ctx, 0, err); rerr != nil {
+				err = fmt.Errorf("%w; rebuild: %w", err, rerr)
+			}
+			return nil, 0, err
+		}
 		if st.clampFuture(d.pl.now().UnixNano()) {
 			// Written back at once, or every read would clamp them to
 			// its own now, and the window would never pass.
@@ -612,9 +621,6 @@ func (d *dispatcher) state(ctx context.Context) (*poolState, uint64, error) {
 			}
 			d.pl.log.Warn("pool start times in the future brought back to now", "pool", d.pl.name)
 			rev = nrev
-		}
-		if !ok {
-			return nil, 0, fmt.Errorf("pool %s: %w", d.pl.name, ErrNoPool)
 		}
 		d.st, d.rev = st, rev
 	}

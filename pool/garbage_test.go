@@ -246,3 +246,39 @@ func TestGarbageManySlots(t *testing.T) {
 		t.Errorf("%d writes to the bucket to give back 5000 slots", w)
 	}
 }
+
+// The state record deleted or purged by another client: the running
+// dispatcher makes it again, and New opens the pool (it looped for good:
+// the create expected no message, and the delete marker is one).
+func TestGarbageStateDeleted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	cfg := testConfig("gdel")
+	cfg.MaxParallelism = 3
+	pl := e.newPool(t, cfg)
+	startPool(t, pl)
+	e.runOne(t, pl, "before")
+	ctx := context.Background()
+	if err := e.poolsKV(t).Delete(ctx, "gdel.state"); err != nil {
+		t.Fatal(err)
+	}
+	e.runOne(t, pl, "after-delete")
+	if err := e.poolsKV(t).Purge(ctx, "gdel.state"); err != nil {
+		t.Fatal(err)
+	}
+	e.runOne(t, pl, "after-purge")
+	if inf, err := pl.Info(ctx); err != nil || inf.MaxParallelism != 3 {
+		t.Fatalf("info: %+v %v", inf, err)
+	}
+	if err := e.poolsKV(t).Delete(ctx, "gdel.state"); err != nil {
+		t.Fatal(err)
+	}
+	nctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	other := cfg
+	other.MaxParallelism = 4
+	if _, err := pool.New(nctx, e.P, other); err != nil {
+		t.Fatalf("New on a deleted state: %v", err)
+	}
+}

@@ -493,6 +493,14 @@ func (s *store) putState(ctx context.Context, pool string, st *poolState, rev ui
 	ack, err := s.js.PublishMsg(ctx, kv.PutMsg(s.bucket, stateKey(pool), data, kv.PutExpect(rev)))
 	if err != nil {
 		if kv.IsWrongSequence(err) {
+			if rev == 0 {
+				// Absent may mean deleted: its delete marker is the
+				// last message, which the create must expect.
+				m, gerr := s.stream.GetLastMsgForSubject(ctx, streams.KVSubject(s.bucket, stateKey(pool)))
+				if gerr == nil && m.Sequence != 0 && (m.Header.Get("KV-Operation") != "" || m.Header.Get("Nats-Marker-Reason") != "") {
+					return s.putState(ctx, pool, st, m.Sequence)
+				}
+			}
 			return 0, errConflict
 		}
 		return 0, fmt.Errorf("pool: write state of %s: %w", pool, err)
