@@ -879,15 +879,18 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 			// No item has that id: its attempt never started.
 			err = jetflow.ErrNotFound
 		}
-		if errors.Is(err, jetflow.ErrBadRecord) {
-			// Another client overwrote the item's record: the slot is
-			// held while the attempt's run has not ended.
+		if errors.Is(err, jetflow.ErrBadRecord) || errors.Is(err, jetflow.ErrNotFound) && old && !start {
+			// Another client overwrote or removed the item's record (or
+			// the attempt never started): the slot is held while the
+			// attempt's run has not ended.
 			if !old {
 				continue
 			}
 			run, rerr := engine.Of(pl.p).Store().GetConfirmed(ctx, RunID(pl.name, id, s.Attempt))
 			if errors.Is(rerr, jetflow.ErrNotFound) || rerr == nil && run.State.Terminal() {
-				pl.log.Warn("slot of an unreadable item given back", "pool", pl.name, "item", id, "error", err)
+				if errors.Is(err, jetflow.ErrBadRecord) {
+					pl.log.Warn("slot of an unreadable item given back", "pool", pl.name, "item", id, "error", err)
+				}
 				release[id] = s.Attempt
 			}
 			continue

@@ -282,3 +282,38 @@ func TestGarbageStateDeleted(t *testing.T) {
 		t.Fatalf("New on a deleted state: %v", err)
 	}
 }
+
+// The record of a running item removed by another client: its slot is held
+// until its run ends (it was given back at once, and a second item ran
+// beside it past the limit of 1), then given back.
+func TestGarbageRunningItemDeleted(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	cfg := testConfig("grun")
+	cfg.MaxParallelism = 1
+	pl := e.newPool(t, cfg)
+	startPool(t, pl)
+	ctx := context.Background()
+	enqueue(t, pl, "blocked", WorkArgs{Block: true})
+	testserver.Eventually(t, 10*time.Second, "the first item running", func() bool { return e.tr.startedKey("blocked") })
+	if err := e.poolsKV(t).Delete(ctx, "grun.i.blocked"); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	enqueue(t, pl, "second", WorkArgs{})
+	// Three times the grace for the periodic check to give the slot back.
+	testserver.Eventually(t, 10*time.Second, "the second item starting, or three times the grace", func() bool {
+		return e.tr.startedKey("second") || time.Since(deleted) > 3*cfg.ReconcileGrace
+	})
+	if e.tr.startedKey("second") {
+		t.Fatal("the second item started while the first ran: the limit is 1")
+	}
+	e.tr.unblock("blocked")
+	if it := e.waitFinished(t, pl, []string{"second"})["second"]; it.State != jetflow.Success {
+		t.Fatalf("second: %s %s", it.State, it.Error)
+	}
+	if m := e.tr.max.Load(); m != 1 {
+		t.Errorf("%d ran at once, limit 1", m)
+	}
+}
