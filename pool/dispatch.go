@@ -756,7 +756,7 @@ func (d *dispatcher) grant(ctx context.Context, e *entry, t int64) {
 		err := pl.st.writeItem(ctx, it, 0)
 		if errors.Is(err, ErrAlreadyExists) {
 			cur, gerr := pl.st.getItem(ctx, pl.name, e.id)
-			if gerr != nil && !errors.Is(gerr, jetflow.ErrNotFound) {
+			if gerr != nil && !errors.Is(gerr, jetflow.ErrNotFound) && !errors.Is(gerr, jetflow.ErrBadRecord) {
 				retry(true)
 				return
 			}
@@ -770,7 +770,9 @@ func (d *dispatcher) grant(ctx context.Context, e *entry, t int64) {
 	} else {
 		for i := 0; ; i++ {
 			cur, err := pl.st.getItem(ctx, pl.name, e.id)
-			if errors.Is(err, jetflow.ErrNotFound) {
+			if errors.Is(err, jetflow.ErrNotFound) || errors.Is(err, jetflow.ErrBadRecord) {
+				// Gone, or another client's garbage (Status reports it):
+				// nothing to start; tried again every second it was.
 				stale(nil)
 				return
 			}

@@ -317,3 +317,36 @@ func TestGarbageRunningItemDeleted(t *testing.T) {
 		t.Errorf("%d ran at once, limit 1", m)
 	}
 }
+
+// Queue entries of items whose record is garbage: dropped (they were tried
+// again every second for good), the record reported by Status.
+func TestGarbageQueuedOverBadRecord(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.workers(t, 1)
+	pl := e.newPool(t, testConfig("gqbad"))
+	now := time.Now().UnixNano()
+	e.put(t, "gqbad.i.retry", "junk")
+	e.put(t, "gqbad.q.retry", fmt.Sprintf(`{"a":2,"r":%d}`, now))
+	e.put(t, "gqbad.i.fresh", "junk")
+	e.put(t, "gqbad.q.fresh", fmt.Sprintf(`{"a":1,"r":%d,"item":{"id":"fresh","pool":"gqbad","fn":%q,"state":"pending","attempts":0,"maxAttempts":1,"enqueued":"2026-01-01T00:00:00Z"}}`, now, Work.Name()))
+	startPool(t, pl)
+	e.runOne(t, pl, "after")
+	testserver.Eventually(t, 20*time.Second, "the queue entries dropped", func() bool {
+		for _, id := range []string{"retry", "fresh"} {
+			if _, err := e.poolsKV(t).Get(context.Background(), "gqbad.q."+id); !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range []string{"retry", "fresh"} {
+		if _, err := pl.Status(context.Background(), id); !errors.Is(err, jetflow.ErrBadRecord) {
+			t.Errorf("status %s: %v, want ErrBadRecord", id, err)
+		}
+	}
+	testserver.Eventually(t, 10*time.Second, "no slot held", func() bool {
+		inf, err := pl.Info(context.Background())
+		return err == nil && len(inf.Running) == 0
+	})
+}
