@@ -51,6 +51,13 @@
 //   - Every ReconcileInterval the dispatcher checks the running slots, so a
 //     crash between two of those steps never leaks a slot nor strands an
 //     item; a new dispatcher does the same when it takes over.
+//   - Records another client wrote into the bucket are repaired or
+//     reported: an unreadable, deleted or out-of-range state is rebuilt
+//     from the configuration and the items in progress, or held within the
+//     limits; a slot whose item is missing or unreadable is given back once
+//     its attempt's run is not running; queue entries and item records that
+//     the pool cannot have written start nothing, and Status reports them
+//     with jetflow.ErrBadRecord.
 //
 // # Guarantees
 //
