@@ -62,10 +62,12 @@ func (l *Lease) Acquire(ctx context.Context) error {
 			return l.Acquire(ctx)
 		}
 		// A lease lives ttl after its last write (the server removes it
-		// then, by its Nats-TTL): a value claiming more (written by another
-		// client, without a TTL) holds no longer than that.
+		// then, by its Nats-TTL): a value claiming far more (written by
+		// another client, without a TTL) holds no longer than that. Within
+		// ten TTLs the holder's own clock is taken, as it always was: the
+		// server's write time and the holder's clock may differ a little.
 		exp := v.Expires
-		if last := e.Created().Add(l.ttl); exp.After(last) {
+		if last := e.Created().Add(l.ttl); exp.After(last.Add(10 * l.ttl)) {
 			exp = last
 		}
 		if l.now().Before(exp.Add(l.ttl)) {
