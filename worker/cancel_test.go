@@ -11,7 +11,9 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/nats-io/nats.go"
 )
 
 func TestCancelPendingNeverStarts(t *testing.T) {
@@ -288,5 +290,66 @@ func TestCancelFoundByHeartbeatIsErrCanceled(t *testing.T) {
 	}
 	if r := e.wait(t, id); r.State != jetflow.Canceled {
 		t.Fatalf("final %+v", r)
+	}
+}
+
+// TestCancelNoticeWithoutRecordIsForgotten: a cancel notice published by
+// hand, without the canceled record Producer.Cancel writes first
+// (docs/wire-format.md, "Cancel notices"), stops a running handler, but
+// neither drops a run's message nor discards its outcome: the run is not
+// lost (no record, or a pending one, and no message) nor left inProgress.
+func TestCancelNoticeWithoutRecordIsForgotten(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{})
+	started := make(chan string, 10)
+	worker.Handle(e.W, echo, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		if j.Args.N == 1 && j.Attempt() == 1 {
+			started <- j.ID()
+			<-ctx.Done()
+			return jetflow.RetryAfter(10*time.Millisecond, context.Cause(ctx))
+		}
+		return nil
+	})
+	e.start(t)
+	ctx := context.Background()
+	notice := func(id string) {
+		t.Helper()
+		if err := e.NC.Publish("jetflow.cancel", []byte(id)); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.NC.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Notices before the runs: one published by hand (no record), one with
+	// an idempotency key (a pending record).
+	notice("by-hand")
+	notice("keyed")
+	m := nats.NewMsg("jetflow.fn." + echo.Name() + ".by-hand")
+	m.Header.Set("Nats-Msg-Id", "by-hand")
+	m.Data = []byte(`{"n":2}`)
+	if _, err := e.JS.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.P.Enqueue(ctx, echo.With(echoArgs{N: 2}), producer.WithID("keyed")); err != nil {
+		t.Fatal(err)
+	}
+	// A notice while a run runs: its handler stops, and the attempt is an
+	// ordinary failure, retried.
+	running, err := e.P.Enqueue(ctx, echo.With(echoArgs{N: 1}), producer.WithID("running"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := <-started; id != running {
+		t.Fatalf("started %s", id)
+	}
+	notice(running)
+	for _, id := range []string{"by-hand", "keyed", running} {
+		if r := e.wait(t, id); r.State != jetflow.Success {
+			t.Fatalf("%s: %s %q", id, r.State, r.Error)
+		}
+	}
+	if r, _ := e.P.Get(ctx, running); r.Attempts != 2 {
+		t.Fatalf("running: %d attempts, want 2 (the first stopped by the notice)", r.Attempts)
 	}
 }

@@ -242,8 +242,15 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 		j.fresh = env.Attempt == 1
 	}
 	if w.isCanceled(env.ID) {
-		w.settle(m, ackIt)
-		return
+		switch ended, err := w.cancelRecorded(ctx, env.ID); {
+		case err != nil:
+			w.settle(m, nakAfter(time.Second))
+			return
+		case ended:
+			w.settle(m, ackIt)
+			return
+		}
+		// A notice that no ended record backs was forgotten: the run goes on.
 	}
 	j.started = w.now().UTC()
 	// A redelivery is claimed before it starts: its first delivery may have
@@ -606,7 +613,7 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		}
 	}
 	m = w.currentMsg(env.ID, m)
-	if cause := context.Cause(hctx); errors.Is(cause, jetflow.ErrCanceled) {
+	if cause := context.Cause(hctx); errors.Is(cause, jetflow.ErrCanceled) && w.cancelBacked(bg, env.ID) {
 		// Cancel already wrote the terminal record; anything else is discarded.
 		met.Canceled.Add(ctx, 1, e.attr)
 		w.releaseHeld(bg, j, false)

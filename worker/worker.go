@@ -750,6 +750,36 @@ func (w *Worker) noteCancel(id string) {
 	}
 }
 
+// cancelRecorded reports whether run id's record has ended, read from the
+// leader. Producer.Cancel writes the canceled record before it sends its
+// notice, so a noted notice whose run is not ended was sent without it (by
+// hand, docs/wire-format.md "Cancel notices"): it is forgotten, so that it
+// neither drops the run's message (a run published without a record would
+// be lost, one with a pending record stuck until the notice expired) nor
+// discards its outcome (leaving the record inProgress).
+func (w *Worker) cancelRecorded(ctx context.Context, id string) (bool, error) {
+	r, err := w.store.GetConfirmed(ctx, id)
+	if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
+		return false, err
+	}
+	if err == nil && r.State.Terminal() {
+		return true, nil
+	}
+	w.mu.Lock()
+	delete(w.canceled, id)
+	w.mu.Unlock()
+	return false, nil
+}
+
+// cancelBacked is cancelRecorded for a handler already canceled by a
+// notice: a record it cannot read counts as ended (the outcome is
+// discarded, as before the check; the scheduler's repair sweep settles a
+// run left inProgress).
+func (w *Worker) cancelBacked(ctx context.Context, id string) bool {
+	ended, err := w.cancelRecorded(ctx, id)
+	return ended || err != nil
+}
+
 func (w *Worker) isCanceled(id string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
