@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/embedded"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -31,10 +33,7 @@ var wireSlow = jetflow.Define[wireSlowArgs]("slow.op")
 // reads records with direct gets and a KV watch done by hand, while a Go
 // worker and scheduler serve them. It is skipped where python3 is missing.
 func TestWireFormatFromPython(t *testing.T) {
-	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 not found: the Python producer is not tried")
-	}
+	python := pythonPath(t)
 	// A small max payload keeps the oversized body small.
 	srv, err := embedded.Start(embedded.Options{Dir: t.TempDir(), SyncEvery: time.Second, MaxPayload: 256 << 10})
 	if err != nil {
@@ -50,12 +49,52 @@ func TestWireFormatFromPython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	checkPythonWire(t, python, srv.ClientURL(), nil, js, js, js)
+}
+
+// TestWireFormatFromPythonAsProducer runs wire.py as the producer user of
+// docs/permissions.md, on a nats-server process started with that file's
+// configuration: the bare protocol's JetStream calls (the publishes with
+// an ack, the direct and stream message gets, the KV watch's consumer, the
+// delayed run's two writes, the notices) need no more than the role
+// grants. (The role does not read the functions bucket: that read is left
+// out.)
+func TestWireFormatFromPythonAsProducer(t *testing.T) {
+	python := pythonPath(t)
+	url := startSecuredNATS(t, permissionsConf(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, ajs := connectAs(t, url, "admin")
+	if err := streams.Provision(ctx, ajs, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	_, wjs := connectAs(t, url, "worker")
+	_, sjs := connectAs(t, url, "scheduler")
+	_, pjs := connectAs(t, url, "producer")
+	env := []string{"NATS_USER=producer", "NATS_PASSWORD=" + rolePasswords["producer"]}
+	checkPythonWire(t, python, url, env, wjs, sjs, pjs)
+}
+
+func pythonPath(t *testing.T) string {
+	t.Helper()
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not found: the Python producer is not tried")
+	}
+	return python
+}
+
+// checkPythonWire serves emails.send and slow.op with a worker (on wjs) and
+// a scheduler (on sjs), runs wire.py against url (env: more environment)
+// and checks what it saw against what a producer (on pjs) reads.
+func checkPythonWire(t *testing.T, python, url string, env []string, wjs, sjs, pjs jetstream.JetStream) {
+	t.Helper()
 	ctx := context.Background()
-	p, err := producer.New(ctx, js, producer.Config{})
+	p, err := producer.New(ctx, pjs, producer.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(ctx, js, worker.Config{})
+	w, err := worker.New(ctx, wjs, worker.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +110,11 @@ func TestWireFormatFromPython(t *testing.T) {
 		}
 		return j.SetResult("slept")
 	})
-	startWithScheduler(t, w, js)
+	startWithScheduler(t, w, sjs)
+	asProducer := len(env) > 0
+	argsLimit := pjs.Conn().MaxPayload() - 4096
 
-	got := runPythonWire(t, python, srv.ClientURL(), "py")
+	got := runPythonWire(t, python, url, "py", env)
 	// What Python read is the record Go reads.
 	for name, r := range got {
 		if r.Record == nil {
@@ -100,7 +141,7 @@ func TestWireFormatFromPython(t *testing.T) {
 		"badheader": `jetflow: bad message: subject jetflow.fn.emails.send.py-badheader: bad header Jetflow-Timeout: "soon"`,
 		"otherid":   `jetflow: bad message: subject jetflow.fn.emails.send.py-otherid: Nats-Msg-Id "py-y" names neither run "py-otherid" of the subject nor its attempt 1 ("py-otherid")`,
 		"badid":     `jetflow: bad message: subject jetflow.fn.emails.send.py-bad!id: jetflow: invalid run id: "py-bad!id"`,
-		"oversized": `bytes of args: more than a run record holds (258048)`,
+		"oversized": fmt.Sprintf("bytes of args: more than a run record holds (%d)", argsLimit),
 		"timeout":   `jetflow: run timed out after 200ms`,
 	}
 	for name, want := range failed {
@@ -122,7 +163,7 @@ func TestWireFormatFromPython(t *testing.T) {
 		Size      int   `json:"size"`
 		Truncated bool  `json:"truncated"`
 	}
-	if err := json.Unmarshal(got["oversized"].Record.Args, &summary); err != nil || summary.NotJSON == nil || *summary.NotJSON || summary.Size <= 256<<10-4096 || !summary.Truncated {
+	if err := json.Unmarshal(got["oversized"].Record.Args, &summary); err != nil || summary.NotJSON == nil || *summary.NotJSON || summary.Size <= int(argsLimit) || !summary.Truncated {
 		t.Errorf("oversized: args summary %+v (%v); want notJSON false, the size, truncated", summary, err)
 	}
 	if !got["onetoken"].Refused {
@@ -150,7 +191,7 @@ func TestWireFormatFromPython(t *testing.T) {
 		t.Errorf("notice: saw running %v, record %s after %d attempts; want success at attempt 2 (the first stopped by the notice)", n.SawRunning, n.Record.State, n.Record.Attempts)
 	}
 	b := got["buckets"]
-	if !b.IdxCP || b.Function == nil || b.Function.Name != "emails.send" || b.Function.Worker == "" {
+	if !b.IdxCP || !asProducer && (b.Function == nil || b.Function.Name != "emails.send" || b.Function.Worker == "") {
 		t.Errorf("buckets: checkpoint read %v, functions entry %+v", b.IdxCP, b.Function)
 	}
 	// The handler ran for each good run of emails.send, once.
@@ -199,14 +240,15 @@ type pyResult struct {
 	} `json:"function"`
 }
 
-// runPythonWire runs wire.py against url and returns its results by case.
-func runPythonWire(t *testing.T, python, url, prefix string) map[string]pyResult {
+// runPythonWire runs wire.py against url (env: more environment) and
+// returns its results by case.
+func runPythonWire(t *testing.T, python, url, prefix string, env []string) map[string]pyResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	run := exec.CommandContext(ctx, python, "wire.py", url, prefix)
 	run.Dir = filepath.Join("testdata", "wireformat_py")
-	run.Env = append(run.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	run.Env = append(append(run.Environ(), "PYTHONDONTWRITEBYTECODE=1"), env...)
 	var stderr bytes.Buffer
 	run.Stderr = &stderr
 	out, err := run.Output()

@@ -259,19 +259,23 @@ def kv_get(nc, bucket, key, timeout=10):
 
 class KVWatch:
     """A KV watch: an ephemeral push consumer (ack none, last per subject,
-    then every new value) delivering to an inbox."""
+    then every new value) delivering to an inbox. It is created on
+    $JS.API.CONSUMER.CREATE.<stream>.<name>.<filter>, the form
+    docs/permissions.md's producer role allows."""
 
     def __init__(self, nc, bucket, key=">", timeout=10):
         self.nc = nc
         self.inbox = nc.new_inbox()
         self.sid, self.q = nc.subscribe(self.inbox)
         stream = "KV_" + bucket
+        name = "watch" + uuid.uuid4().hex
+        filt = "$KV.%s.%s" % (bucket, key)
         req = {"stream_name": stream, "config": {
-            "deliver_subject": self.inbox, "deliver_policy": "last_per_subject",
-            "ack_policy": "none", "filter_subject": "$KV.%s.%s" % (bucket, key),
-            "inactive_threshold": 30 * 10**9, "mem_storage": True, "num_replicas": 1,
-            "headers_only": False}}
-        r = nc.request("$JS.API.CONSUMER.CREATE." + stream, json.dumps(req).encode(), None, timeout).json()
+            "name": name, "deliver_subject": self.inbox, "deliver_policy": "last_per_subject",
+            "ack_policy": "none", "filter_subject": filt,
+            "inactive_threshold": 30 * 10**9, "mem_storage": True, "num_replicas": 1}}
+        r = nc.request("$JS.API.CONSUMER.CREATE.%s.%s.%s" % (stream, name, filt),
+                       json.dumps(req).encode(), None, timeout).json()
         if "error" in r:
             raise NATSError("watch: %s" % r["error"])
         self.consumer = r["name"]
