@@ -35,7 +35,12 @@
 //   - 200 with {"id": "<run id>"} once the event is durable (the run's
 //     record is written to JetStream); processing has not started. A
 //     redelivery with the same Config.EventID header answers 200 with the
-//     same id and "duplicate": true, and stores nothing new.
+//     same id and "duplicate": true, and stores nothing new. Only a run of
+//     the same function holding the same delivery id counts as the
+//     duplicate: when the event's run id (Handler.RunID) is taken by
+//     another run, such as one of a function whose name maps to the same
+//     id prefix ("a.b" and "a_b"), the event is stored under a second
+//     stable id, the one the answer names.
 //
 // Signatures are HMAC-SHA256 over the raw body, compared in constant time
 // (hmac.Equal): GitHub's X-Hub-Signature-256 (GitHub), any header with hex

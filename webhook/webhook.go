@@ -238,25 +238,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ev.Headers[k] = v
 		}
 	}
-	opts := []producer.Option{producer.WithMaxAttempts(h.cfg.MaxAttempts)}
-	if h.cfg.Timeout > 0 {
-		opts = append(opts, producer.WithTimeout(h.cfg.Timeout))
-	}
 	if h.cfg.EventID != "" {
-		if id := strings.TrimSpace(r.Header.Get(h.cfg.EventID)); id != "" {
-			ev.ID = id
-			opts = append(opts, producer.WithID(h.RunID(id)))
-		}
+		ev.ID = strings.TrimSpace(r.Header.Get(h.cfg.EventID))
 	}
 	// The sender hanging up must not cut a write in half: the store gets
 	// its own deadline.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), h.cfg.StoreTimeout)
 	defer cancel()
-	id, err := h.p.Enqueue(ctx, h.cfg.Function.With(ev), opts...)
-	resp := Response{ID: id}
+	resp, err := h.store(ctx, ev)
 	switch {
-	case errors.Is(err, producer.ErrAlreadyExists):
-		resp.Duplicate = true
 	case errors.Is(err, producer.ErrArgsTooLarge):
 		h.reject(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: %w", ErrTooLarge, err))
 		return
@@ -271,9 +261,50 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(resp)
 }
 
+// store enqueues ev. An event with a delivery id is stored under RunID, or,
+// when that id is taken by a run that is not this event (a run of another
+// function whose name maps to the same prefix, "a.b" and "a_b", or "gh"
+// with delivery "x-1" and "gh-x" with delivery "1"), under fallbackID; a
+// run under either id that holds this function's event with this delivery
+// id is the duplicate.
+func (h *Handler) store(ctx context.Context, ev Event) (Response, error) {
+	opts := []producer.Option{producer.WithMaxAttempts(h.cfg.MaxAttempts)}
+	if h.cfg.Timeout > 0 {
+		opts = append(opts, producer.WithTimeout(h.cfg.Timeout))
+	}
+	if ev.ID == "" {
+		id, err := h.p.Enqueue(ctx, h.cfg.Function.With(ev), opts...)
+		return Response{ID: id}, err
+	}
+	for _, id := range []string{h.RunID(ev.ID), h.fallbackID(ev.ID)} {
+		_, err := h.p.Enqueue(ctx, h.cfg.Function.With(ev), append(opts, producer.WithID(id))...)
+		if !errors.Is(err, producer.ErrAlreadyExists) {
+			return Response{ID: id}, err
+		}
+		r, err := h.p.Get(ctx, id)
+		if err != nil {
+			return Response{}, fmt.Errorf("reading run %s: %w", id, err)
+		}
+		if prev, err := EventOf(r); err == nil && r.Name == h.cfg.Function.Name() && prev.ID == ev.ID {
+			return Response{ID: id, Duplicate: true}, nil
+		}
+	}
+	return Response{}, fmt.Errorf("delivery %q: run ids %s and %s are taken by other runs", ev.ID, h.RunID(ev.ID), h.fallbackID(ev.ID))
+}
+
 // RunID is the run id of the event with delivery id id: stable, so a
-// redelivery finds the stored event.
+// redelivery finds the stored event. The answer's Response.ID is the one
+// to keep: in the rare case that RunID is taken by a run of another
+// function (see store), the event is stored under another stable id.
 func (h *Handler) RunID(id string) string { return jetflow.DerivedID(h.idp + "-" + id) }
+
+// fallbackID is the event's run id when RunID is taken by another run: a
+// hash of the function's full name and the delivery id (the newline makes
+// the input an invalid run id, so DerivedID always hashes it; RunID's input
+// never holds one, header values cannot).
+func (h *Handler) fallbackID(id string) string {
+	return jetflow.DerivedID(h.cfg.Function.Name() + "\n" + id)
+}
 
 func (h *Handler) reject(w http.ResponseWriter, r *http.Request, code int, err error) {
 	h.cfg.Logger.DebugContext(r.Context(), "webhook rejected", "function", h.cfg.Function.Name(), "status", code, "error", err)

@@ -1,0 +1,95 @@
+package webhook_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/webhook"
+)
+
+// postTo sends a GitHub delivery to url and returns the status and answer.
+func postTo(t *testing.T, url string, body []byte, delivery string) (int, webhook.Response) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range githubHeaders(body, delivery) {
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out webhook.Response
+	if res.StatusCode == http.StatusOK {
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return res.StatusCode, out
+}
+
+// Two receivers whose function names map to the same run-id prefix
+// ("hooks.github" and "hooks_github"; "gh" with delivery "x-1" and "gh-x"
+// with delivery "1") get the same delivery id: each event is stored as a
+// run of its own function. Before, the second was answered 200 "duplicate"
+// with the first one's run and never stored. The redelivery of either is
+// still a duplicate of its own run.
+func TestEventIDCollisionAcrossFunctions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ fn1, d1, fn2, d2 string }{
+		{"hooks.github", "d1", "hooks_github", "d1"},
+		{"gh", "x-1", "gh-x", "1"},
+	} {
+		t.Run(tc.fn2, func(t *testing.T) {
+			t.Parallel()
+			e := setup(t, webhook.Config{Verifier: gh}, nil)
+			serve := func(name string) string {
+				h, err := webhook.New(e.P, webhook.Config{Function: jetflow.Define[webhook.Event](name), Verifier: gh, EventID: "X-GitHub-Delivery"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := httptest.NewServer(h)
+				t.Cleanup(s.Close)
+				return s.URL
+			}
+			url1, url2 := serve(tc.fn1), serve(tc.fn2)
+			body1, body2 := []byte(`{"to":"one"}`), []byte(`{"to":"two"}`)
+			code1, res1 := postTo(t, url1, body1, tc.d1)
+			code2, res2 := postTo(t, url2, body2, tc.d2)
+			if code1 != http.StatusOK || code2 != http.StatusOK || res1.Duplicate || res2.Duplicate || res1.ID == res2.ID {
+				t.Fatalf("answers %d %+v, %d %+v; want two new runs", code1, res1, code2, res2)
+			}
+			for _, c := range []struct {
+				url, fn, d string
+				body       []byte
+				first      webhook.Response
+			}{{url1, tc.fn1, tc.d1, body1, res1}, {url2, tc.fn2, tc.d2, body2, res2}} {
+				r, err := e.P.Get(context.Background(), c.first.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev, err := webhook.EventOf(r)
+				if err != nil || r.Name != c.fn || ev.ID != c.d || !bytes.Equal(ev.Body, c.body) {
+					t.Fatalf("run %s: %s, event %+v, %v; want %s's delivery %s", r.ID, r.Name, ev, err, c.fn, c.d)
+				}
+				code, again := postTo(t, c.url, c.body, c.d)
+				if code != http.StatusOK || again.ID != c.first.ID || !again.Duplicate {
+					t.Fatalf("redelivery to %s: %d %+v, want a duplicate of %s", c.fn, code, again, c.first.ID)
+				}
+			}
+			page, err := e.P.List(context.Background(), producer.Filter{})
+			if err != nil || len(page.Runs) != 2 {
+				t.Fatalf("%d runs (%v), want 2", len(page.Runs), err)
+			}
+		})
+	}
+}
