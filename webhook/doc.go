@@ -28,6 +28,13 @@
 //
 //   - 405 for a method other than POST.
 //   - 413 for a body above Config.MaxBody (default 1 MiB): ErrTooLarge.
+//   - 408 for a body not received within Config.ReadTimeout (default
+//     10 s), however slowly it trickles in, and 400 for one that cannot be
+//     read (a malformed chunked encoding, a sender hanging up):
+//     ErrReadBody. The handler sets the connection's read deadline for the
+//     body itself, so a server without timeouts is not held by a slow
+//     sender; headers are the server's to bound: serve with
+//     http.Server{ReadHeaderTimeout: ...}, not http.ListenAndServe.
 //   - 401 for a missing signature (ErrMissingSignature), a wrong one
 //     (ErrBadSignature) or a Stripe-style timestamp outside the tolerance
 //     window (ErrExpired). Nothing is stored.

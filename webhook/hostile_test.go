@@ -1,12 +1,19 @@
 package webhook_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -91,5 +98,61 @@ func TestEventIDCollisionAcrossFunctions(t *testing.T) {
 				t.Fatalf("%d runs (%v), want 2", len(page.Runs), err)
 			}
 		})
+	}
+}
+
+// rawRequest writes req on a new connection to e's server and returns the
+// status line of the answer, waiting at most 20 s (a guard against a
+// hanging handler, not a timing assertion).
+func (e *env) rawRequest(t *testing.T, req string) string {
+	t.Helper()
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetReadDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// A sender that stops sending its body (slowloris) is answered 408 once
+// Config.ReadTimeout passes, even on a server without timeouts of its own
+// (httptest's), with ErrReadBody; nothing is stored. Before, the handler
+// waited for the body forever, holding its goroutine and connection.
+func TestSlowBodyTimesOut(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhook.Config{Verifier: gh, ReadTimeout: 100 * time.Millisecond}, nil)
+	body := []byte(`{"ref":"refs/heads/main"}`)
+	status := e.rawRequest(t, fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nX-Hub-Signature-256: %s\r\n\r\n%s",
+		len(body), gh.Sign(body), body[:5]))
+	if status != "HTTP/1.1 408 Request Timeout" || !errors.Is(e.lastError(), webhook.ErrReadBody) {
+		t.Fatalf("answer %q, error %v; want 408 and ErrReadBody", status, e.lastError())
+	}
+	if runs := e.runs(t); len(runs) != 0 {
+		t.Fatalf("%d runs stored, want none", len(runs))
+	}
+}
+
+// A body that cannot be read (a malformed chunked encoding) is answered 400
+// with ErrReadBody, an error OnError can match. Before, it was an untyped
+// error.
+func TestMalformedChunkedBody(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhook.Config{Verifier: gh}, nil)
+	status := e.rawRequest(t, "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nX-Hub-Signature-256: sha256=00\r\n\r\nzz\r\nabc\r\n0\r\n\r\n")
+	if status != "HTTP/1.1 400 Bad Request" || !errors.Is(e.lastError(), webhook.ErrReadBody) {
+		t.Fatalf("answer %q, error %v; want 400 and ErrReadBody", status, e.lastError())
+	}
+	if runs := e.runs(t); len(runs) != 0 {
+		t.Fatalf("%d runs stored, want none", len(runs))
 	}
 }

@@ -24,6 +24,10 @@ var (
 	ErrExpired = errors.New("webhook: signature timestamp outside tolerance")
 	// ErrTooLarge: a body above Config.MaxBody.
 	ErrTooLarge = errors.New("webhook: body too large")
+	// ErrReadBody: the body could not be read: the sender sent it more
+	// slowly than Config.ReadTimeout allows (408), hung up, or sent a
+	// malformed encoding (400).
+	ErrReadBody = errors.New("webhook: body not read")
 	// ErrMethod: a method other than POST.
 	ErrMethod = errors.New("webhook: method not allowed")
 	// ErrStore: the event could not be stored; the sender should retry.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -57,12 +58,19 @@ type Config struct {
 	// Timeout ends a processing attempt that runs longer as failed (and
 	// retried). Default: the function's.
 	Timeout time.Duration
+	// ReadTimeout bounds reading the body, from the moment the handler
+	// starts: a sender that sends it more slowly (a slowloris trickling
+	// bytes) gets 408 and its connection is closed. It sets the
+	// connection's read deadline for the body (http.ResponseController),
+	// replacing http.Server.ReadTimeout's for this request. Default 10 s,
+	// GitHub's own delivery timeout.
+	ReadTimeout time.Duration
 	// StoreTimeout bounds storing one event. Default 10 s.
 	StoreTimeout time.Duration
 	// OnError, when set, sees every request that was not stored, with its
-	// error: ErrMethod, ErrTooLarge, ErrMissingSignature, ErrBadSignature,
-	// ErrExpired or ErrStore. For metrics and logs; it must not write to
-	// the response.
+	// error: ErrMethod, ErrTooLarge, ErrReadBody, ErrMissingSignature,
+	// ErrBadSignature, ErrExpired or ErrStore. For metrics and logs; it
+	// must not write to the response.
 	OnError func(r *http.Request, err error)
 	// Logger receives rejections at debug level and storage failures as
 	// warnings. Default: discard.
@@ -81,6 +89,9 @@ func (c Config) withDefaults() Config {
 	c.Backoff = c.Backoff.WithDefaults()
 	if c.Headers == nil {
 		c.Headers = DefaultHeaders
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = 10 * time.Second
 	}
 	if c.StoreTimeout <= 0 {
 		c.StoreTimeout = 10 * time.Second
@@ -217,14 +228,27 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.reject(w, r, http.StatusUnauthorized, fmt.Errorf("%w: no %s header", ErrMissingSignature, h.cfg.Verifier.SignatureHeader()))
 		return
 	}
+	// The server may have no read timeout (http.ListenAndServe has none):
+	// a sender trickling its body would hold this handler forever.
+	rc := http.NewResponseController(w)
+	deadline := rc.SetReadDeadline(time.Now().Add(h.cfg.ReadTimeout)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
+	if deadline {
+		// The rest of the request (storing) is not bounded by the sender.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
 			h.reject(w, r, http.StatusRequestEntityTooLarge, fmt.Errorf("%w: limit %d bytes", ErrTooLarge, h.cfg.MaxBody))
 			return
 		}
-		h.reject(w, r, http.StatusBadRequest, fmt.Errorf("webhook: reading body: %w", err))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			h.reject(w, r, http.StatusRequestTimeout, fmt.Errorf("%w: not received within %s", ErrReadBody, h.cfg.ReadTimeout))
+			return
+		}
+		h.reject(w, r, http.StatusBadRequest, fmt.Errorf("%w: %w", ErrReadBody, err))
 		return
 	}
 	now := h.cfg.Now()
