@@ -75,4 +75,11 @@
 // handler that returns an error is retried; jetflow.Permanent(err) fails the
 // event at once. After the last attempt the run ends failed and its record
 // keeps the event for the retention period (default 7 days).
+//
+// Event.Decode reads a JSON body, or the payload field of a form-encoded
+// one (GitHub's application/x-www-form-urlencoded content type). A body it
+// cannot decode, invalid UTF-8 included (refused, not replaced with
+// U+FFFD), is a jetflow.Permanent error matching jetflow.ErrBadArgs:
+// returned as is, it fails the event at once, the record naming the reason
+// and keeping the body.
 package webhook

@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/webhook"
+	"github.com/jetflow-dev/jetflow/worker"
 )
 
 // postTo sends a GitHub delivery to url and returns the status and answer.
@@ -154,5 +156,61 @@ func TestMalformedChunkedBody(t *testing.T) {
 	}
 	if runs := e.runs(t); len(runs) != 0 {
 		t.Fatalf("%d runs stored, want none", len(runs))
+	}
+}
+
+// Decode reads what senders send: GitHub's form-encoded deliveries
+// (Content-Type application/x-www-form-urlencoded, the JSON in the payload
+// field) as well as JSON. A body that is not valid UTF-8 JSON is an error,
+// permanent (decoding the same bytes again cannot succeed) and matching
+// jetflow.ErrBadArgs. Before, a form-encoded delivery could not be decoded
+// and invalid UTF-8 inside strings was silently replaced with U+FFFD.
+func TestDecode(t *testing.T) {
+	t.Parallel()
+	type push struct{ Ref string }
+	form := webhook.Event{
+		Body:    []byte("payload=" + url.QueryEscape(`{"ref":"refs/heads/main"}`)),
+		Headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded"},
+	}
+	var p push
+	if err := form.Decode(&p); err != nil || p.Ref != "refs/heads/main" {
+		t.Fatalf("form-encoded: %+v, %v", p, err)
+	}
+	for name, ev := range map[string]webhook.Event{
+		"invalid utf-8":   {Body: []byte("{\"ref\":\"\xff\xfe\"}")},
+		"not json":        {Body: []byte("ref=main")},
+		"empty":           {Body: []byte{}},
+		"form no payload": {Body: []byte("other=1"), Headers: map[string]string{"Content-Type": "application/x-www-form-urlencoded; charset=utf-8"}},
+	} {
+		var p push
+		err := ev.Decode(&p)
+		if !errors.Is(err, jetflow.ErrBadArgs) || !jetflow.IsPermanent(err) {
+			t.Errorf("%s: Decode = %+v, %v; want a permanent ErrBadArgs", name, p, err)
+		}
+	}
+}
+
+// A delivery whose body the processing function cannot decode ends failed
+// at once, with the reason in its record and the event kept, even when the
+// function returns Decode's error as is: it is never dropped, nor retried
+// for nothing.
+func TestUndecodableEventFails(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhook.Config{Verifier: gh, MaxAttempts: 5}, func(_ *env, j *worker.Job[webhook.Event]) error {
+		var v struct{ Ref string }
+		return j.Args.Decode(&v)
+	})
+	body := []byte("\x00\x01binary\xff")
+	code, res := e.post(t, body, githubHeaders(body, "d"))
+	if code != http.StatusOK {
+		t.Fatalf("status %d", code)
+	}
+	r := e.wait(t, res.ID)
+	if r.State != jetflow.Failed || r.Attempts != 1 || !strings.Contains(r.Error, "webhook body") {
+		t.Fatalf("run %s after %d attempts: %q; want failed after 1, naming the body", r.State, r.Attempts, r.Error)
+	}
+	ev, err := webhook.EventOf(r)
+	if err != nil || !bytes.Equal(ev.Body, body) {
+		t.Fatalf("failed record's event %+v, %v", ev, err)
 	}
 }

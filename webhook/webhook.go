@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -153,10 +156,27 @@ type Event struct {
 // Header returns the kept header name ("" if absent), any case.
 func (e Event) Header(name string) string { return e.Headers[http.CanonicalHeaderKey(name)] }
 
-// Decode decodes the JSON body into v.
+// Decode decodes the JSON body into v. A form-encoded body (a kept
+// Content-Type of application/x-www-form-urlencoded, GitHub's other content
+// type) is decoded from its payload field. A body that is not UTF-8 JSON
+// (invalid UTF-8 is refused, not replaced) returns a jetflow.Permanent
+// error matching jetflow.ErrBadArgs: returned by the processing function,
+// it fails the event at once, its record naming the reason and keeping the
+// event.
 func (e Event) Decode(v any) error {
-	if err := json.Unmarshal(e.Body, v); err != nil {
-		return fmt.Errorf("%w: webhook body: %v", jetflow.ErrBadArgs, err)
+	body := e.Body
+	if mt, _, _ := mime.ParseMediaType(e.Header("Content-Type")); mt == "application/x-www-form-urlencoded" {
+		form, err := url.ParseQuery(string(body))
+		if err != nil || !form.Has("payload") {
+			return jetflow.Permanent(fmt.Errorf("%w: webhook body: form-encoded without a payload field", jetflow.ErrBadArgs))
+		}
+		body = []byte(form.Get("payload"))
+	}
+	if !utf8.Valid(body) {
+		return jetflow.Permanent(fmt.Errorf("%w: webhook body: not valid UTF-8", jetflow.ErrBadArgs))
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		return jetflow.Permanent(fmt.Errorf("%w: webhook body: %v", jetflow.ErrBadArgs, err))
 	}
 	return nil
 }
