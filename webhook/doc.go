@@ -39,6 +39,9 @@
 //     (ErrBadSignature) or a Stripe-style timestamp outside the tolerance
 //     window (ErrExpired). Nothing is stored.
 //   - 503 when the event could not be stored: the sender should retry.
+//     An event answered 503 may still land (a write the NATS client sent
+//     again after a reconnect): with Config.EventID the retry is then the
+//     duplicate; without it, the retry is a second run.
 //   - 200 with {"id": "<run id>"} once the event is durable (the run's
 //     record is written to JetStream); processing has not started. A
 //     redelivery with the same Config.EventID header answers 200 with the
@@ -48,6 +51,11 @@
 //     another run, such as one of a function whose name maps to the same
 //     id prefix ("a.b" and "a_b"), the event is stored under a second
 //     stable id, the one the answer names.
+//
+// Every request's body is buffered (up to MaxBody) before its signature
+// can be checked, so unauthenticated senders can hold MaxBody of memory per
+// open request for up to ReadTimeout: bound concurrent connections on the
+// server (e.g. golang.org/x/net/netutil.LimitListener) where that matters.
 //
 // Signatures are HMAC-SHA256 over the raw body, compared in constant time
 // (hmac.Equal): GitHub's X-Hub-Signature-256 (GitHub), any header with hex

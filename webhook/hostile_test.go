@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/webhook"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -212,5 +213,58 @@ func TestUndecodableEventFails(t *testing.T) {
 	ev, err := webhook.EventOf(r)
 	if err != nil || !bytes.Equal(ev.Body, body) {
 		t.Fatalf("failed record's event %+v, %v", ev, err)
+	}
+}
+
+// What a hostile client may send: other methods, empty and binary bodies,
+// odd content types, a body shorter than its Content-Length. Each gets its
+// status and typed error; what is stored is stored byte for byte.
+func TestHostileRequests(t *testing.T) {
+	t.Parallel()
+	e := setup(t, webhook.Config{Verifier: gh}, nil)
+	for _, m := range []string{http.MethodPut, http.MethodHead, http.MethodOptions, http.MethodDelete, "PROPFIND"} {
+		req, err := http.NewRequest(m, e.srv.URL, strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Hub-Signature-256", gh.Sign([]byte("{}")))
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != http.MethodPost || !errors.Is(e.lastError(), webhook.ErrMethod) {
+			t.Fatalf("%s: %d, Allow %q, %v", m, res.StatusCode, res.Header.Get("Allow"), e.lastError())
+		}
+	}
+	// A body shorter than its Content-Length, the sender hanging up.
+	body := []byte(`{"ref":"refs/heads/main"}`)
+	c, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nX-Hub-Signature-256: %s\r\n\r\n%s", len(body)+10, gh.Sign(body), body)
+	c.(*net.TCPConn).CloseWrite()
+	testserver.Eventually(t, 10*time.Second, "the truncated body's rejection", func() bool { return errors.Is(e.lastError(), webhook.ErrReadBody) })
+	c.Close()
+	if runs := e.runs(t); len(runs) != 0 {
+		t.Fatalf("%d runs stored, want none", len(runs))
+	}
+	for name, body := range map[string][]byte{
+		"empty":  {},
+		"binary": {0, 0xff, 0xfe, '\r', '\n', 0x80, 'x'},
+	} {
+		code, res := e.post(t, body, map[string]string{"X-Hub-Signature-256": gh.Sign(body), "Content-Type": "application/octet-stream; charset=latin1"})
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d, %v", name, code, e.lastError())
+		}
+		r, err := e.P.Get(context.Background(), res.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := webhook.EventOf(r)
+		if err != nil || !bytes.Equal(ev.Body, body) || ev.Body == nil {
+			t.Fatalf("%s: stored %q, %v", name, ev.Body, err)
+		}
 	}
 }
