@@ -50,7 +50,12 @@
 //     duplicate: when the event's run id (Handler.RunID) is taken by
 //     another run, such as one of a function whose name maps to the same
 //     id prefix ("a.b" and "a_b"), the event is stored under a second
-//     stable id, the one the answer names.
+//     stable id, the one the answer names. A sender whose event id is in
+//     the signed body rather than a header (Stripe's "id") is served the
+//     same way with Config.EventIDFrom: BodyField("id"), read once the
+//     signature is verified.
+//   - 400 for a delivery id longer than MaxEventID (1 KB) or not valid
+//     UTF-8: ErrBadEventID. Nothing is stored.
 //
 // Every request's body is buffered (up to MaxBody) before its signature
 // can be checked, so unauthenticated senders can hold MaxBody of memory per

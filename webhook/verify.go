@@ -28,6 +28,9 @@ var (
 	// slowly than Config.ReadTimeout allows (408), hung up, or sent a
 	// malformed encoding (400).
 	ErrReadBody = errors.New("webhook: body not read")
+	// ErrBadEventID: a delivery id (the EventID header, or what
+	// EventIDFrom read) longer than MaxEventID or not valid UTF-8 (400).
+	ErrBadEventID = errors.New("webhook: bad delivery id")
 	// ErrMethod: a method other than POST.
 	ErrMethod = errors.New("webhook: method not allowed")
 	// ErrStore: the event could not be stored; the sender should retry.

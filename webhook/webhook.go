@@ -54,6 +54,12 @@ type Config struct {
 	// "X-GitHub-Delivery"): an event redelivered with the same id is stored
 	// once. Default: none, every request is a new event.
 	EventID string
+	// EventIDFrom, when set, takes the delivery id from the request once
+	// its signature is verified, in place of the EventID header: for
+	// senders whose event id is in the signed body (Stripe's "id", which
+	// BodyField("id") reads), so a replayed or redelivered event is stored
+	// once. An empty result means no id (a new event each time).
+	EventIDFrom func(body []byte, header http.Header) string
 	// Headers are the request headers kept with the event. Default
 	// DefaultHeaders. The signature header and the EventID header are
 	// always kept.
@@ -72,7 +78,7 @@ type Config struct {
 	StoreTimeout time.Duration
 	// OnError, when set, sees every request that was not stored, with its
 	// error: ErrMethod, ErrTooLarge, ErrReadBody, ErrMissingSignature,
-	// ErrBadSignature, ErrExpired or ErrStore. For metrics and logs; it
+	// ErrBadSignature, ErrExpired, ErrBadEventID or ErrStore. For metrics and logs; it
 	// must not write to the response.
 	OnError func(r *http.Request, err error)
 	// Logger receives rejections at debug level and storage failures as
@@ -282,8 +288,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ev.Headers[k] = v
 		}
 	}
-	if h.cfg.EventID != "" {
+	switch {
+	case h.cfg.EventIDFrom != nil:
+		ev.ID = strings.TrimSpace(h.cfg.EventIDFrom(body, r.Header))
+	case h.cfg.EventID != "":
 		ev.ID = strings.TrimSpace(r.Header.Get(h.cfg.EventID))
+	}
+	if len(ev.ID) > MaxEventID || !utf8.ValidString(ev.ID) {
+		h.reject(w, r, http.StatusBadRequest, fmt.Errorf("%w: delivery id of %d bytes (at most %d of valid UTF-8)", ErrBadEventID, len(ev.ID), MaxEventID))
+		return
 	}
 	// The sender hanging up must not cut a write in half: the store gets
 	// its own deadline.
@@ -334,6 +347,26 @@ func (h *Handler) store(ctx context.Context, ev Event) (Response, error) {
 		}
 	}
 	return Response{}, fmt.Errorf("delivery %q: run ids %s and %s are taken by other runs", ev.ID, h.RunID(ev.ID), h.fallbackID(ev.ID))
+}
+
+// MaxEventID is the longest delivery id, in bytes.
+const MaxEventID = 1024
+
+// BodyField returns an EventIDFrom that reads the top-level string field
+// name of a JSON body (Stripe's event id: BodyField("id")); "" when the
+// body is not a JSON object or the field is not a string.
+func BodyField(name string) func(body []byte, header http.Header) string {
+	return func(body []byte, _ http.Header) string {
+		var m map[string]json.RawMessage
+		if json.Unmarshal(body, &m) != nil {
+			return ""
+		}
+		var v string
+		if json.Unmarshal(m[name], &v) != nil {
+			return ""
+		}
+		return v
+	}
 }
 
 // RunID is the run id of the event with delivery id id: stable, so a

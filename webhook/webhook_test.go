@@ -465,3 +465,48 @@ func TestEmptySecretRefused(t *testing.T) {
 		t.Fatalf("%d runs stored, want none", len(runs))
 	}
 }
+
+// With EventIDFrom, the delivery id comes from the verified body (Stripe's
+// event id): a Stripe event resent with a new signature and timestamp is
+// stored once; another event id is another event; a body without the
+// field is a new event each time; an id too long for one is refused.
+func TestEventIDFromBody(t *testing.T) {
+	t.Parallel()
+	stripe := must(webhook.Stripe(secret, 0))
+	e := setup(t, webhook.Config{Verifier: stripe, EventIDFrom: webhook.BodyField("id")}, nil)
+	post := func(body string, at time.Time) (int, webhook.Response) {
+		return e.post(t, []byte(body), map[string]string{"Stripe-Signature": stripe.Sign([]byte(body), at)})
+	}
+	body := `{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","type":"invoice.paid"}`
+	code1, res1 := post(body, time.Now())
+	code2, res2 := post(body, time.Now().Add(time.Second))
+	if code1 != http.StatusOK || code2 != http.StatusOK || res1.ID != res2.ID || res1.Duplicate || !res2.Duplicate {
+		t.Fatalf("answers %d %+v, %d %+v; want one run, the second a duplicate", code1, res1, code2, res2)
+	}
+	r, err := e.P.Get(context.Background(), res1.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := webhook.EventOf(r); err != nil || ev.ID != "evt_1NG8Du2eZvKYlo2CUI79vXWy" {
+		t.Fatalf("stored event %+v, %v", ev, err)
+	}
+	if code, res := post(`{"id":"evt_other","type":"invoice.paid"}`, time.Now()); code != http.StatusOK || res.ID == res1.ID || res.Duplicate {
+		t.Fatalf("another event id: %d %+v", code, res)
+	}
+	_, a := post(`{"type":"no id"}`, time.Now())
+	_, b := post(`{"type":"no id"}`, time.Now())
+	if a.ID == "" || a.ID == b.ID || b.Duplicate {
+		t.Fatalf("bodies without an id: %+v, %+v; want two events", a, b)
+	}
+	if code, _ := post(`{"id":"`+strings.Repeat("x", webhook.MaxEventID+1)+`"}`, time.Now()); code != http.StatusBadRequest || !errors.Is(e.lastError(), webhook.ErrBadEventID) {
+		t.Fatalf("a long id: %d %v; want 400 ErrBadEventID", code, e.lastError())
+	}
+	// A delivery id header that is not UTF-8.
+	h := setup(t, webhook.Config{Verifier: gh, EventID: "X-GitHub-Delivery"}, nil)
+	if code, _ := h.post(t, []byte(body), githubHeaders([]byte(body), "d-\xff")); code != http.StatusBadRequest || !errors.Is(h.lastError(), webhook.ErrBadEventID) {
+		t.Fatalf("a non-UTF-8 id: %d %v; want 400 ErrBadEventID", code, h.lastError())
+	}
+	if runs := h.runs(t); len(runs) != 0 {
+		t.Fatalf("%d runs stored, want none", len(runs))
+	}
+}
