@@ -491,14 +491,25 @@ func (c *Crons) advance(ctx context.Context, r *cronRecord, now time.Time) (Tick
 }
 
 // skipMissed returns how many fire times lie in [t, limit) (counted up to
-// maxCount) and the first fire time at or after limit.
+// maxCount) and the first fire time at or after limit (for an interval
+// more than 292 years behind, a later fire time that may still be before
+// limit: the caller skips again from there).
 func skipMissed(s cronspec.Spec, t, limit time.Time) (int, time.Time, error) {
 	if !t.Before(limit) {
 		return 0, t, nil
 	}
 	if s.Kind == cronspec.KindInterval {
-		k := (limit.Sub(t) + s.Every - 1) / s.Every
-		return int(k), t.Add(k * s.Every), nil
+		// Whole periods within limit-t, then one more if still short. No
+		// sum of durations here: limit-t saturates at 292 years (a next
+		// time written by hand in year 1) and an interval may be as long,
+		// and an overflow would move the cron back in time, where it
+		// would stay.
+		k := limit.Sub(t) / s.Every
+		x := t.Add(k * s.Every)
+		if x.Before(limit) {
+			x, k = x.Add(s.Every), k+1
+		}
+		return int(k), x, nil
 	}
 	resume, err := s.Next(limit.Add(-time.Nanosecond))
 	if err != nil {
