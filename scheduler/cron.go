@@ -90,6 +90,15 @@ var (
 	ErrCronExists = errors.New("scheduler: cron already exists")
 	// ErrCronNotFound: no cron with that name. It also matches jetflow.ErrNotFound.
 	ErrCronNotFound = errors.New("scheduler: cron not found")
+	// ErrBadCronRecord: a stored cron that cannot be used (written by
+	// hand or by something else: invalid JSON, wrong types, another
+	// cron's name, an invalid schedule, an enabled cron without a next
+	// time, or a next time that its schedule cannot have). It also
+	// matches jetflow.ErrBadRecord. Get, Pause and Resume return it;
+	// Delete removes the record, and a code-defined cron of that name
+	// replaces it. The evaluator logs it, drops its index entry and goes
+	// on with the other crons (TickStats.Bad).
+	ErrBadCronRecord = fmt.Errorf("scheduler: unreadable cron record: %w", jetflow.ErrBadRecord)
 )
 
 func notFound(name string) error {
@@ -565,7 +574,7 @@ func (c *Crons) RegisterBatch(ctx context.Context, defs []CronDef) error {
 }
 
 // Get returns cron name with the outcome of its last run.
-// Errors: ErrCronNotFound.
+// Errors: ErrCronNotFound, ErrBadCronRecord.
 func (c *Crons) Get(ctx context.Context, name string) (*CronInfo, error) {
 	if err := ValidateCronName(name); err != nil {
 		return nil, err
@@ -583,7 +592,7 @@ func (c *Crons) Get(ctx context.Context, name string) (*CronInfo, error) {
 func (c *Crons) List(ctx context.Context) ([]*CronInfo, error) { return c.store.Crons(ctx) }
 
 // Pause disables cron name: it does not fire until resumed. Pausing a
-// paused cron is a no-op. Errors: ErrCronNotFound.
+// paused cron is a no-op. Errors: ErrCronNotFound, ErrBadCronRecord.
 func (c *Crons) Pause(ctx context.Context, name string) error {
 	return c.modify(ctx, name, func(r *cronRecord, now time.Time) (bool, error) {
 		if !r.Enabled {
@@ -595,7 +604,8 @@ func (c *Crons) Pause(ctx context.Context, name string) error {
 }
 
 // Resume enables cron name. Its next time is computed from now: what it
-// missed while paused is not replayed. Errors: ErrCronNotFound.
+// missed while paused is not replayed. Errors: ErrCronNotFound,
+// ErrBadCronRecord.
 func (c *Crons) Resume(ctx context.Context, name string) error {
 	return c.modify(ctx, name, func(r *cronRecord, now time.Time) (bool, error) {
 		if r.Enabled {
@@ -612,7 +622,8 @@ func (c *Crons) Resume(ctx context.Context, name string) error {
 
 // Delete removes cron name; runs it started are not affected. A
 // code-defined cron comes back at the next leader term unless it was
-// removed from the code too. Errors: ErrCronNotFound.
+// removed from the code too. A record that cannot be read
+// (ErrBadCronRecord) is deleted too. Errors: ErrCronNotFound.
 func (c *Crons) Delete(ctx context.Context, name string) error {
 	if err := ValidateCronName(name); err != nil {
 		return err
@@ -623,7 +634,7 @@ func (c *Crons) Delete(ctx context.Context, name string) error {
 	}
 	for {
 		r, rev, err := c.load(ctx, name)
-		if err != nil {
+		if err != nil && !errors.Is(err, ErrBadCronRecord) {
 			return err
 		}
 		if err := kv.Delete(ctx, defKey(name), jetstream.LastRevision(rev)); err != nil {
@@ -632,7 +643,9 @@ func (c *Crons) Delete(ctx context.Context, name string) error {
 			}
 			return fmt.Errorf("scheduler: delete cron %s: %w", name, err)
 		}
-		c.removeDue(ctx, r.Due, name)
+		if r != nil {
+			c.removeDue(ctx, r.Due, name)
+		}
 		return nil
 	}
 }

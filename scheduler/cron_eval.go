@@ -60,6 +60,9 @@ type TickStats struct {
 	Pages int
 	// Errors met; their entries are retried at the next tick.
 	Errors int
+	// Bad index entries whose cron record cannot be used
+	// (ErrBadCronRecord): logged and removed, not retried.
+	Bad int
 }
 
 func (t *TickStats) add(o TickStats) {
@@ -69,6 +72,7 @@ func (t *TickStats) add(o TickStats) {
 	t.Missed += o.Missed
 	t.Stale += o.Stale
 	t.Errors += o.Errors
+	t.Bad += o.Bad
 }
 
 // run evaluates crons until ctx ends: the code-defined set is synced, then
@@ -359,6 +363,21 @@ func (c *Crons) evaluate(ctx context.Context, e dueEntry, now time.Time) (outcom
 		if errors.Is(err, ErrCronNotFound) {
 			c.removeEntry(ctx, e.key, e.seq)
 			o.Stale++
+			return o, nil
+		}
+		if err == nil && r.Enabled && r.Due == e.sec && r.Next.After(now) {
+			// Filed early: another process's clock, or a next time
+			// written by hand that its schedule cannot have.
+			if far, ferr := r.Spec.Next(now.Add(24 * time.Hour)); ferr != nil || r.Next.After(far) {
+				err = badRecord(e.name, "next time %s is beyond the schedule's next time after tomorrow", r.Next.Format(time.RFC3339))
+			}
+		}
+		if errors.Is(err, ErrBadCronRecord) {
+			// Retrying cannot help: left to Delete (or to the code
+			// defining it), and the other crons go on.
+			c.log.Error("cron record unusable; its index entry is dropped", "cron", e.name, "error", err)
+			c.removeEntry(ctx, e.key, e.seq)
+			o.Bad++
 			return o, nil
 		}
 		if err != nil {
@@ -718,8 +737,20 @@ func (c *Crons) Sync(ctx context.Context) error {
 }
 
 func (c *Crons) syncOne(ctx context.Context, want cronRecord) error {
+	kvb, _, err := c.open(ctx)
+	if err != nil {
+		return err
+	}
 	for {
 		cur, rev, err := c.load(ctx, want.Name)
+		if errors.Is(err, ErrBadCronRecord) {
+			// The code defines it: the unusable record is replaced.
+			c.log.Warn("code-defined cron replaces an unusable record", "cron", want.Name, "error", err)
+			if err := kvb.Delete(ctx, defKey(want.Name), jetstream.LastRevision(rev)); err != nil && !isWrongSeq(err) {
+				return fmt.Errorf("scheduler: delete cron %s: %w", want.Name, err)
+			}
+			continue
+		}
 		if errors.Is(err, ErrCronNotFound) {
 			r := want
 			err := c.create(ctx, &r)
@@ -781,10 +812,10 @@ func (c *Crons) removeCode(ctx context.Context, name string) error {
 		if errors.Is(err, ErrCronNotFound) {
 			return nil
 		}
-		if err != nil {
-			return err
+		if err != nil && !errors.Is(err, ErrBadCronRecord) {
+			return err // an unusable record under a name the code defined is removed
 		}
-		if r.Origin != OriginCode {
+		if r != nil && r.Origin != OriginCode {
 			return nil
 		}
 		if err := kvb.Delete(ctx, defKey(name), jetstream.LastRevision(rev)); err != nil {
@@ -793,7 +824,9 @@ func (c *Crons) removeCode(ctx context.Context, name string) error {
 			}
 			return fmt.Errorf("scheduler: delete cron %s: %w", name, err)
 		}
-		c.removeDue(ctx, r.Due, name)
+		if r != nil {
+			c.removeDue(ctx, r.Due, name)
+		}
 		c.log.Info("code-defined cron removed", "cron", name)
 		return nil
 	}

@@ -107,7 +107,9 @@ func (c *Crons) open(ctx context.Context) (jetstream.KeyValue, jetstream.Stream,
 	return kvb, st, nil
 }
 
-// load reads cron name and its revision. Errors: ErrCronNotFound.
+// load reads cron name and its revision. Errors: ErrCronNotFound,
+// ErrBadCronRecord (with the revision, so that it can be replaced or
+// deleted).
 func (c *Crons) load(ctx context.Context, name string) (*cronRecord, uint64, error) {
 	kvb, _, err := c.open(ctx)
 	if err != nil {
@@ -122,9 +124,35 @@ func (c *Crons) load(ctx context.Context, name string) (*cronRecord, uint64, err
 	}
 	r := new(cronRecord)
 	if err := json.Unmarshal(e.Value(), r); err != nil {
-		return nil, 0, fmt.Errorf("scheduler: decode cron %s: %w", name, err)
+		return nil, e.Revision(), badRecord(name, "%v", err)
+	}
+	if err := checkRecord(r, name); err != nil {
+		return nil, e.Revision(), err
 	}
 	return r, e.Revision(), nil
+}
+
+func badRecord(name, format string, args ...any) error {
+	return fmt.Errorf("%w: %q: %s", ErrBadCronRecord, name, fmt.Sprintf(format, args...))
+}
+
+// checkRecord refuses a decoded record the evaluator cannot use (one
+// written by hand, or by something else than this package): another
+// cron's name, a schedule that does not validate, negative policies, or
+// an enabled cron without a next time and index entry.
+func checkRecord(r *cronRecord, name string) error {
+	switch {
+	case r.Name != name:
+		return badRecord(name, "it holds cron %q", r.Name)
+	case r.CatchUp < 0 || r.Replay < 0:
+		return badRecord(name, "negative catchUp %d or replay %d", r.CatchUp, r.Replay)
+	case r.Enabled && (r.Next.Unix() <= 0 || r.Due <= 0):
+		return badRecord(name, "enabled with next time %s and due second %d", r.Next.Format(time.RFC3339), r.Due)
+	}
+	if err := validateSchedule(r.Spec, 0); err != nil {
+		return badRecord(name, "%v", err)
+	}
+	return nil
 }
 
 // write stores r by compare-and-swap on rev (0: create). ok is false when
