@@ -342,7 +342,7 @@ func (s *Scheduler) cronLoop(ctx context.Context) { s.Crons().run(ctx) }
 // '-'. Errors: ErrInvalidCron.
 func ValidateCronName(name string) error {
 	if len(name) == 0 || len(name) > 128 {
-		return fmt.Errorf("%w: name %q must be 1-128 bytes", ErrInvalidCron, name)
+		return fmt.Errorf("%w: name %s must be 1-128 bytes", ErrInvalidCron, quoteShort(name))
 	}
 	for i := 0; i < len(name); i++ {
 		ch := name[i]
@@ -351,6 +351,15 @@ func ValidateCronName(name string) error {
 		}
 	}
 	return nil
+}
+
+// quoteShort quotes s, or its first 64 bytes and its length when longer:
+// an error does not repeat a 10 KB name.
+func quoteShort(s string) string {
+	if len(s) <= 128 {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:64], len(s))
 }
 
 // CronRunID is the id of the run a cron starts for scheduled time t:
@@ -445,10 +454,18 @@ func (c *Crons) recordOf(d CronDef, origin CronOrigin) (cronRecord, error) {
 	if err != nil {
 		return cronRecord{}, fmt.Errorf("%w: %s: %w", ErrInvalidCron, d.Name, err)
 	}
-	if limit := kv.ArgsLimit(c.js.Conn().MaxPayload()); len(args) > limit {
+	maxPayload := c.js.Conn().MaxPayload()
+	if limit := kv.ArgsLimit(maxPayload); len(args) > limit {
 		// Its definition, and each of its runs' records, would not fit.
 		return cronRecord{}, fmt.Errorf("%w: %s: %d bytes of args, more than a run record holds (%d): %w",
 			ErrInvalidCron, d.Name, len(args), limit, jetflow.ErrBadArgs)
+	}
+	// The stored definition holds the args, the schedule (a cron
+	// expression or a zone name may be long) and its state (under 1 KB).
+	specJSON, _ := json.Marshal(spec)
+	if size := len(args) + len(specJSON) + len(d.Call.Name) + len(d.Name) + 1024; maxPayload > 0 && int64(size) > maxPayload {
+		return cronRecord{}, fmt.Errorf("%w: %s: its definition would be %d bytes with %d of args and %d of schedule, more than the server's max payload (%d)",
+			ErrInvalidCron, d.Name, size, len(args), len(specJSON), maxPayload)
 	}
 	kind := d.Call.Kind
 	if kind == "" {

@@ -124,3 +124,38 @@ func TestCronGarbageRecords(t *testing.T) {
 		t.Fatalf("wrongtype after Sync: %+v", ci)
 	}
 }
+
+type bigArgs struct {
+	S string `json:"s"`
+}
+
+var bigFn = jetflow.Define[bigArgs]("crontest.big")
+
+// Args at the size limit register; with a long cron expression on top the
+// definition no longer fits a message: ErrInvalidCron, and nothing is
+// left in the index. It was the server's untyped "maximum payload
+// exceeded", after the cron's index entry had been written. A 10 KB name
+// is refused without the error repeating it.
+func TestCronRegisterOversizedDefinition(t *testing.T) {
+	t.Parallel()
+	t0 := cronBase()
+	ts, c, _, _ := cronSetup(t, t0, scheduler.CronConfig{})
+	ctx := context.Background()
+	limit := int(ts.NC.MaxPayload()) - 4096 // kv.ArgsLimit
+	atLimit := bigFn.With(bigArgs{S: strings.Repeat("x", limit-len(`{"s":""}`))})
+	if _, err := c.Register(ctx, scheduler.CronDef{Name: "at-limit", Schedule: scheduler.Interval(time.Minute), Call: atLimit}); err != nil {
+		t.Fatalf("args at the limit: %v", err)
+	}
+	longExpr := "0" + strings.Repeat(",0", 5000) + " * * * *"
+	_, err := c.Register(ctx, scheduler.CronDef{Name: "long-expr", Schedule: scheduler.Cron(longExpr), Call: atLimit})
+	if !errors.Is(err, scheduler.ErrInvalidCron) {
+		t.Fatalf("args at the limit and a 10 KB expression: %v, want ErrInvalidCron", err)
+	}
+	if n := cronIndexEntries(t, ts); n != 1 {
+		t.Fatalf("%d index entries, want the one of at-limit", n)
+	}
+	_, err = c.Register(ctx, scheduler.CronDef{Name: strings.Repeat("n", 10<<10), Schedule: scheduler.Daily(1, 0), Call: cronFn.With(cronArgs{})})
+	if !errors.Is(err, scheduler.ErrInvalidCron) || len(err.Error()) > 1024 {
+		t.Fatalf("10 KB name: %d bytes of error, ErrInvalidCron %v", len(err.Error()), errors.Is(err, scheduler.ErrInvalidCron))
+	}
+}
