@@ -179,7 +179,17 @@ func (c *Crons) Tick(ctx context.Context) (TickStats, error) {
 		e, err := kvb.Get(ctx, watermarkKey)
 		switch {
 		case err == nil:
-			wm, _ := strconv.ParseInt(string(e.Value()), 10, 64)
+			wm, perr := strconv.ParseInt(string(e.Value()), 10, 64)
+			if perr != nil || wm <= 0 || wm > hi+int64(lookback/time.Second) {
+				// Unreadable (written by hand), or ahead of this clock by
+				// more than the lookback (a leader whose clock ran ahead):
+				// read from it, the crons filed between it and now would
+				// never be read. The whole index is read instead, and the
+				// watermark replaced by this leader's.
+				c.log.Warn("cron watermark unusable; reading the whole index", "watermark", string(e.Value()), "now", hi)
+				lo = 0
+				break
+			}
 			c.ev.saved = wm
 			lo = min(wm, hi) - int64(lookback/time.Second) + 1
 			if lo < 1 {

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/nats-io/nats.go"
 )
 
 // An interval as long as a time.Duration allows, missed at its first fire
@@ -157,5 +159,54 @@ func TestCronRegisterOversizedDefinition(t *testing.T) {
 	_, err = c.Register(ctx, scheduler.CronDef{Name: strings.Repeat("n", 10<<10), Schedule: scheduler.Daily(1, 0), Call: cronFn.With(cronArgs{})})
 	if !errors.Is(err, scheduler.ErrInvalidCron) || len(err.Error()) > 1024 {
 		t.Fatalf("10 KB name: %d bytes of error, ErrInvalidCron %v", len(err.Error()), errors.Is(err, scheduler.ErrInvalidCron))
+	}
+}
+
+// The evaluator's watermark in the crons bucket, unusable: ahead of the
+// clock (a leader whose clock ran ahead, or written by hand) or not a
+// number. A new term reads the whole index once, the cron due during the
+// downtime is evaluated, and the watermark is replaced. Before, a
+// watermark ahead of the clock was read from and never replaced: a cron
+// due before it never fired again. One that was not a number made the
+// term read from second 1 with a consumer per 100 hours since 1970
+// (about 4,900 consumers, seconds of stalled tick).
+func TestCronWatermarkUnusable(t *testing.T) {
+	t.Parallel()
+	for _, wm := range []string{"abc", "99999999999"} {
+		t0 := cronBase()
+		ts, c, _, clk := cronSetup(t, t0, scheduler.CronConfig{})
+		ctx := context.Background()
+		cronRegister(t, c, scheduler.CronDef{Name: "d", Schedule: scheduler.Interval(time.Minute), Overlap: true})
+		kvb, err := ts.JS.KeyValue(ctx, "jetflow_crons")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kvb.Put(ctx, "meta.watermark", []byte(wm)); err != nil {
+			t.Fatal(err)
+		}
+		var consumers atomic.Int64
+		sub, err := ts.NC.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.CREATED.KV_jetflow_crons.>", func(*nats.Msg) { consumers.Add(1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.NC.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		// Ten minutes without a scheduler, then a new term.
+		clk.Add(10 * time.Minute)
+		if st := cronTick(t, c); st.Due != 1 || st.Fired != 2 || st.Missed != 9 {
+			t.Fatalf("watermark %q: tick %+v, want the cron's 9 missed fires skipped and 2 fired", wm, st)
+		}
+		e, err := kvb.Get(ctx, "meta.watermark")
+		if err != nil || string(e.Value()) != strconv.FormatInt(clk.Now().Unix(), 10) {
+			t.Fatalf("watermark %q: after the tick %v, want %d", wm, e, clk.Now().Unix())
+		}
+		if err := ts.NC.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		_ = sub.Unsubscribe()
+		if n := consumers.Load(); n > 10 {
+			t.Fatalf("watermark %q: %d consumers made for one tick", wm, n)
+		}
 	}
 }
