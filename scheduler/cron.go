@@ -39,6 +39,9 @@ import (
 // fires at 03:30); a wall-clock time repeated by a fall-back transition
 // fires once, at its first occurrence. Intervals are fixed periods of
 // absolute time and ignore the zone.
+//
+// A schedule that never fires within 30 years ("0 0 30 2 *", "0 9 31 4 *")
+// is refused with ErrNoFireTime; "0 9 29 2 *" fires in leap years only.
 type Schedule = cronspec.Spec
 
 // ScheduleKind is the kind of a Schedule: "interval", "hourly", "daily",
@@ -49,7 +52,11 @@ type ScheduleKind = cronspec.Kind
 // A cron with an interval schedule first fires when it is registered.
 func Interval(d time.Duration) Schedule { return cronspec.Interval(d) }
 
-// Hourly fires every hour at minute.
+// Hourly fires every hour at minute, of the zone's wall clock (in
+// Asia/Kathmandu, +05:45, Hourly(30) fires at :45 UTC). In a zone with
+// daylight saving the hour repeated when clocks go back fires once, so
+// that night one real hour has no fire; in UTC (the default) or with an
+// Interval every real hour has one.
 func Hourly(minute int) Schedule { return cronspec.Hourly(minute) }
 
 // Daily fires every day at hour:minute.
