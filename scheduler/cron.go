@@ -151,11 +151,17 @@ type CronDef struct {
 	Overlap bool
 	// CatchUp is how many fires missed while no scheduler ran (older than
 	// CronConfig.Grace when the scheduler comes back) are replayed, oldest
-	// first and one at a time unless Overlap is set. Default 0: missed fires
-	// are skipped (counted in CronInfo.Missed) and the cron continues at its
-	// next time.
+	// first and one at a time unless Overlap is set; at most MaxCatchUp.
+	// Default 0: missed fires are skipped (counted in CronInfo.Missed) and
+	// the cron continues at its next time.
 	CatchUp int
 }
+
+// MaxCatchUp bounds CronDef.CatchUp: the missed fires are counted when
+// the scheduler comes back, in the evaluation of the cron, and a
+// per-second cron down a month would otherwise count millions of them
+// while every other cron waits.
+const MaxCatchUp = maxCount
 
 // CronRun is the last run a cron started.
 type CronRun = kv.CronRun
@@ -454,8 +460,8 @@ func (c *Crons) recordOf(d CronDef, origin CronOrigin) (cronRecord, error) {
 	if err := validateSchedule(spec, c.cfg.MinInterval); err != nil {
 		return cronRecord{}, fmt.Errorf("%w: %s: %w", ErrInvalidCron, d.Name, err)
 	}
-	if d.CatchUp < 0 {
-		return cronRecord{}, fmt.Errorf("%w: %s: negative CatchUp %d", ErrInvalidCron, d.Name, d.CatchUp)
+	if d.CatchUp < 0 || d.CatchUp > MaxCatchUp {
+		return cronRecord{}, fmt.Errorf("%w: %s: CatchUp %d out of range 0-%d", ErrInvalidCron, d.Name, d.CatchUp, MaxCatchUp)
 	}
 	args, err := d.Call.Encode()
 	if err != nil {

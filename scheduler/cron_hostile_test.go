@@ -210,3 +210,19 @@ func TestCronWatermarkUnusable(t *testing.T) {
 		}
 	}
 }
+
+// CatchUp beyond MaxCatchUp is refused: the evaluation of the cron counts
+// its missed fires, up to CatchUp, after an outage, while the other crons
+// wait (a per-second cron down a month counted 2.6 million).
+func TestCronCatchUpBounded(t *testing.T) {
+	t.Parallel()
+	_, c, _, _ := cronSetup(t, cronBase(), scheduler.CronConfig{})
+	ctx := context.Background()
+	for _, n := range []int{-1, scheduler.MaxCatchUp + 1, 1 << 40} {
+		_, err := c.Register(ctx, scheduler.CronDef{Name: "every-second", Schedule: scheduler.Cron("* * * * * *"), CatchUp: n, Call: cronFn.With(cronArgs{})})
+		if !errors.Is(err, scheduler.ErrInvalidCron) {
+			t.Fatalf("CatchUp %d: %v, want ErrInvalidCron", n, err)
+		}
+	}
+	cronRegister(t, c, scheduler.CronDef{Name: "every-second", Schedule: scheduler.Cron("* * * * * *"), CatchUp: scheduler.MaxCatchUp})
+}

@@ -144,8 +144,8 @@ func checkRecord(r *cronRecord, name string) error {
 	switch {
 	case r.Name != name:
 		return badRecord(name, "it holds cron %q", r.Name)
-	case r.CatchUp < 0 || r.Replay < 0:
-		return badRecord(name, "negative catchUp %d or replay %d", r.CatchUp, r.Replay)
+	case r.CatchUp < 0 || r.CatchUp > MaxCatchUp || r.Replay < 0 || r.Replay > MaxCatchUp:
+		return badRecord(name, "catchUp %d or replay %d out of range 0-%d", r.CatchUp, r.Replay, MaxCatchUp)
 	case r.Enabled && (r.Next.Unix() <= 0 || r.Due <= 0):
 		return badRecord(name, "enabled with next time %s and due second %d", r.Next.Format(time.RFC3339), r.Due)
 	}
