@@ -653,7 +653,8 @@ func (c *Crons) Resume(ctx context.Context, name string) error {
 // Delete removes cron name; runs it started are not affected. A
 // code-defined cron comes back at the next leader term unless it was
 // removed from the code too. A record that cannot be read
-// (ErrBadCronRecord) is deleted too. Errors: ErrCronNotFound.
+// (ErrBadCronRecord) or whose zone this process does not know is deleted
+// too. Errors: ErrCronNotFound.
 func (c *Crons) Delete(ctx context.Context, name string) error {
 	if err := ValidateCronName(name); err != nil {
 		return err
@@ -664,7 +665,7 @@ func (c *Crons) Delete(ctx context.Context, name string) error {
 	}
 	for {
 		r, rev, err := c.load(ctx, name)
-		if err != nil && !errors.Is(err, ErrBadCronRecord) {
+		if err != nil && !errors.Is(err, ErrBadCronRecord) && !errors.Is(err, ErrUnknownZone) {
 			return err
 		}
 		if err := kv.Delete(ctx, defKey(name), jetstream.LastRevision(rev)); err != nil {

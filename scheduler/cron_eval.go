@@ -822,7 +822,7 @@ func (c *Crons) removeCode(ctx context.Context, name string) error {
 		if errors.Is(err, ErrCronNotFound) {
 			return nil
 		}
-		if err != nil && !errors.Is(err, ErrBadCronRecord) {
+		if err != nil && !errors.Is(err, ErrBadCronRecord) && !errors.Is(err, ErrUnknownZone) {
 			return err // an unusable record under a name the code defined is removed
 		}
 		if r != nil && r.Origin != OriginCode {

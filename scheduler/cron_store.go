@@ -109,7 +109,7 @@ func (c *Crons) open(ctx context.Context) (jetstream.KeyValue, jetstream.Stream,
 
 // load reads cron name and its revision. Errors: ErrCronNotFound,
 // ErrBadCronRecord (with the revision, so that it can be replaced or
-// deleted).
+// deleted), ErrUnknownZone (with the record and its revision).
 func (c *Crons) load(ctx context.Context, name string) (*cronRecord, uint64, error) {
 	kvb, _, err := c.open(ctx)
 	if err != nil {
@@ -127,6 +127,9 @@ func (c *Crons) load(ctx context.Context, name string) (*cronRecord, uint64, err
 		return nil, e.Revision(), badRecord(name, "%v", err)
 	}
 	if err := checkRecord(r, name); err != nil {
+		if errors.Is(err, ErrUnknownZone) {
+			return r, e.Revision(), err
+		}
 		return nil, e.Revision(), err
 	}
 	return r, e.Revision(), nil
@@ -150,6 +153,12 @@ func checkRecord(r *cronRecord, name string) error {
 		return badRecord(name, "enabled with next time %s and due second %d", r.Next.Format(time.RFC3339), r.Due)
 	}
 	if err := validateSchedule(r.Spec, 0); err != nil {
+		if errors.Is(err, ErrUnknownZone) {
+			// Not necessarily the record's fault: this process's zoneinfo
+			// may lack a zone another process has (an older tzdata). Its
+			// evaluation fails and is retried, the cron kept.
+			return fmt.Errorf("scheduler: cron %s: %w", name, err)
+		}
 		return badRecord(name, "%v", err)
 	}
 	return nil
