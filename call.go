@@ -18,10 +18,15 @@ type Call struct {
 // With pairs the function with its arguments.
 func (f Function[A]) With(args A) Call { return Call{Name: f.name, Kind: f.kind, Args: args} }
 
-// Encode returns the JSON arguments of the call, or ErrBadArgs.
+// Encode returns the JSON arguments of the call, or ErrBadArgs;
+// ErrInvalidName for a name that is not valid or a Kind other than
+// Retryable, AtMostOnce or empty (Retryable).
 func (c Call) Encode() (json.RawMessage, error) {
 	if err := ValidateName(c.Name); err != nil {
 		return nil, err
+	}
+	if c.Kind != "" && c.Kind != Retryable && c.Kind != AtMostOnce {
+		return nil, fmt.Errorf("%w: %s: unknown kind %.64q", ErrInvalidName, c.Name, c.Kind)
 	}
 	if raw, ok := c.Args.(json.RawMessage); ok {
 		if len(raw) == 0 {

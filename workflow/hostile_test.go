@@ -59,7 +59,7 @@ func TestRefusedCallOrChildFailsTheStep(t *testing.T) {
 	} {
 		id, err := workflow.Start(ctx, e.P, c.def, struct{}{})
 		must(t, err)
-		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 		r, err := e.P.Wait(wctx, id)
 		cancel()
 		if err != nil {
@@ -105,7 +105,7 @@ func TestSleepUntilOutOfRange(t *testing.T) {
 	} {
 		id, err := workflow.Start(ctx, e.P, c.def, struct{}{})
 		must(t, err)
-		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 		r, err := e.P.Wait(wctx, id)
 		cancel()
 		if err != nil {
@@ -235,7 +235,7 @@ func TestInvalidStepNameFailsBeforeTheStepRuns(t *testing.T) {
 	} {
 		id, err := workflow.Start(ctx, e.P, c.def, struct{}{})
 		must(t, err)
-		wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
 		r, err := e.P.Wait(wctx, id)
 		cancel()
 		if err != nil {
