@@ -1,6 +1,13 @@
 package cronspec
 
-import "time"
+import (
+	"time"
+	// The IANA zone database, for hosts without one (a scratch or
+	// distroless container): without it every cron in a zone is refused
+	// there with ErrUnknownZone. The host's database, when it has one, is
+	// read first; this adds about 450 KB to a binary.
+	_ "time/tzdata"
+)
 
 // nextInstant maps the spec's wall-clock schedule to instants and returns
 // the first one strictly after a (a UTC instant).
