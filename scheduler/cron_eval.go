@@ -247,12 +247,35 @@ func (c *Crons) Tick(ctx context.Context) (TickStats, error) {
 	if hi > c.ev.w {
 		c.ev.w = hi
 	}
-	if c.ev.w > c.ev.saved && ctx.Err() == nil {
-		if _, err := kvb.Put(ctx, watermarkKey, []byte(strconv.FormatInt(c.ev.w, 10))); err == nil {
-			c.ev.saved = c.ev.w
+	if wm := c.ev.storedWatermark(); wm != c.ev.saved && ctx.Err() == nil {
+		if _, err := kvb.Put(ctx, watermarkKey, []byte(strconv.FormatInt(wm, 10))); err == nil {
+			c.ev.saved = wm
 		}
 	}
 	return stats, nil
+}
+
+// maxPin bounds how far back a retried entry holds the stored watermark.
+const maxPin = 24 * time.Hour
+
+// storedWatermark is the watermark to store: the seconds read, held back
+// so that a new leader, which reads from lookback before it, reads again
+// the entries this one still retries (their evaluation failed: a stream
+// without a leader, say). They are kept only in this leader's memory, and
+// an entry not read again is a cron that never fires again. An entry
+// retried for longer than maxPin no longer holds it back.
+func (ev *evalState) storedWatermark() int64 {
+	wm := ev.w
+	floor := ev.w - int64(maxPin/time.Second)
+	for _, e := range ev.extra {
+		if e.sec <= floor {
+			continue
+		}
+		if pin := e.sec + int64(lookback/time.Second) - 1; pin < wm {
+			wm = pin
+		}
+	}
+	return wm
 }
 
 func mergeEntries(dst, src map[string]dueEntry) map[string]dueEntry {

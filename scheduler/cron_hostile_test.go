@@ -241,3 +241,51 @@ func TestCronCatchUpBounded(t *testing.T) {
 	}
 	cronRegister(t, c, scheduler.CronDef{Name: "every-second", Schedule: scheduler.Cron("* * * * * *"), CatchUp: scheduler.MaxCatchUp})
 }
+
+// An index entry whose evaluation keeps failing (here a zone no process
+// knows, written by hand; in life a stream without a leader) is retried
+// from the leader's memory. The stored watermark holds back for it, so
+// that a new leader reads it again once the cause is gone: before, a new
+// leader read from two minutes before the watermark, never saw the entry,
+// and the cron never fired again.
+func TestCronRetriedEntryOutlivesALeaderChange(t *testing.T) {
+	t.Parallel()
+	t0 := cronBase()
+	ts, c, _, clk := cronSetup(t, t0, scheduler.CronConfig{})
+	ctx := context.Background()
+	cronRegister(t, c, scheduler.CronDef{Name: "good", Schedule: scheduler.Interval(time.Minute), Overlap: true})
+	kvb, err := ts.JS.KeyValue(ctx, "jetflow_crons")
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := strconv.FormatInt(t0.Unix(), 10)
+	rec := func(tz string) []byte {
+		return []byte(`{"name":"flaky","spec":{"kind":"daily","hour":9,"tz":"` + tz + `"},"function":"crontest.ping","enabled":true,"next":"` +
+			t0.Format(time.RFC3339) + `","due":` + due + `}`)
+	}
+	if _, err := kvb.Put(ctx, "def.flaky", rec("Mars/Olympus")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvb.Put(ctx, "due."+strconv.FormatInt(t0.Unix()/3600, 10)+"."+due+".flaky", nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i <= 10; i++ {
+		st, err := c.Tick(ctx)
+		if err != nil || st.Errors != 1 {
+			t.Fatalf("tick %d: %+v %v, want flaky's evaluation to fail", i, st, err)
+		}
+		clk.Add(time.Minute)
+	}
+	// The cause goes away, and another scheduler leads.
+	if _, err := kvb.Put(ctx, "def.flaky", rec("Europe/Paris")); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := scheduler.NewCrons(ctx, ts.JS, scheduler.CronConfig{Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cronTick(t, c2)
+	if ci := cronGet(t, c2, "flaky"); !ci.Next.After(clk.Now()) {
+		t.Fatalf("flaky after the new leader's tick: next %v (now %v), want its next time: its entry was not read", ci.Next, clk.Now())
+	}
+}
