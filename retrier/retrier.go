@@ -117,14 +117,17 @@ func (o Options) Delay(k int) time.Duration {
 	if !o.NoJitter {
 		d *= 0.5 + rand.Float64()
 	}
-	limit := float64(math.MaxInt64 / 2)
+	limit := time.Duration(math.MaxInt64 / 2)
 	if o.MaxBackoff > 0 {
-		limit = float64(o.MaxBackoff)
+		limit = o.MaxBackoff
 	}
-	if d > limit || math.IsInf(d, 0) || math.IsNaN(d) {
-		return time.Duration(limit)
+	// Compared as floats, returned as the Duration itself: float64 of a
+	// Duration near the largest rounds up to 2^63, which converts back to
+	// a negative Duration (a retry at once).
+	if math.IsNaN(d) || d >= float64(limit) {
+		return limit
 	}
-	return time.Duration(d)
+	return max(time.Duration(d), 1)
 }
 
 // policy is the part of Options stored with each run.
