@@ -119,9 +119,9 @@ func (r *Retrier) startStatus(ctx context.Context, id string) (Status, error) {
 		}
 		return Status{}, err
 	}
-	var s spec
-	if err := json.Unmarshal(start.Args, &s); err != nil {
-		return Status{}, fmt.Errorf("%w: start run %s: %v", ErrBadRecord, start.ID, err)
+	s, err := startSpec(start)
+	if err != nil {
+		return Status{}, err
 	}
 	st := Status{ID: id, Function: s.Function, State: jetflow.Pending}
 	switch start.State {
@@ -167,9 +167,9 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 			}
 			return serr
 		}
-		var s spec
-		if err := json.Unmarshal(start.Args, &s); err != nil {
-			return fmt.Errorf("%w: start run %s: %v", ErrBadRecord, start.ID, err)
+		s, err := startSpec(start)
+		if err != nil {
+			return err
 		}
 		now := time.Now().UTC()
 		rec = &jetflow.Run{
@@ -197,4 +197,21 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 		return fmt.Errorf("%w: run %s is a %s", ErrBadRecord, id, rec.Name)
 	}
 	return r.p.Cancel(ctx, id)
+}
+
+// startSpec is the spec of start run r. Errors: ErrBadRecord when r is not
+// a retrier's start run (another function's run under that id, or args
+// that are not a spec).
+func startSpec(r *jetflow.Run) (spec, error) {
+	if r.Name != StartFunction {
+		return spec{}, fmt.Errorf("%w: run %s is a %s, not a retrier's start", ErrBadRecord, r.ID, r.Name)
+	}
+	var s spec
+	if err := json.Unmarshal(r.Args, &s); err != nil {
+		return spec{}, fmt.Errorf("%w: start run %s: %v", ErrBadRecord, r.ID, err)
+	}
+	if s.Function == "" {
+		return spec{}, fmt.Errorf("%w: start run %s names no function", ErrBadRecord, r.ID)
+	}
+	return s, nil
 }
