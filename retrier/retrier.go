@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/nats-io/nuid"
 )
@@ -211,7 +212,9 @@ func WithOptions(x Options) RunOption {
 // Run starts c now and retries it until it succeeds, fails MaxFailures+1
 // times, or is canceled. It returns the retrier id once the run is durable.
 // Errors: jetflow.ErrInvalidName, jetflow.ErrBadArgs, jetflow.ErrInvalidRunID,
-// producer.ErrArgsTooLarge, producer.ErrAlreadyExists (with the id).
+// producer.ErrArgsTooLarge (the call's args and the callback's context, with
+// 8 KiB to spare, must fit the server's max payload: the attempts' and the
+// callback's messages carry them), producer.ErrAlreadyExists (with the id).
 func (r *Retrier) Run(ctx context.Context, c jetflow.Call, opts ...RunOption) (string, error) {
 	return r.RunAt(ctx, time.Time{}, c, opts...)
 }
@@ -260,6 +263,9 @@ func (r *Retrier) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 		}
 		s.OnComplete = &jetflow.Callback{Function: o.onComplete.Name, Args: cargs}
 	}
+	if err := checkSize(r.p, s); err != nil {
+		return "", err
+	}
 	_, err = r.p.RunAt(ctx, t, startCall(s), producer.WithID(StartID(id)))
 	if err != nil {
 		if errors.Is(err, producer.ErrAlreadyExists) {
@@ -268,6 +274,37 @@ func (r *Retrier) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 		return "", err
 	}
 	return id, nil
+}
+
+// sizeReserve is the room a retrier's spec leaves in the server's max
+// payload for what is built on it: the record's other fields, an attempt's
+// record and error in the step's completion, the callback's context again
+// in the user's completion (as worker.Job.SetResult leaves for a record).
+const sizeReserve = 8192
+
+// checkSize refuses a spec whose derived messages would not fit the
+// server's max payload: the start run's args would, but the step's
+// completion (the attempt's record, args included) or the user's callback
+// (the retrier's record and the callback's context) would not, and the
+// retrier would stay in progress for ever.
+func checkSize(p *producer.Producer, s spec) error {
+	max := engine.Of(p).Conn().MaxPayload()
+	if max <= 0 {
+		return nil
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", jetflow.ErrBadArgs, s.Function, err)
+	}
+	n := len(raw)
+	if s.OnComplete != nil {
+		n += len(s.OnComplete.Args)
+	}
+	if int64(n)+sizeReserve > max {
+		return fmt.Errorf("%w: retrier of %s: %d bytes of args and callback context, server max payload %d less %d",
+			producer.ErrArgsTooLarge, s.Function, n, max, sizeReserve)
+	}
+	return nil
 }
 
 func startCall(s spec) jetflow.Call {

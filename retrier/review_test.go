@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/retrier"
+	"github.com/jetflow-dev/jetflow/worker"
 )
 
 // A MaxBackoff or InitialBackoff near the largest Duration caps the delay:
@@ -84,4 +88,106 @@ func TestStatusOfNonRetriers(t *testing.T) {
 	if _, err := e.R.Status(ctx, "nope"); !isNotFound(err) {
 		t.Fatalf("status of unknown: %v", err)
 	}
+}
+
+// BigArgs pads a call's args.
+type BigArgs struct {
+	Pad    string `json:"pad"`
+	Result int    `json:"result,omitempty"` // bytes of result on success
+}
+
+var Big = jetflow.Define[BigArgs]("test.big", jetflow.WithKind(jetflow.AtMostOnce))
+
+// A call whose args are as large as Run takes either runs to its end, with
+// its callback, or is refused by Run with ErrArgsTooLarge: never a retrier
+// stuck in progress.
+func TestArgsAtTheSizeLimit(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 64 << 10
+	e := bigEnv(t, maxPayload)
+	ctx := context.Background()
+	cb := retrier.WithOnComplete(jetflow.Call{Name: Done.Name(), Args: DoneContext{Note: strings.Repeat("c", 100)}})
+	// The largest args Run takes.
+	n := maxPayload
+	var id string
+	var err error
+	for ; n > 0; n -= 8 {
+		id, err = e.R.Run(ctx, Big.With(BigArgs{Pad: strings.Repeat("x", n)}), cb)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, producer.ErrArgsTooLarge) {
+			t.Fatalf("Run with %d bytes: %v, want nil or ErrArgsTooLarge", n, err)
+		}
+	}
+	t.Logf("largest args Run takes: %d bytes of pad (max payload %d)", n, maxPayload)
+	e.waitEnd(t, id, jetflow.Success)
+	e.waitCallback(t, id)
+}
+
+// A result that fits the attempt's record but not the retrier's callback
+// (with a large callback context) ends the retrier failed, naming why and
+// where the result is, and the callback runs: it is not left unscheduled.
+func TestResultTooLargeForTheCallback(t *testing.T) {
+	t.Parallel()
+	const maxPayload = 64 << 10
+	e := bigEnv(t, maxPayload)
+	ctx := context.Background()
+	cb := retrier.WithOnComplete(jetflow.Call{Name: Done.Name(), Args: DoneContext{Note: strings.Repeat("c", 16<<10)}})
+	id, err := e.R.Run(ctx, Big.With(BigArgs{Pad: "x", Result: 36 << 10}), cb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := e.waitEnd(t, id, jetflow.Failed)
+	if !strings.Contains(rec.Error, retrier.AttemptID(id, 2)) {
+		t.Fatalf("error %q does not name the attempt that holds the result", rec.Error)
+	}
+	got := e.waitCallback(t, id)
+	if len(got) != 1 || got[0].Run.State != jetflow.Failed {
+		t.Fatalf("callbacks: %v", got)
+	}
+}
+
+func (e *env) waitEnd(t *testing.T, id string, want jetflow.State) *jetflow.Run {
+	t.Helper()
+	ctx := context.Background()
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	rec, err := e.P.Wait(wctx, id)
+	if err != nil {
+		st, _ := e.R.Status(ctx, id)
+		t.Fatalf("retrier %s did not end: %v (status %+v)", id, err, st)
+	}
+	if rec.State != want {
+		t.Fatalf("retrier ended %s (%s), want %s", rec.State, rec.Error, want)
+	}
+	return rec
+}
+
+func bigEnv(t *testing.T, maxPayload int32) *env {
+	ts := testserver.StartMaxPayload(t, maxPayload)
+	p, err := producer.New(context.Background(), ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{Env: ts, P: p, R: retrier.New(p, retrier.Options{InitialBackoff: 10 * time.Millisecond, NoJitter: true}), tg: newTarget()}
+	var mu sync.Mutex
+	calls := 0
+	e.register = func(w *worker.Worker) {
+		worker.Handle(w, Big, func(_ context.Context, j *worker.Job[BigArgs]) error {
+			mu.Lock()
+			calls++
+			n := calls
+			mu.Unlock()
+			if n == 1 {
+				return errors.New("first fails")
+			}
+			if j.Args.Result > 0 {
+				return j.SetResult(strings.Repeat("r", j.Args.Result))
+			}
+			return nil
+		})
+	}
+	e.startProcess(t)
+	return e
 }

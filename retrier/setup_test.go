@@ -98,6 +98,8 @@ type env struct {
 	P  *producer.Producer
 	R  *retrier.Retrier
 	tg *target
+	// register, when set, registers more handlers on each process's worker.
+	register func(w *worker.Worker)
 }
 
 var fastWorkerBackoff = jetflow.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}
@@ -134,6 +136,9 @@ func (e *env) startProcess(t *testing.T) *process {
 	worker.Handle(w, Done, e.tg.done, worker.Options{Backoff: fastWorkerBackoff})
 	if err := e.R.Register(w); err != nil {
 		t.Fatal(err)
+	}
+	if e.register != nil {
+		e.register(w)
 	}
 	s, err := scheduler.New(ctx, js, scheduler.Config{LeaseTTL: time.Second, RepairInterval: 300 * time.Millisecond, RepairGrace: 300 * time.Millisecond})
 	if err != nil {

@@ -151,6 +151,9 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	}
 	switch {
 	case att.State == jetflow.Success:
+		if err := d.resultFits(cur, att); err != nil {
+			return d.finish(ctx, sc, jetflow.Failed, nil, err.Error())
+		}
 		return d.finish(ctx, sc, jetflow.Success, att.Result, "")
 	case att.State == jetflow.Canceled:
 		return d.finish(ctx, sc, jetflow.Canceled, nil, att.Error)
@@ -208,4 +211,31 @@ func (d *driver) finish(ctx context.Context, sc stepContext, st jetflow.State, r
 		return err
 	}
 	return engine.Of(d.p).Complete(ctx, r)
+}
+
+// resultFits reports whether the retrier's record cur, with attempt att's
+// result, and the user's callback built on it (the record and the
+// callback's context) fit the server's max payload. A result that fits
+// the attempt's record may not: the retrier's record also holds the
+// callback's context, and the callback's completion holds it twice. Such a
+// retrier ends failed, naming the attempt that holds the result, rather
+// than as a success whose record or callback could never be written.
+func (d *driver) resultFits(cur, att *jetflow.Run) error {
+	max := engine.Of(d.p).Conn().MaxPayload()
+	if max <= 0 || len(att.Result) == 0 {
+		return nil
+	}
+	raw, err := json.Marshal(cur)
+	if err != nil {
+		return err
+	}
+	n := len(raw) + len(att.Result) + 512 // the completion's fields, the record's times
+	if cur.OnComplete != nil {
+		n += len(cur.OnComplete.Args)
+	}
+	if int64(n)+4096 > max { // the producer's margin (producer.ErrArgsTooLarge)
+		return fmt.Errorf("%w: the result of %d bytes does not fit the retrier's record and callback (server max payload %d); it is on attempt run %s",
+			worker.ErrResultTooLarge, len(att.Result), max, att.ID)
+	}
+	return nil
 }
