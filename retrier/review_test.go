@@ -2,8 +2,11 @@ package retrier_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -190,4 +193,77 @@ func bigEnv(t *testing.T, maxPayload int32) *env {
 	}
 	e.startProcess(t)
 	return e
+}
+
+// Start runs written by another client with a function name that is not
+// valid: the retrier ends failed naming why, and its callback runs; it does
+// not stay in progress.
+func TestGarbageStartRunNotStuck(t *testing.T) {
+	t.Parallel()
+	e := setup(t, retrier.Options{})
+	e.startProcess(t)
+	ctx := context.Background()
+	for _, fn := range []string{"bad name!", "a..b", strings.Repeat("f", 300)} {
+		id := "g" + strconv.Itoa(len(fn))
+		args := fmt.Sprintf(`{"retrier":%q,"fn":%q,"kind":"atMostOnce","args":{},"policy":{"initialBackoff":1000000,"base":2,"maxFailures":1},"onComplete":{"fn":%q}}`, id, fn, Done.Name())
+		if _, err := e.P.Enqueue(ctx, jetflow.RawCall(retrier.StartFunction, json.RawMessage(args)), producer.WithID(retrier.StartID(id))); err != nil {
+			t.Fatal(err)
+		}
+		rec := e.waitEnd(t, id, jetflow.Failed)
+		if !strings.Contains(rec.Error, jetflow.ErrInvalidName.Error()) {
+			t.Errorf("retrier %s: error %q, want it to name %v", id, rec.Error, jetflow.ErrInvalidName)
+		}
+		if got := e.waitCallback(t, id); len(got) != 1 || got[0].Run.State != jetflow.Failed {
+			t.Errorf("retrier %s: callbacks %v", id, got)
+		}
+	}
+}
+
+// A retrier's record whose args another client overwrote with garbage: the
+// next step ends it failed with ErrBadRecord's reason, and its callback
+// runs.
+func TestGarbageRecordArgsNotStuck(t *testing.T) {
+	t.Parallel()
+	e := setup(t, retrier.Options{InitialBackoff: time.Minute, NoJitter: true})
+	e.startProcess(t)
+	ctx := context.Background()
+	id, err := e.R.Run(ctx, Flaky.With(FlakyArgs{Key: "k", Always: true}), retrier.WithOnComplete(jetflow.Call{Name: Done.Name()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 20*time.Second, "attempt 2 waiting", func() bool {
+		st, err := e.R.Status(ctx, id)
+		return err == nil && !st.NextAttempt.IsZero()
+	})
+	kvb, err := e.JS.KeyValue(ctx, "jetflow_runs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ent, err := kvb.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw map[string]any
+	if err := json.Unmarshal(ent.Value(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	raw["args"] = []int{1, 2, 3}
+	b, _ := json.Marshal(raw)
+	if _, err := kvb.Update(ctx, id, b, ent.Revision()); err != nil {
+		t.Fatal(err)
+	}
+	// Attempt 2 is due in a minute: run it now.
+	if _, err := e.P.Get(ctx, retrier.AttemptID(id, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.P.Cancel(ctx, retrier.AttemptID(id, 2)); err != nil {
+		t.Fatal(err)
+	}
+	rec := e.waitEnd(t, id, jetflow.Failed)
+	if !strings.Contains(rec.Error, "not a retrier record") {
+		t.Errorf("error %q, want it to name the bad record", rec.Error)
+	}
+	if got := e.waitCallback(t, id); len(got) != 1 || got[0].Run.State != jetflow.Failed {
+		t.Errorf("callbacks %v", got)
+	}
 }

@@ -58,9 +58,11 @@ func recordStatus(r *jetflow.Run) (Status, error) {
 		return Status{}, fmt.Errorf("%w: run %s is a %s", ErrBadRecord, r.ID, r.Name)
 	}
 	var s spec
-	if err := json.Unmarshal(r.Args, &s); err != nil {
+	if err := json.Unmarshal(r.Args, &s); err != nil && !r.State.Terminal() {
 		return Status{}, fmt.Errorf("%w: %s: %v", ErrBadRecord, r.ID, err)
 	}
+	// An ended record whose args were damaged (the step ended it failed,
+	// naming why) still says how it ended; only its Function is unknown.
 	return Status{
 		ID: r.ID, Function: s.Function, State: r.State, Attempts: r.Attempts,
 		Result: r.Result, Error: r.Error, CompletedTime: r.CompletedTime,

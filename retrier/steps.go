@@ -84,7 +84,25 @@ func (d *driver) start(ctx context.Context, j *worker.Job[spec]) error {
 	case err != nil:
 		return err
 	}
-	return d.schedule(ctx, s, 1, time.Time{})
+	if err := d.schedule(ctx, s, 1, time.Time{}); err != nil {
+		if unschedulable(err) {
+			// Retrying would not help (a start run written by another
+			// client): end the record, so that it does not stay in
+			// progress and the callback runs.
+			return d.finish(ctx, stepContext{Retrier: s.Retrier}, jetflow.Failed, nil,
+				fmt.Sprintf("retrier: attempt 1 cannot be scheduled: %v", err))
+		}
+		return err
+	}
+	return nil
+}
+
+// unschedulable reports whether scheduling an attempt failed for a reason
+// that no retry of the step changes: a function name, args or an id that
+// are not valid, args too large.
+func unschedulable(err error) bool {
+	return jetflow.IsPermanent(err) || errors.Is(err, jetflow.ErrInvalidName) || errors.Is(err, jetflow.ErrBadArgs) ||
+		errors.Is(err, jetflow.ErrInvalidRunID) || errors.Is(err, producer.ErrArgsTooLarge)
 }
 
 // schedule enqueues attempt n at t (idempotent), then checks that the
@@ -146,8 +164,14 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 		return engine.Of(d.p).Complete(ctx, cur)
 	}
 	var s spec
-	if err := json.Unmarshal(cur.Args, &s); err != nil {
-		return jetflow.Permanent(fmt.Errorf("%w: retrier %s: %v", ErrBadRecord, sc.Retrier, err))
+	if err := json.Unmarshal(cur.Args, &s); err != nil || s.Function == "" {
+		// The retrier's own record, its args overwritten by another
+		// client: end it as failed naming why (its callback runs), rather
+		// than leave it in progress.
+		if err == nil {
+			err = errors.New("no function")
+		}
+		return d.finish(ctx, sc, jetflow.Failed, nil, fmt.Sprintf("%v: retrier %s: args: %v", ErrBadRecord, sc.Retrier, err))
 	}
 	switch {
 	case att.State == jetflow.Success:
@@ -164,6 +188,10 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	nextID := AttemptID(sc.Retrier, next)
 	due := d.now().Add(s.Policy.options().Delay(sc.Attempt))
 	if err := d.schedule(ctx, s, next, due); err != nil {
+		if unschedulable(err) {
+			return d.finish(ctx, sc, jetflow.Failed, nil,
+				fmt.Sprintf("retrier: attempt %d cannot be scheduled: %v (attempt %d: %s)", next, err, sc.Attempt, att.Error))
+		}
 		return err
 	}
 	_, err = engine.New(store).Change(ctx, engine.Beat, sc.Retrier, func(r *jetflow.Run) bool {
