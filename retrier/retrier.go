@@ -266,6 +266,15 @@ func (r *Retrier) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 	if err := checkSize(r.p, s); err != nil {
 		return "", err
 	}
+	if o.id != "" {
+		// The start run's id is free even when a run of another function
+		// holds id: its start would fail, and the callback never run.
+		if rec, err := r.p.Get(ctx, id); err == nil {
+			return id, fmt.Errorf("retrier %s: a %s run has that id: %w", id, rec.Name, producer.ErrAlreadyExists)
+		} else if !errors.Is(err, jetflow.ErrNotFound) {
+			return "", err
+		}
+	}
 	_, err = r.p.RunAt(ctx, t, startCall(s), producer.WithID(StartID(id)))
 	if err != nil {
 		if errors.Is(err, producer.ErrAlreadyExists) {

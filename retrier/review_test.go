@@ -267,3 +267,29 @@ func TestGarbageRecordArgsNotStuck(t *testing.T) {
 		t.Errorf("callbacks %v", got)
 	}
 }
+
+// Run with the id of a run that is not a retrier is ErrAlreadyExists (it
+// was accepted, its start run then failed, and the callback never ran);
+// Wait of such an id, or of an unknown one, says so at once instead of
+// blocking.
+func TestIDOfPlainRun(t *testing.T) {
+	t.Parallel()
+	e := setup(t, retrier.Options{})
+	e.startProcess(t)
+	ctx := context.Background()
+	if _, err := e.P.RunAfter(ctx, time.Hour, Flaky.With(FlakyArgs{Key: "p"}), producer.WithID("taken")); err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.R.Run(ctx, Flaky.With(FlakyArgs{Key: "k"}), retrier.WithID("taken"), retrier.WithOnComplete(jetflow.Call{Name: Done.Name()}))
+	if !errors.Is(err, producer.ErrAlreadyExists) || id != "taken" {
+		t.Fatalf("Run with a plain run's id = %q, %v; want taken, ErrAlreadyExists", id, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := e.R.Wait(wctx, "taken"); !errors.Is(err, retrier.ErrBadRecord) {
+		t.Fatalf("Wait of a plain run: %v, want ErrBadRecord", err)
+	}
+	if _, err := e.R.Wait(wctx, "unknown"); !isNotFound(err) {
+		t.Fatalf("Wait of an unknown id: %v, want ErrNotFound", err)
+	}
+}

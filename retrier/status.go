@@ -136,9 +136,27 @@ func (r *Retrier) startStatus(ctx context.Context, id string) (Status, error) {
 	return st, nil
 }
 
-// Wait blocks until retrier id has ended and returns its status.
+// Wait blocks until retrier id has ended and returns its status. Errors:
+// jetflow.ErrNotFound (no such retrier), jetflow.ErrInvalidRunID,
+// ErrBadRecord (id is another function's run), ctx's; a retrier whose start
+// run failed (it never had a record) returns that failure at once.
 func (r *Retrier) Wait(ctx context.Context, id string) (Status, error) {
-	rec, err := r.p.Wait(ctx, id)
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return Status{}, err
+	}
+	rec, err := r.p.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetflow.ErrNotFound):
+		st, err := r.startStatus(ctx, id)
+		if err != nil || st.State.Terminal() {
+			return st, err
+		}
+	case err != nil:
+		return Status{}, err
+	case rec.Name != RecordName || rec.State.Terminal():
+		return recordStatus(rec)
+	}
+	rec, err = r.p.Wait(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
