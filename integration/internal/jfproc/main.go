@@ -45,6 +45,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/retrier"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/trigger"
@@ -102,6 +103,7 @@ type config struct {
 
 	ledger     string
 	statsEvery time.Duration
+	retrier    bool
 
 	// worker: a trigger run beside it
 	trigger        string
@@ -148,6 +150,7 @@ func main() {
 	flag.StringVar(&c.trigger, "trigger", "", "worker: also run a trigger of this name starting runs of the first function (bad messages: header Bad; skipped: header Skip)")
 	flag.StringVar(&c.triggerStream, "trigger-stream", "", "worker: the trigger's stream (\"\": plain subjects, captured)")
 	flag.StringVar(&c.triggerSubject, "trigger-subject", "", "worker: the trigger's subject filter (or captured subject)")
+	flag.BoolVar(&c.retrier, "retrier", false, "worker: also serve the retrier's internal functions")
 	flag.BoolVar(&c.quiet, "quiet", false, "worker: no STARTED and SUCCESS markers")
 	flag.IntVar(&c.parallel, "parallel", 4, "load: concurrent calls")
 	flag.BoolVar(&c.retry, "retry", true, "load: retry a failed call until it returns an id (else report it FAILED)")
@@ -409,6 +412,11 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 		worker.Handle(w, fn, h, worker.Options{ClaimAfter: c.claimAfter})
 	}
 	fn0 := fns[0]
+	if c.retrier {
+		if err := retrier.New(w.Producer(), retrier.Options{}).Register(w); err != nil {
+			return err
+		}
+	}
 	if c.workflow {
 		if err := workflow.Register(w, sleepDef); err != nil {
 			return err
