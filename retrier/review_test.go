@@ -293,3 +293,64 @@ func TestIDOfPlainRun(t *testing.T) {
 		t.Fatalf("Wait of an unknown id: %v, want ErrNotFound", err)
 	}
 }
+
+var Block = jetflow.Define[FlakyArgs]("test.block", jetflow.WithKind(jetflow.AtMostOnce))
+
+// Cancel while an attempt runs: its context is canceled, no further
+// attempt is made, the retrier ends canceled and the callback runs once
+// with canceled.
+func TestCancelWhileRunning(t *testing.T) {
+	t.Parallel()
+	e := setup(t, retrier.Options{InitialBackoff: 10 * time.Millisecond, NoJitter: true})
+	started := make(chan struct{}, 4)
+	causes := make(chan error, 4)
+	e.register = func(w *worker.Worker) {
+		worker.Handle(w, Block, func(ctx context.Context, j *worker.Job[FlakyArgs]) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return errors.New("interrupted")
+		})
+	}
+	e.startProcess(t)
+	ctx := context.Background()
+	id, err := e.R.Run(ctx, Block.With(FlakyArgs{Key: "b"}), retrier.WithOnComplete(jetflow.Call{Name: Done.Name()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("attempt 1 never started")
+	}
+	testserver.Eventually(t, 20*time.Second, "status inProgress with 1 attempt", func() bool {
+		st, err := e.R.Status(ctx, id)
+		return err == nil && st.State == jetflow.InProgress && st.Attempts == 1
+	})
+	if err := e.R.Cancel(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-causes:
+		if !errors.Is(c, jetflow.ErrCanceled) {
+			t.Fatalf("cause %v, want ErrCanceled", c)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the running attempt's context was never canceled")
+	}
+	e.waitEnd(t, id, jetflow.Canceled)
+	got := e.waitCallback(t, id)
+	e.quiet(t)
+	if got = e.tg.completions(id); len(got) != 1 || got[0].Run.State != jetflow.Canceled {
+		t.Fatalf("callbacks %v, want one canceled", got)
+	}
+	if _, err := e.P.Get(ctx, retrier.AttemptID(id, 2)); !isNotFound(err) {
+		t.Fatalf("attempt 2: %v, want none", err)
+	}
+	if len(started) != 0 {
+		t.Fatal("an attempt started after the cancel")
+	}
+	if st, err := e.R.Status(ctx, id); err != nil || st.State != jetflow.Canceled {
+		t.Fatalf("status %+v, %v", st, err)
+	}
+}
