@@ -144,23 +144,64 @@ func (r *Retrier) Wait(ctx context.Context, id string) (Status, error) {
 	if err := jetflow.ValidateRunID(id); err != nil {
 		return Status{}, err
 	}
-	rec, err := r.p.Get(ctx, id)
-	switch {
-	case errors.Is(err, jetflow.ErrNotFound):
-		st, err := r.startStatus(ctx, id)
-		if err != nil || st.State.Terminal() {
-			return st, err
-		}
-	case err != nil:
-		return Status{}, err
-	case rec.Name != RecordName || rec.State.Terminal():
-		return recordStatus(rec)
+	if st, done, err := r.waitable(ctx, id); done || err != nil {
+		return st, err
 	}
-	rec, err = r.p.Wait(ctx, id)
+	rec, err := r.p.Wait(ctx, id)
 	if err != nil {
 		return Status{}, err
 	}
 	return recordStatus(rec)
+}
+
+// waitable says whether Wait must watch retrier id's record, or can answer
+// at once (done): the record has ended or is another function's run, or
+// there is no such retrier, or its start run ended without writing one.
+// Absences are confirmed by the leader: a replica behind would show none.
+func (r *Retrier) waitable(ctx context.Context, id string) (Status, bool, error) {
+	store := engine.Of(r.p).Store()
+	get := func(id string) (*jetflow.Run, error) {
+		rec, err := r.p.Get(ctx, id)
+		if errors.Is(err, jetflow.ErrNotFound) {
+			rec, err = store.GetConfirmed(ctx, id)
+		}
+		return rec, err
+	}
+	rec, err := get(id)
+	if err == nil {
+		if rec.Name != RecordName || rec.State.Terminal() {
+			st, err := recordStatus(rec)
+			return st, true, err
+		}
+		return Status{}, false, nil
+	}
+	if !errors.Is(err, jetflow.ErrNotFound) {
+		return Status{}, true, err
+	}
+	start, err := get(StartID(id))
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return Status{}, true, fmt.Errorf("retrier %s: %w", id, jetflow.ErrNotFound)
+	}
+	if err != nil {
+		return Status{}, true, err
+	}
+	s, err := startSpec(start)
+	if err != nil {
+		return Status{}, true, err
+	}
+	if !start.State.Terminal() {
+		return Status{}, false, nil // the record is coming
+	}
+	// The record may have been written since the first read (by the start
+	// run before it ended, or by a Cancel).
+	if rec, err := get(id); err == nil {
+		st, err := recordStatus(rec)
+		return st, rec.State.Terminal() || err != nil, err
+	}
+	if start.State == jetflow.Success {
+		return Status{}, true, fmt.Errorf("retrier %s: record expired: %w", id, jetflow.ErrNotFound)
+	}
+	return Status{ID: id, Function: s.Function, State: start.State, Error: start.Error, CompletedTime: start.CompletedTime}, true, nil
 }
 
 // Cancel ends retrier id as canceled: a pending attempt never starts, a
