@@ -58,3 +58,27 @@ func TestRetriersWhenAReplicaIsBehind(t *testing.T) {
 		}
 	}
 }
+
+// Status of a live retrier never says not found while a replica that is
+// behind answers half of the direct gets: absences are confirmed by the
+// leader.
+func TestStatusWhenAReplicaIsBehind(t *testing.T) {
+	t.Parallel()
+	e := setup(t, retrier.Options{InitialBackoff: time.Minute, NoJitter: true})
+	e.StaleRuns(t)
+	e.startProcess(t)
+	ctx := context.Background()
+	id, err := e.R.Run(ctx, Flaky.With(FlakyArgs{Key: "k", Always: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testserver.Eventually(t, 20*time.Second, "attempt 2 waiting", func() bool {
+		st, err := e.R.Status(ctx, id)
+		return err == nil && !st.NextAttempt.IsZero()
+	})
+	for i := range 40 {
+		if st, err := e.R.Status(ctx, id); err != nil || st.State != jetflow.InProgress {
+			t.Fatalf("status %d: %+v, %v; want inProgress", i, st, err)
+		}
+	}
+}

@@ -72,7 +72,7 @@ func recordStatus(r *jetflow.Run) (Status, error) {
 // Status returns where retrier id stands. Errors: jetflow.ErrNotFound,
 // jetflow.ErrInvalidRunID, ErrBadRecord.
 func (r *Retrier) Status(ctx context.Context, id string) (Status, error) {
-	rec, err := r.p.Get(ctx, id)
+	rec, err := r.get(ctx, id)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		return r.startStatus(ctx, id)
 	}
@@ -88,7 +88,7 @@ func (r *Retrier) Status(ctx context.Context, id string) (Status, error) {
 	if n == 0 {
 		return st, nil
 	}
-	att, err := r.p.Get(ctx, rec.Children[n-1])
+	att, err := r.get(ctx, rec.Children[n-1])
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
 		// Being enqueued right now.
@@ -114,7 +114,7 @@ func (r *Retrier) Status(ctx context.Context, id string) (Status, error) {
 // startStatus is the status of a retrier whose record is not written yet:
 // its start run says whether it waits, or why it could not start.
 func (r *Retrier) startStatus(ctx context.Context, id string) (Status, error) {
-	start, err := r.p.Get(ctx, StartID(id))
+	start, err := r.get(ctx, StartID(id))
 	if err != nil {
 		if errors.Is(err, jetflow.ErrNotFound) {
 			return Status{}, fmt.Errorf("retrier %s: %w", id, jetflow.ErrNotFound)
@@ -154,19 +154,22 @@ func (r *Retrier) Wait(ctx context.Context, id string) (Status, error) {
 	return recordStatus(rec)
 }
 
+// get is the producer's Get, with an absence confirmed by the leader: a
+// replica behind would show no record of a run that has one.
+func (r *Retrier) get(ctx context.Context, id string) (*jetflow.Run, error) {
+	rec, err := r.p.Get(ctx, id)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		rec, err = engine.Of(r.p).Store().GetConfirmed(ctx, id)
+	}
+	return rec, err
+}
+
 // waitable says whether Wait must watch retrier id's record, or can answer
 // at once (done): the record has ended or is another function's run, or
 // there is no such retrier, or its start run ended without writing one.
 // Absences are confirmed by the leader: a replica behind would show none.
 func (r *Retrier) waitable(ctx context.Context, id string) (Status, bool, error) {
-	store := engine.Of(r.p).Store()
-	get := func(id string) (*jetflow.Run, error) {
-		rec, err := r.p.Get(ctx, id)
-		if errors.Is(err, jetflow.ErrNotFound) {
-			rec, err = store.GetConfirmed(ctx, id)
-		}
-		return rec, err
-	}
+	get := func(id string) (*jetflow.Run, error) { return r.get(ctx, id) }
 	rec, err := get(id)
 	if err == nil {
 		if rec.Name != RecordName || rec.State.Terminal() {
