@@ -144,7 +144,7 @@ func runWorkflows(ctx context.Context, args []string) error {
 func printWorkflow(w io.Writer, st *workflow.Status) {
 	r := st.Run
 	fmt.Fprintf(w, "workflow  %s (%s)\nstate     %s", printable(r.ID), printable(r.Name), printable(string(r.State)))
-	if st.Waiting {
+	if st.Waiting && !r.State.Terminal() {
 		fmt.Fprintf(w, ", waiting for %s", printable(strings.Join(st.Waits, ", ")))
 	}
 	fmt.Fprintln(w)

@@ -210,3 +210,27 @@ func TestWorkflowsCommandsHostileArguments(t *testing.T) {
 		t.Errorf("workflows get writes a workflow's control characters (%q), exit %d:\n%s%s", bad, code, out, errOut)
 	}
 }
+
+// printWorkflow says what a workflow waits for only while it has not
+// ended: a workflow canceled (or timed out) while it waited keeps the
+// Waiting of its last segment, and was shown as "canceled, waiting for
+// step 1 (event): ...".
+func TestPrintWorkflowEndedIsNotWaiting(t *testing.T) {
+	t.Parallel()
+	st := &workflow.Status{
+		Run:     &jetflow.Run{ID: "wf-1", Name: "cli.approve", State: jetflow.Canceled, Error: "jetflow: run canceled"},
+		Waiting: true,
+		Waits:   []string{"step 1 (event): event approved"},
+	}
+	var b strings.Builder
+	printWorkflow(&b, st)
+	if out := b.String(); strings.Contains(out, "waiting for") || !strings.Contains(out, "state     canceled\n") {
+		t.Fatalf("a canceled workflow:\n%s", out)
+	}
+	st.Run.State = jetflow.InProgress
+	b.Reset()
+	printWorkflow(&b, st)
+	if out := b.String(); !strings.Contains(out, "state     inProgress, waiting for step 1 (event): event approved\n") {
+		t.Fatalf("a waiting workflow:\n%s", out)
+	}
+}
