@@ -34,8 +34,9 @@
 //     canceled run: a new run of the same function with the same
 //     arguments, id <id>-rerun-<n>, whose parent is the run; each page
 //     links the other ("Retry of", "Re-runs").
-//   - /functions lists what live workers serve (functions cannot be
-//     paused: workers have no pause switch); /crons lists the crons when
+//   - /functions lists what live workers serve, with Pause and Resume
+//     (producer.PauseFunction: every worker stops taking the function's
+//     runs, which wait as pending meanwhile); /crons lists the crons when
 //     Config.Crons is set, with Trigger now (the cron's call, now, id
 //     trigger-<name>-<unix second>) and, when Config.Crons is a
 //     CronController (*scheduler.Crons), Pause and Resume.
@@ -75,8 +76,10 @@
 //	POST /api/runs/<id>/cancel                      {"canceled": bool, "run": {...}}
 //	POST /api/runs/<id>/rerun                       201 {"run": {...}, "retryOf": "<id>"}
 //	GET  /api/runs/<id>/reruns                      {"retryOf": "<id>"|"", "reruns": [...]}
+//	GET  /api/runs/<id>/steps                       {"steps": [...]|null} (Config.Steps)
 //	GET  /api/counts?function=                      {"pending": n, ..., "total": n, "source": "index"|"scan", "asOf": t}
 //	GET  /api/functions                             {"functions": [kv.FunctionInfo...]}
+//	POST /api/functions/<name>/pause|resume         {"function": "<name>", "paused": bool}
 //	GET  /api/crons                                 {"crons": [kv.CronInfo...]} (Config.Crons)
 //	GET  /api/triggers                              {"triggers": [kv.TriggerInfo...]}
 //	POST /api/crons/<name>/pause|resume|trigger     {"cron": {...}, "run": {...} (trigger)}

@@ -9,8 +9,8 @@
 // of times (1 to 3) before it accepts the charge. The function is
 // at-most-once: a charge must never be sent twice by accident, so jetflow
 // never re-runs it by itself. The retrier runs it again, on purpose, after a
-// growing delay (initial backoff * base^failures, here 100 ms * 2^k), until
-// it succeeds or has failed MaxFailures+1 times, and then runs the
+// growing delay (initial backoff * base^failures, here 100 ms * 2^k, times
+// a random factor in [0.5, 1.5)), until it succeeds or has failed MaxFailures+1 times, and then runs the
 // on-complete callback payments.charged exactly once with the outcome.
 //
 // Every step is a run record in JetStream: stop this program between two
