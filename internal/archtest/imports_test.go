@@ -29,8 +29,8 @@ var roles = map[string][]string{
 	"dashboard": {"producer"},
 	// jetflowtest: jetflow inside a user's test, on a fake clock.
 	"jetflowtest": {"producer", "worker", "scheduler"},
-	// workflow: durable workflows, being built on the producer and the
-	// worker (to be drawn in docs/architecture.md when it lands).
+	// workflow: durable workflows, built on the producer and the worker
+	// (docs/workflows.md).
 	"workflow": {"producer", "worker"},
 	// trigger: messages of the user's streams and subjects as runs of a
 	// function or a workflow (docs/triggers.md).
