@@ -15,6 +15,11 @@
 //	go run ./examples/dailydigest --demo=false --for 0   # the real schedule, until Ctrl-C
 //	go run ./examples/dailydigest --url nats://127.0.0.1:4222
 //
+// With --url, the server must have no other scheduler running (not jetflow
+// dev): the scheduler's leader registers code-defined crons at the start of
+// its term, so while another one leads, this program's cron is never
+// registered; the program says so and exits 1 after 7 s.
+//
 // In demo mode the same cron fires on a 6-field seconds expression
 // ("*/2 * * * * *") so that a run shows up within seconds; the program
 // prints the real schedule's next fire times first.
@@ -128,6 +133,9 @@ func run(ctx context.Context, url string, demo bool, dur time.Duration, verbose 
 		_ = s.Stop(sctx)
 		_ = w.Stop(sctx)
 	}()
+	if err := awaitLead(ctx, s); err != nil {
+		return err
+	}
 
 	if dur > 0 {
 		var cancel context.CancelFunc
@@ -144,6 +152,32 @@ func run(ctx context.Context, url string, demo bool, dur time.Duration, verbose 
 		ci.Schedule, ci.Fired, ci.Skipped, ci.Next.Format(time.RFC3339))
 	if ci.Last != nil {
 		fmt.Printf("last run %s at %s: %s\n", ci.Last.RunID, ci.Last.Time.Format(time.RFC3339), ci.Last.State)
+	}
+	return nil
+}
+
+// awaitLead waits until s leads the server. The leader registers
+// code-defined crons (ConfigureCrons) at the start of its term: while
+// another scheduler leads (jetflow dev's, say), this program's cron would
+// never be registered nor fire. A lease left by a process that died
+// expires within the lease TTL (5 s), so a standby waits a little longer
+// than that before it gives up.
+func awaitLead(ctx context.Context, s *scheduler.Scheduler) error {
+	deadline := time.Now().Add(7 * time.Second)
+	for !s.IsLeader() {
+		if time.Now().After(deadline) {
+			holder := "another scheduler"
+			if li, err := s.Leader(ctx); err == nil && li.Holder != "" {
+				holder = "scheduler " + li.Holder
+			}
+			return fmt.Errorf("%s leads this server, and only the leader registers code-defined crons: "+
+				"run this program against a server where no other scheduler runs (not jetflow dev)", holder)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	return nil
 }

@@ -7,6 +7,11 @@
 //	go run ./examples/intervalcleanup --every 1h --for 0   # the real interval, until Ctrl-C
 //	go run ./examples/intervalcleanup --url nats://127.0.0.1:4222
 //
+// With --url, the server must have no other scheduler running (not jetflow
+// dev): the scheduler's leader registers code-defined crons at the start of
+// its term, so while another one leads, this program's cron is never
+// registered; the program says so and exits 1 after 7 s.
+//
 // The demo stores six sessions expiring over the next five seconds and
 // shows the cleanup removing them as they expire. Each cleanup takes
 // --work (default 1.5 s, longer than the interval): a fire that comes while
@@ -141,6 +146,9 @@ func run(ctx context.Context, url string, every, work time.Duration, overlap boo
 		_ = s.Stop(sctx)
 		_ = w.Stop(sctx)
 	}()
+	if err := awaitLead(ctx, s); err != nil {
+		return err
+	}
 
 	if dur > 0 {
 		var cancel context.CancelFunc
@@ -184,4 +192,30 @@ func cleanup(ctx context.Context, sessions jetstream.KeyValue, batch int) (delet
 		left++
 	}
 	return deleted, left, nil
+}
+
+// awaitLead waits until s leads the server. The leader registers
+// code-defined crons (ConfigureCrons) at the start of its term: while
+// another scheduler leads (jetflow dev's, say), this program's cron would
+// never be registered nor fire. A lease left by a process that died
+// expires within the lease TTL (5 s), so a standby waits a little longer
+// than that before it gives up.
+func awaitLead(ctx context.Context, s *scheduler.Scheduler) error {
+	deadline := time.Now().Add(7 * time.Second)
+	for !s.IsLeader() {
+		if time.Now().After(deadline) {
+			holder := "another scheduler"
+			if li, err := s.Leader(ctx); err == nil && li.Holder != "" {
+				holder = "scheduler " + li.Holder
+			}
+			return fmt.Errorf("%s leads this server, and only the leader registers code-defined crons: "+
+				"run this program against a server where no other scheduler runs (not jetflow dev)", holder)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return nil
 }

@@ -1,0 +1,78 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/scheduler"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The examples of code-defined crons (scheduler.ConfigureCrons) run with
+// --url against a server where another scheduler leads, as jetflow dev's
+// does on the README's quick-start server: the leader syncs code-defined
+// crons at the start of its term, so theirs is never registered. Each
+// says so at once and exits 1; they waited their whole demo and failed
+// with "cron not found".
+func TestExamplesCodeCronsUnderAnotherLeader(t *testing.T) {
+	t.Parallel()
+	url := exampleServer(t)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	s, err := scheduler.New(ctx, js, scheduler.Config{ID: "other-leader"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Stop(sctx)
+	})
+	for !s.IsLeader() {
+		if ctx.Err() != nil {
+			t.Fatal("the test's scheduler never led")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, name := range []string{"dailydigest", "intervalcleanup"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			bin := goBuild(t, "./examples/"+name)
+			rctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(rctx, bin, "--url", url, "--for", "30s")
+			cmd.WaitDelay = 5 * time.Second
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			start := time.Now()
+			err := cmd.Run()
+			took := time.Since(start)
+			if err == nil || rctx.Err() != nil {
+				t.Fatalf("%s --url (another scheduler leads): %v after %v, want exit 1\nstdout:\n%s\nstderr:\n%s", name, err, took, stdout.String(), stderr.String())
+			}
+			if !strings.Contains(stderr.String(), "scheduler other-leader leads this server") {
+				t.Fatalf("%s: stderr does not name the leader:\n%s", name, stderr.String())
+			}
+			if took > 20*time.Second {
+				t.Fatalf("%s: gave up after %v, not at once", name, took)
+			}
+		})
+	}
+}
