@@ -76,7 +76,7 @@
 //	POST /api/runs/<id>/cancel                      {"canceled": bool, "run": {...}}
 //	POST /api/runs/<id>/rerun                       201 {"run": {...}, "retryOf": "<id>"}
 //	GET  /api/runs/<id>/reruns                      {"retryOf": "<id>"|"", "reruns": [...]}
-//	GET  /api/runs/<id>/steps                       {"steps": [...]|null} (Config.Steps)
+//	GET  /api/runs/<id>/steps                       {"steps": {...}|null} (Config.Steps: a workflow.Status)
 //	GET  /api/counts?function=                      {"pending": n, ..., "total": n, "source": "index"|"scan", "asOf": t}
 //	GET  /api/functions                             {"functions": [kv.FunctionInfo...]}
 //	POST /api/functions/<name>/pause|resume         {"function": "<name>", "paused": bool}
