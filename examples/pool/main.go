@@ -1,8 +1,9 @@
 // Command pool runs 100 items through a work pool with max parallelism 5,
 // after Convex's workpool: however many workers serve the function, at most
 // five items run at once across all of them; the first ten items are high
-// priority and start first; a flaky item is retried by the pool; and every
-// item's on-complete callback feeds a summary, exactly once per item.
+// priority and start first; every tenth item fails its first attempt and is
+// retried by the pool; and every item's on-complete callback feeds a
+// summary, exactly once per item.
 //
 //	go run ./examples/pool                         # embedded server in a temp dir
 //	go run ./examples/pool --items 500 --parallelism 20
