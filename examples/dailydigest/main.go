@@ -17,9 +17,8 @@
 //
 // With --url, the server must have no other scheduler running (not jetflow
 // dev): the scheduler's leader registers code-defined crons at the start of
-// its term, so while another one leads, this program's cron is never
-// registered (until this one leads); the program says so and exits 1
-// after 7 s.
+// its term, so while another one leads, this program's cron is not
+// registered: the program says so and exits 1 after 7 s.
 //
 // In demo mode the same cron fires on a 6-field seconds expression
 // ("*/2 * * * * *") so that a run shows up within seconds; the program

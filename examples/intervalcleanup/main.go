@@ -9,9 +9,8 @@
 //
 // With --url, the server must have no other scheduler running (not jetflow
 // dev): the scheduler's leader registers code-defined crons at the start of
-// its term, so while another one leads, this program's cron is never
-// registered (until this one leads); the program says so and exits 1
-// after 7 s.
+// its term, so while another one leads, this program's cron is not
+// registered: the program says so and exits 1 after 7 s.
 //
 // The demo stores six sessions expiring over the next five seconds and
 // shows the cleanup removing them as they expire. Each cleanup takes
