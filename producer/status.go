@@ -299,7 +299,10 @@ func (p *Producer) Watch(ctx context.Context, id string) (<-chan *jetflow.Run, e
 	return out, nil
 }
 
-// Wait blocks until run id is terminal and returns its record.
+// Wait blocks until run id is terminal and returns its record. A run not
+// written yet is awaited, as Watch does: for an id that no run has, Wait
+// returns ctx's error when ctx ends, not jetflow.ErrNotFound (use Get to
+// look first). Errors: jetflow.ErrInvalidRunID, jetflow.ErrBadRecord, ctx's.
 func (p *Producer) Wait(ctx context.Context, id string) (*jetflow.Run, error) {
 	ch, err := p.Watch(ctx, id)
 	if err != nil {
