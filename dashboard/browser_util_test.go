@@ -50,6 +50,9 @@ type browser struct {
 	pending map[int]chan cdpMessage
 	closed  chan struct{}
 	readErr error
+	// problems are the page's uncaught exceptions, console errors and
+	// error log entries (a CSP violation, a failed request), as text.
+	problems []string
 }
 
 type cdpMessage struct {
@@ -103,6 +106,8 @@ func startBrowser(t *testing.T) *browser {
 	}
 	b.call("", "Target.attachToTarget", map[string]any{"targetId": target.TargetID, "flatten": true}, &att)
 	b.session = att.SessionID
+	b.call(b.session, "Runtime.enable", nil, nil)
+	b.call(b.session, "Log.enable", nil, nil)
 	b.call(b.session, "Emulation.setDeviceMetricsOverride", map[string]any{"width": 1280, "height": 900, "deviceScaleFactor": 1, "mobile": false}, nil)
 	return b
 }
@@ -119,8 +124,16 @@ func (b *browser) read(r *os.File) {
 			return
 		}
 		var m cdpMessage
-		if json.Unmarshal(msg[:len(msg)-1], &m) != nil || m.ID == 0 {
-			continue // events are not used
+		if json.Unmarshal(msg[:len(msg)-1], &m) != nil {
+			continue
+		}
+		if m.ID == 0 {
+			if p := problem(m.Method, msg[:len(msg)-1]); p != "" {
+				b.mu.Lock()
+				b.problems = append(b.problems, p)
+				b.mu.Unlock()
+			}
+			continue
 		}
 		b.mu.Lock()
 		ch := b.pending[m.ID]
@@ -284,4 +297,62 @@ func (b *browser) close() {
 func jsString(s string) string {
 	data, _ := json.Marshal(s)
 	return string(data)
+}
+
+// problem is the text of a DevTools event that reports a problem of the
+// page: an uncaught exception, console.error, or an error log entry.
+func problem(method string, raw []byte) string {
+	var ev struct {
+		Params struct {
+			Type string `json:"type"`
+			Args []struct {
+				Value       any    `json:"value"`
+				Description string `json:"description"`
+			} `json:"args"`
+			ExceptionDetails struct {
+				Text      string `json:"text"`
+				Exception struct {
+					Description string `json:"description"`
+				} `json:"exception"`
+			} `json:"exceptionDetails"`
+			Entry struct {
+				Level  string `json:"level"`
+				Source string `json:"source"`
+				Text   string `json:"text"`
+				URL    string `json:"url"`
+			} `json:"entry"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(raw, &ev) != nil {
+		return ""
+	}
+	switch method {
+	case "Runtime.exceptionThrown":
+		d := ev.Params.ExceptionDetails
+		return "exception: " + d.Text + " " + d.Exception.Description
+	case "Runtime.consoleAPICalled":
+		if ev.Params.Type != "error" && ev.Params.Type != "assert" {
+			return ""
+		}
+		var parts []string
+		for _, a := range ev.Params.Args {
+			parts = append(parts, fmt.Sprint(a.Value)+a.Description)
+		}
+		return "console." + ev.Params.Type + ": " + strings.Join(parts, " ")
+	case "Log.entryAdded":
+		if ev.Params.Entry.Level != "error" {
+			return ""
+		}
+		return "log " + ev.Params.Entry.Source + ": " + ev.Params.Entry.Text + " " + ev.Params.Entry.URL
+	}
+	return ""
+}
+
+// takeProblems returns the problems the page reported since the last call.
+func (b *browser) takeProblems() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.problems
+	b.problems = nil
+	return p
 }

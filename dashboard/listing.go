@@ -267,6 +267,13 @@ func (h *handler) read(ctx context.Context, e *entry) (bool, error) {
 		e.gone = true
 		return false, nil
 	}
+	if errors.Is(err, jetflow.ErrBadRecord) {
+		// A record jetflow did not write (by hand, or by something
+		// else): one row saying so, as the run index's pages show it,
+		// instead of no page at all.
+		e.run = &jetflow.Run{ID: e.ID, Error: err.Error()}
+		return true, nil
+	}
 	if err != nil {
 		return false, err
 	}
