@@ -127,5 +127,8 @@
 //     without a scheduler).
 //
 // With ?function=F only that function's runs and counts are sent; with
-// ?run=ID only that run's changes.
+// ?run=ID only that run's changes. The stream ends when the dashboard's
+// connection to NATS is lost, and answers 503 while it is: the page says
+// it is not live, keeps reconnecting, and reloads what it shows on the
+// "ready" of the stream it gets once NATS is back.
 package dashboard

@@ -11,6 +11,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -65,6 +66,18 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	ctx := r.Context()
+	// A stream ends when the connection to NATS is lost: the page shows it
+	// is not live and reconnects, and its "ready" (after the server is
+	// back) reloads what it shows. Kept open, the stream said nothing of
+	// the outage, and the watch's changes resumed only once its consumer
+	// had missed heartbeats and been made again.
+	nc := engine.Of(h.p).Conn()
+	lost := nc.StatusChanged(nats.DISCONNECTED, nats.RECONNECTING, nats.CLOSED)
+	defer nc.RemoveStatusListener(lost)
+	if st := nc.Status(); st != nats.CONNECTED {
+		writeError(w, http.StatusServiceUnavailable, "the dashboard is not connected to NATS ("+st.String()+")")
+		return
+	}
 	// The watch is in place before "ready" is sent: a client that reloads
 	// what it shows on "ready" misses no change.
 	var kw jetstream.KeyWatcher
@@ -114,6 +127,8 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-lost:
 			return
 		case <-heartbeat.C:
 			if err := s.raw(": ping\n\n"); err != nil {

@@ -158,18 +158,34 @@
     return { pct: pct, text: parts.join(' \u00b7 ') };
   }
 
+  // connect follows the events stream at url, reconnecting for good: the
+  // browser reconnects by itself after a stream ends, but gives up when
+  // the server answers an error (the dashboard cannot reach NATS), so it
+  // is opened again here then.
   function connect(url, handlers) {
-    var es = new EventSource(url);
-    Object.keys(handlers).forEach(function (name) {
-      es.addEventListener(name, function (ev) {
-        var data;
-        try { data = JSON.parse(ev.data); } catch (e) { return; }
-        handlers[name](data);
+    var es = null, timer = null, gone = false;
+    function open() {
+      es = new EventSource(url);
+      Object.keys(handlers).forEach(function (name) {
+        es.addEventListener(name, function (ev) {
+          var data;
+          try { data = JSON.parse(ev.data); } catch (e) { return; }
+          handlers[name](data);
+        });
       });
+      es.onerror = function () {
+        setLive(false, 'reconnecting\u2026');
+        if (es.readyState === EventSource.CLOSED && !gone && !timer) {
+          timer = setTimeout(function () { timer = null; open(); }, 2000);
+        }
+      };
+    }
+    open();
+    window.addEventListener('pagehide', function () {
+      gone = true;
+      if (timer) { clearTimeout(timer); }
+      es.close();
     });
-    es.onerror = function () { setLive(false, 'reconnecting\u2026'); };
-    window.addEventListener('pagehide', function () { es.close(); });
-    return es;
   }
 
   // ---- runs list -------------------------------------------------------
