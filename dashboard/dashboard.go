@@ -256,8 +256,13 @@ func statusOf(err error) int {
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
 		return http.StatusNotFound
-	case errors.Is(err, errBadRequest), errors.Is(err, jetflow.ErrInvalidRunID), errors.Is(err, jetflow.ErrInvalidName):
+	case errors.Is(err, errBadRequest), errors.Is(err, jetflow.ErrInvalidRunID), errors.Is(err, jetflow.ErrInvalidName),
+		errors.Is(err, jetflow.ErrBadArgs):
 		return http.StatusBadRequest
+	case errors.Is(err, jetflow.ErrBadRecord):
+		// A record jetflow did not write (a cron's, a trigger's, a run's):
+		// nothing this dashboard can act on.
+		return http.StatusUnprocessableEntity
 	case errors.Is(err, errConflict):
 		return http.StatusConflict
 	case errors.Is(err, errNotImplemented):

@@ -1,6 +1,9 @@
 package dashboard
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
 	"testing"
 
 	"github.com/jetflow-dev/jetflow"
@@ -37,6 +40,24 @@ func TestProgress(t *testing.T) {
 		pct, text := progress(c.p)
 		if pct != c.pct || text != c.text {
 			t.Errorf("progress(%+v) = %v %q, want %v %q", c.p, pct, text, c.pct, c.text)
+		}
+	}
+}
+
+// Errors map to the status a client can act on: a record jetflow did not
+// write is 422, not a server error.
+func TestStatusOf(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("cron x: %w", jetflow.ErrBadRecord), http.StatusUnprocessableEntity},
+		{fmt.Errorf("args: %w", jetflow.ErrBadArgs), http.StatusBadRequest},
+		{jetflow.ErrNotFound, http.StatusNotFound},
+		{errors.New("boom"), http.StatusInternalServerError},
+	} {
+		if got := statusOf(c.err); got != c.want {
+			t.Errorf("statusOf(%v) = %d, want %d", c.err, got, c.want)
 		}
 	}
 }
