@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/trigger"
@@ -127,7 +128,15 @@ func RunTrigger(ctx context.Context, out io.Writer, quick bool) error {
 		return fmt.Errorf("triggered runs: %d of %d ran: %w", triggered.Load(), n, err)
 	}
 	dTrig := time.Since(start)
-	st := r.Stats("bench")
+	// The runner counts a fetch's runs once their messages are published,
+	// which their handlers may beat: wait for its count too.
+	var st kv.TriggerStats
+	if err := poolBenchWait(ctx, time.Minute, func() bool {
+		st = r.Stats("bench")
+		return st.Runs+st.Existing >= int64(n)
+	}); err != nil {
+		return fmt.Errorf("trigger counted %d runs made and %d existing of %d: %w", st.Runs, st.Existing, n, err)
+	}
 
 	rDirect, rTrig := rate(n, dDirect), rate(n, dTrig)
 	line("EnqueueAsync               %d runs in %s = %10s runs/s (no record, pipelined; worker concurrency 64)", n, fmtDur(dDirect), fmtRate(rDirect))
