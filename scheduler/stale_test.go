@@ -280,7 +280,7 @@ func TestRepairAfterATakeoverWhenAReplicaIsBehind(t *testing.T) {
 	}
 	ts.StaleRuns(t)
 	s2 := start("s2", 200*time.Millisecond)
-	testserver.Eventually(t, 30*time.Second, "every orphan repaired", func() bool { return s2.Stats().Repaired >= n })
+	testserver.Eventually(t, 90*time.Second, "every orphan repaired", func() bool { return s2.Stats().Repaired >= n })
 	if got := s2.Stats().Repaired; got != n {
 		t.Fatalf("%d runs repaired, want %d", got, n)
 	}
