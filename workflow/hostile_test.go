@@ -81,7 +81,6 @@ func TestRefusedCallOrChildFailsTheStep(t *testing.T) {
 func TestSleepUntilOutOfRange(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	ctx := testCtx(t)
 	far := workflow.Define("test.sleep.far", func(wf *workflow.Context, _ struct{}) (string, error) {
 		wf.SleepUntil(time.Date(20000, 1, 1, 0, 0, 0, 0, time.UTC))
 		return "woke", nil
@@ -103,17 +102,7 @@ func TestSleepUntilOutOfRange(t *testing.T) {
 		{far, jetflow.Failed, jetflow.ErrBadArgs.Error()},
 		{past, jetflow.Success, `"woke"`},
 	} {
-		id, err := workflow.Start(ctx, e.P, c.def, struct{}{})
-		must(t, err)
-		wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
-		r, err := e.P.Wait(wctx, id)
-		cancel()
-		if err != nil {
-			t.Fatalf("%s: did not end: %v", c.def.Name(), err)
-		}
-		if r.State != c.state || !strings.Contains(r.Error+string(r.Result), c.text) {
-			t.Errorf("%s: %s %s %q, want %s with %s", c.def.Name(), r.State, r.Result, r.Error, c.state, c.text)
-		}
+		endsAs(t, e, c.def, c.state, c.text)
 	}
 }
 
@@ -208,7 +197,6 @@ func TestNondeterministicEarlyEndDetected(t *testing.T) {
 func TestInvalidStepNameFailsBeforeTheStepRuns(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	ctx := testCtx(t)
 	var ran atomic.Int32
 	mk := func(wfName, stepName string) *workflow.Workflow[struct{}, string] {
 		return workflow.Define(wfName, func(wf *workflow.Context, _ struct{}) (string, error) {
@@ -233,19 +221,25 @@ func TestInvalidStepNameFailsBeforeTheStepRuns(t *testing.T) {
 		{bad, jetflow.Failed, workflow.ErrInvalidStepName.Error()},
 		{ok, jetflow.Success, `"done"`},
 	} {
-		id, err := workflow.Start(ctx, e.P, c.def, struct{}{})
-		must(t, err)
-		wctx, cancel := context.WithTimeout(ctx, 45*time.Second)
-		r, err := e.P.Wait(wctx, id)
-		cancel()
-		if err != nil {
-			t.Fatalf("%s: did not end: %v", c.def.Name(), err)
-		}
-		if r.State != c.state || !strings.Contains(r.Error+string(r.Result), c.text) {
-			t.Errorf("%s: %s %s %q, want %s with %s", c.def.Name(), r.State, r.Result, r.Error, c.state, c.text)
-		}
+		endsAs(t, e, c.def, c.state, c.text)
 	}
 	if n := ran.Load(); n != 1 {
 		t.Errorf("steps ran %d times, want 1 (only the valid name's)", n)
+	}
+}
+
+// endsAs starts def and checks that it ends in state with text in its
+// error or result.
+func endsAs(t *testing.T, e *env, def *workflow.Workflow[struct{}, string], state jetflow.State, text string) {
+	t.Helper()
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, def, struct{}{})
+	must(t, err)
+	r, err := e.P.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("%s: did not end: %v", def.Name(), err)
+	}
+	if r.State != state || !strings.Contains(r.Error+string(r.Result), text) {
+		t.Errorf("%s: %s %s %q, want %s with %s", def.Name(), r.State, r.Result, r.Error, state, text)
 	}
 }
