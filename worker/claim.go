@@ -2,12 +2,14 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/puback"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go"
 )
 
@@ -29,10 +31,91 @@ func (w *Worker) startClaims() (*nats.Subscription, error) {
 	})
 }
 
+// claimTry is the longest one attempt of a claim waits for its reply
+// (less if the JetStream handle's DefaultTimeout is shorter). A claim
+// unanswered that long is written again (claimAgain) rather than handed
+// back: an election of the runs bucket's leader takes a few seconds, and a
+// claim retried through it starts its run as soon as the new leader is in
+// place, where a claim given up waits for its message's redelivery.
+const claimTry = 2 * time.Second
+
 // claim writes r, the claim of a run whose record was in state from at
 // revision rev (0: no record yet, created create-only), as writeRecord
-// does, and returns the new revision. Errors as writeRecord's.
+// does, and returns the new revision. A claim that may have landed unseen
+// (its reply lost with a server or a leader) is written again until the
+// worker has heard whether it did, up to AckWait/2; it then counts as this
+// worker's if the stored record is that very claim. Errors as
+// writeRecord's.
 func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, rev uint64) (uint64, error) {
+	n, err := w.claimOnce(ctx, from, r, rev)
+	if err == nil || !claimRetryable(ctx, err) {
+		return n, err
+	}
+	return w.claimAgain(ctx, from, r, rev, err)
+}
+
+// claimRetryable reports whether a failed claim is to be written again:
+// not when it lost (a conflict), cannot be stored (ErrBadArgs), is not
+// allowed, or its context ended.
+func claimRetryable(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && !errors.Is(err, kv.ErrConflict) && !errors.Is(err, jetflow.ErrBadArgs) &&
+		!errors.Is(err, nats.ErrPermissionViolation) && !errors.Is(err, context.Canceled)
+}
+
+// claimAgain writes a claim whose first write failed with err (it may have
+// landed) until it is stored, another write wins, or AckWait/2 has passed
+// (its message may be redelivered elsewhere after AckWait: a claim there
+// and this one are then settled by the record's revision, as any two
+// claims are). A conflict whose stored record is this claim (same owner,
+// attempt and start time, to the nanosecond) is this worker's claim: an
+// earlier write landed and its reply was lost.
+func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.Run, rev uint64, err error) (uint64, error) {
+	deadline := time.Now().Add(w.cfg.AckWait / 2)
+	delay := 50 * time.Millisecond
+	for {
+		w.log.Debug("claim write failed; retrying", "run_id", r.ID, "error", err)
+		select {
+		case <-time.After(delay):
+		case <-w.stopCh:
+			return 0, err
+		case <-ctx.Done():
+			return 0, err
+		}
+		delay = min(2*delay, time.Second)
+		tctx, cancel := context.WithTimeout(ctx, w.claimWait())
+		var n uint64
+		n, err = w.writeRecord(tctx, engine.Claim, from, r, rev)
+		cancel()
+		if err == nil {
+			r.Revision = n
+			return n, nil
+		}
+		if errors.Is(err, kv.ErrConflict) {
+			cur, gerr := w.store.GetConfirmed(ctx, r.ID)
+			if gerr == nil && cur.State == jetflow.InProgress && cur.Owner == r.Owner &&
+				cur.Attempts == r.Attempts && cur.StartedTime.Equal(r.StartedTime) {
+				r.Revision = cur.Revision
+				return cur.Revision, nil
+			}
+			return 0, err
+		}
+		if !claimRetryable(ctx, err) || w.isStopping() || time.Now().After(deadline) {
+			return 0, err
+		}
+	}
+}
+
+// claimWait is how long one write of a claim waits for its reply.
+func (w *Worker) claimWait() time.Duration {
+	wait := w.js.Options().DefaultTimeout
+	if wait <= 0 || wait > claimTry {
+		wait = claimTry
+	}
+	return wait
+}
+
+// claimOnce writes a claim once, as claim describes.
+func (w *Worker) claimOnce(ctx context.Context, from jetflow.State, r *jetflow.Run, rev uint64) (uint64, error) {
 	fromWritten := from
 	if rev == 0 {
 		fromWritten = engine.None
@@ -49,13 +132,7 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 		w.claims.Take(tok)
 		return w.writeRecord(ctx, engine.Claim, from, r, rev) // nothing was sent
 	}
-	// As long as the JetStream handle's requests wait (its
-	// DefaultTimeout, 5 s unless the user set another).
-	wait := w.js.Options().DefaultTimeout
-	if wait <= 0 {
-		wait = 5 * time.Second
-	}
-	t := time.NewTimer(wait)
+	t := time.NewTimer(w.claimWait())
 	defer t.Stop()
 	select {
 	case reply := <-ch:
