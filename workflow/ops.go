@@ -196,7 +196,10 @@ func purgeLeftovers(ctx context.Context, p *producer.Producer, id string) error 
 // Watch pushes workflow id's status (record and steps) each time it
 // changes: the current one first, then one per record or journal write.
 // The channel is closed after a status whose record has ended, when ctx
-// ends, or on error.
+// ends, or on error. The current status is read before Watch returns, so
+// that a run that cannot be watched is an error, not a closed channel.
+// Errors: jetflow.ErrInvalidRunID, jetflow.ErrNotFound, producer.ErrNotWorkflow
+// (a run that is not a workflow), and Get's.
 func Watch(ctx context.Context, p *producer.Producer, id string) (<-chan *Status, error) {
 	if err := jetflow.ValidateRunID(id); err != nil {
 		return nil, err
@@ -217,16 +220,20 @@ func Watch(ctx context.Context, p *producer.Producer, id string) (<-chan *Status
 		cancel()
 		return nil, err
 	}
+	// The current status, after both watches started (a write from now on
+	// is seen): a plain run, an unknown id, is the caller's error.
+	first, err := Get(ctx, p, id)
+	if err != nil {
+		_ = jw.Stop()
+		cancel()
+		return nil, err
+	}
 	out := make(chan *Status, 16)
 	go func() {
 		defer close(out)
 		defer cancel()
 		defer func() { _ = jw.Stop() }()
-		send := func() bool {
-			st, err := Get(ctx, p, id)
-			if err != nil {
-				return false
-			}
+		push := func(st *Status) bool {
 			select {
 			case out <- st:
 			case <-ctx.Done():
@@ -234,7 +241,14 @@ func Watch(ctx context.Context, p *producer.Producer, id string) (<-chan *Status
 			}
 			return !st.Run.State.Terminal()
 		}
-		if !send() {
+		send := func() bool {
+			st, err := Get(ctx, p, id)
+			if err != nil {
+				return false
+			}
+			return push(st)
+		}
+		if !push(first) {
 			return
 		}
 		for {

@@ -100,6 +100,41 @@ func TestWatchSteps(t *testing.T) {
 	}
 }
 
+// Watch of a plain run (not a workflow) fails with producer.ErrNotWorkflow,
+// as Get does, instead of returning a channel that closes with nothing on
+// it; Watch of an unknown id fails with jetflow.ErrNotFound.
+func TestWatchOfAPlainRunIsNotAWorkflow(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	fn := jetflow.Define[struct{}]("test.watch.plain")
+	for _, c := range []struct {
+		name string
+		id   func() string
+	}{
+		{"pending", func() string {
+			id, err := e.P.RunAfter(ctx, time.Hour, fn.With(struct{}{}), producer.WithID("plain-pending"))
+			must(t, err)
+			return id
+		}},
+		{"ended", func() string {
+			id, err := e.P.Enqueue(ctx, fn.With(struct{}{}), producer.WithID("plain-ended"))
+			must(t, err)
+			must(t, e.P.Cancel(ctx, id))
+			return id
+		}},
+	} {
+		id := c.id()
+		ch, err := workflow.Watch(ctx, e.P, id)
+		if !errors.Is(err, producer.ErrNotWorkflow) || ch != nil {
+			t.Errorf("Watch of a %s plain run: %v (channel %v), want producer.ErrNotWorkflow", c.name, err, ch)
+		}
+	}
+	if ch, err := workflow.Watch(ctx, e.P, "no-such-workflow"); !errors.Is(err, jetflow.ErrNotFound) || ch != nil {
+		t.Errorf("Watch of an unknown id: %v (channel %v), want jetflow.ErrNotFound", err, ch)
+	}
+}
+
 // Cancel during a child call: the workflow, the running child and the
 // segment are canceled; the child's handler sees jetflow.ErrCanceled.
 func TestCancelDuringChild(t *testing.T) {
