@@ -114,6 +114,13 @@
 // jetflow.ErrCanceled; the workflow stops at its next step), the child
 // runs and workflows, and the pending timers.
 //
+// Restart runs a failed or canceled workflow again under a new id, its
+// journal starting with the steps that succeeded. It claims the new id's
+// journal (its cursor, create-only) before it copies them: of concurrent
+// Restarts into one id exactly one wins, the others return
+// producer.ErrAlreadyExists having written nothing. Get and Watch of a
+// run that is not a workflow return producer.ErrNotWorkflow.
+//
 // # Limits
 //
 // A segment replays the function from the top: a workflow that waits n

@@ -29,6 +29,15 @@ var ErrNotRestartable = errors.New("workflow: only a failed or canceled workflow
 // ErrNotRestartable, producer.ErrNotWorkflow (a run that is not a
 // workflow; it matches ErrBadRecord too), ErrDefinitionInactive (nothing
 // is written), producer.ErrAlreadyExists (the new id is taken).
+//
+// The new id's journal is claimed before anything is copied (its cursor,
+// created create-only): of concurrent Restarts into one id exactly one
+// wins, and the others return producer.ErrAlreadyExists having written
+// nothing, so the new workflow's journal is exactly the winner's copy. A
+// Restart that fails after its claim removes what it wrote. One that dies
+// between its claim and the new record leaves the id taken
+// (producer.ErrAlreadyExists) until its journal is removed: restart into
+// another id.
 func Restart(ctx context.Context, p *producer.Producer, id string, opts ...StartOption) (string, error) {
 	r, err := p.Get(ctx, id)
 	if err != nil {
@@ -67,16 +76,8 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 		}
 		return "", err
 	}
-	if c, err := jr.cursorOf(ctx, o.id); err != nil || c != nil {
-		if err == nil {
-			err = fmt.Errorf("workflow %s: %w", o.id, producer.ErrAlreadyExists)
-		}
-		return "", err
-	}
-	// What an earlier workflow of the new id left (its record expired
-	// before its journal's purge ran) would be taken for the fork's own
-	// entries.
-	if err := purgeLeftovers(ctx, p, o.id); err != nil {
+	f, err := claimFork(ctx, p, jr, o.id)
+	if err != nil {
 		return "", err
 	}
 	cut := ""
@@ -91,17 +92,74 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 		}
 		c := *e
 		c.Revision, c.Segment = 0, 0
-		if _, err := jr.putEntry(ctx, o.id, &c); err != nil {
+		got, err := jr.putEntry(ctx, o.id, &c)
+		if err == nil && got != &c {
+			// Another writer's entry under the claimed id: a Start of
+			// that id, racing this Restart.
+			err = fmt.Errorf("workflow %s: step %s written meanwhile: %w", o.id, step, producer.ErrAlreadyExists)
+		}
+		if err != nil {
+			f.unwind(ctx)
 			return "", err
 		}
+		f.wrote(stepKey(o.id, step), c.Revision)
 	}
 	nid, err := start(ctx, p, r.Name, r.Args, append(opts, func(o *startOptions) { o.forked = true })...)
-	if err != nil && nid == "" {
+	if err != nil && (nid == "" || errors.Is(err, producer.ErrAlreadyExists)) {
 		// Refused before its record was written (the definition's state
-		// changed meanwhile, say): the copied journal would stay for good.
-		_ = purge(ctx, p, o.id)
+		// changed meanwhile, say), or the id started meanwhile by a
+		// Start: the copied journal is not the workflow's.
+		f.unwind(ctx)
 	}
 	return nid, err
+}
+
+// fork is the journal a Restart writes under the new id: its claim (the
+// new workflow's cursor) and the copied steps, each key with the revision
+// it wrote.
+type fork struct {
+	jr     *journal
+	id     string
+	writes map[string]uint64
+}
+
+// claimFork claims workflow id's journal for a Restart: it creates id's
+// cursor (segment 1, not waiting), create-only. Of concurrent Restarts
+// into one id, exactly one creates it; the others get
+// producer.ErrAlreadyExists having written nothing (the copy of the winner
+// is never mixed with theirs nor purged by them). Then it removes what an
+// earlier workflow of the same id left (its record expired before its
+// journal's purge ran), below the claim's revision only.
+func claimFork(ctx context.Context, p *producer.Producer, jr *journal, id string) (*fork, error) {
+	claim := &cursor{Seg: 1}
+	ok, err := jr.putCursor(ctx, id, claim)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("workflow %s: its journal is claimed by another Restart (or left by an earlier workflow of that id): %w",
+			id, producer.ErrAlreadyExists)
+	}
+	f := &fork{jr: jr, id: id, writes: map[string]uint64{cursorKey(id): claim.rev}}
+	if err := purgeLeftoversBefore(ctx, p, id, claim.rev); err != nil {
+		f.unwind(ctx)
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *fork) wrote(key string, rev uint64) { f.writes[key] = rev }
+
+// unwind removes what the fork wrote, each key up to the revision it
+// wrote: a later write of another (a Start of the same id) stays.
+func (f *fork) unwind(ctx context.Context) {
+	st, err := f.jr.stream(ctx)
+	if err != nil {
+		return
+	}
+	for key, rev := range f.writes {
+		_ = st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(f.jr.bucket, key)), jetstream.WithPurgeSequence(rev+1))
+	}
 }
 
 // schedulePurge schedules the removal of an ended workflow's journal for
@@ -167,6 +225,30 @@ func purge(ctx context.Context, p *producer.Producer, id string) error {
 		return err
 	}
 	return st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(jr.bucket, id+".>")))
+}
+
+// purgeLeftoversBefore is purgeLeftovers for a Restart that claimed id's
+// journal at revision claim: only what was written before the claim goes.
+func purgeLeftoversBefore(ctx context.Context, p *producer.Producer, id string, claim uint64) error {
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return err
+	}
+	e, err := jr.kv.Get(ctx, stepKey(id, "1"))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("workflow %s: journal: %w", id, err)
+	}
+	if e.Revision() > claim {
+		return fmt.Errorf("workflow %s: step 1 written after the claim: %w", id, producer.ErrAlreadyExists)
+	}
+	st, err := jr.stream(ctx)
+	if err != nil {
+		return err
+	}
+	return st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(jr.bucket, id+".>")), jetstream.WithPurgeSequence(claim))
 }
 
 // purgeLeftovers removes what the journal still holds under workflow id

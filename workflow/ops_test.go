@@ -69,6 +69,125 @@ func TestRestartFromFailedStep(t *testing.T) {
 	}
 }
 
+// Concurrent Restarts into one new id, each from another failed workflow:
+// exactly one wins, the others get producer.ErrAlreadyExists, and the
+// new workflow's journal is exactly the winner's copy (no step of a loser's
+// source, none purged by a loser), so it resumes without running its
+// copied steps again.
+func TestConcurrentRestartsToOneIDOneWins(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var mu sync.Mutex
+	broken := true
+	def := workflow.Define("test.restart.race", func(wf *workflow.Context, in string) (string, error) {
+		out := in
+		for _, s := range []string{"a", "b", "c"} {
+			var err error
+			if out, err = workflow.Step(wf, s, func(ctx context.Context) (string, error) {
+				e.inc(s + "-" + in)
+				return out + "-" + s, nil
+			}); err != nil {
+				return "", err
+			}
+		}
+		return workflow.Step(wf, "d", func(ctx context.Context) (string, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if broken {
+				return "", errors.New("d is broken")
+			}
+			return out + "-d", nil
+		})
+	})
+	w := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	const n, rounds = 8, 5
+	srcs := make([]*workflow.Status, n)
+	for i := range n {
+		id, err := workflow.Start(ctx, e.P, def, fmt.Sprintf("s%d", i), workflow.WithID(fmt.Sprintf("src-%d", i)))
+		must(t, err)
+		if r := e.wait(t, id); r.State != jetflow.Failed {
+			t.Fatalf("source %s: %s", id, r.State)
+		}
+		srcs[i] = e.status(t, id)
+		if len(srcs[i].Steps) != 4 {
+			t.Fatalf("source %s: steps %+v", id, srcs[i].Steps)
+		}
+	}
+	// No worker while the restarts race: the new workflows' journals stay
+	// as Restart wrote them.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	must(t, w.Stop(sctx))
+	cancel()
+	winners := map[string]int{}
+	for round := range rounds {
+		fork := fmt.Sprintf("fork-%d", round)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				var nid string
+				nid, errs[i] = workflow.Restart(ctx, e.P, fmt.Sprintf("src-%d", i), workflow.WithID(fork))
+				if errs[i] == nil && nid != fork {
+					t.Errorf("restart %d into %s returned id %s", i, fork, nid)
+				}
+			})
+		}
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won >= 0:
+				t.Fatalf("round %d: restarts %d and %d both won", round, won, i)
+			case err == nil:
+				won = i
+			case !errors.Is(err, producer.ErrAlreadyExists):
+				t.Fatalf("round %d: restart %d: %v, want producer.ErrAlreadyExists", round, i, err)
+			}
+		}
+		if won < 0 {
+			t.Fatalf("round %d: no restart won: %v", round, errs)
+		}
+		winners[fork] = won
+		st := e.status(t, fork)
+		if want := fmt.Sprintf("%q", fmt.Sprintf("s%d", won)); string(st.Run.Args) != want {
+			t.Errorf("round %d: record's input %s, want the winner's %s", round, st.Run.Args, want)
+		}
+		if len(st.Steps) != 3 {
+			t.Fatalf("round %d: steps %+v, want the winner's three", round, st.Steps)
+		}
+		for k, s := range st.Steps {
+			src := srcs[won].Steps[k]
+			if s.Step != src.Step || s.Name != src.Name || s.State != workflow.StepDone || string(s.Result) != string(src.Result) {
+				t.Errorf("round %d: step %+v, want the winner's (src-%d) %+v", round, s, won, src)
+			}
+		}
+		for _, k := range e.journalKeys(t, fork) {
+			if !strings.HasPrefix(k, fork+".s.") && k != fork+".wf" {
+				t.Errorf("round %d: journal key %s besides the copied steps", round, k)
+			}
+		}
+	}
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	for fork, won := range winners {
+		out, err := workflow.Result(ctx, e.P, def, fork)
+		must(t, err)
+		if want := fmt.Sprintf("s%d-a-b-c-d", won); out != want {
+			t.Errorf("%s: result %q, want %q", fork, out, want)
+		}
+	}
+	for i := range n {
+		for _, s := range []string{"a", "b", "c"} {
+			if c := e.n(fmt.Sprintf("%s-s%d", s, i)); c != 1 {
+				t.Errorf("step %s of s%d ran %d times, want once (its copy is journaled)", s, i, c)
+			}
+		}
+	}
+}
+
 // Watch pushes the status as steps are journaled, up to the end.
 func TestWatchSteps(t *testing.T) {
 	t.Parallel()
