@@ -57,7 +57,12 @@
 //     limits; a slot whose item is missing or unreadable is given back once
 //     its attempt's run is not running; queue entries and item records that
 //     the pool cannot have written start nothing, and Status reports them
-//     with jetflow.ErrBadRecord.
+//     with jetflow.ErrBadRecord. Cancel and CancelAll resolve such a queue
+//     entry once: recorded as a failed run, the engine's dead letter
+//     (dlq-<pools stream>-<revision>, the entry's value as its args, the
+//     reason as its error), then removed from the queue; the call reports
+//     it with jetflow.ErrBadRecord naming that run, and the next call does
+//     not meet it.
 //
 // # Guarantees
 //

@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/pool"
+	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -349,4 +351,80 @@ func TestGarbageQueuedOverBadRecord(t *testing.T) {
 		inf, err := pl.Info(context.Background())
 		return err == nil && len(inf.Running) == 0
 	})
+}
+
+// Queue entries the pool cannot read (not JSON, an item of another id, a
+// key that is no item id) are resolved by the first CancelAll: each is
+// recorded as a failed run (the engine's dead letter, its value as the
+// args, the reason as the error) and removed from the queue, reported
+// once with jetflow.ErrBadRecord; a second CancelAll reports nothing (it
+// reported them at every call). The readable item is canceled as ever.
+func TestCancelAllResolvesUnreadableQueueEntriesOnce(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := context.Background()
+	pl := e.newPool(t, testConfig("gcall"))
+	now := time.Now().UnixNano()
+	renamed := fmt.Sprintf(`{"a":1,"r":%d,"item":{"id":"someone","pool":"gcall","fn":%q,"state":"pending","attempts":0,"maxAttempts":1,"enqueued":"2026-01-01T00:00:00Z"}}`,
+		now, Work.Name())
+	bad := map[string]string{"junk": "\xff\xfe{", "renamed": renamed, "a=b": fmt.Sprintf(`{"a":1,"r":%d}`, now)}
+	for id, v := range bad {
+		e.put(t, "gcall.q."+id, v)
+	}
+	enqueue(t, pl, "real", WorkArgs{})
+	n, err := pl.CancelAll(ctx)
+	if n != 1 || !errors.Is(err, jetflow.ErrBadRecord) {
+		t.Fatalf("first CancelAll: %d canceled, %v; want 1 and jetflow.ErrBadRecord", n, err)
+	}
+	for id := range bad {
+		if !strings.Contains(err.Error(), "entry "+id) {
+			t.Errorf("first CancelAll's error does not name entry %s: %v", id, err)
+		}
+	}
+	if it, err := pl.Status(ctx, "real"); err != nil || it.State != jetflow.Canceled {
+		t.Fatalf("real item: %+v %v, want canceled", it, err)
+	}
+	if n, err := pl.CancelAll(ctx); n != 0 || err != nil {
+		t.Fatalf("second CancelAll: %d canceled, %v; want 0 and no error", n, err)
+	}
+	for id := range bad {
+		if _, err := e.poolsKV(t).Get(ctx, "gcall.q."+id); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			t.Errorf("queue entry %s still there: %v", id, err)
+		}
+	}
+	// Nothing lost: each entry is a failed run whose error says why.
+	page, err := e.P.List(ctx, producer.Filter{State: jetflow.Failed, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]*jetflow.Run{}
+	for _, r := range page.Runs {
+		if !strings.HasPrefix(r.ID, "dlq-") || r.Pool != "gcall" {
+			continue
+		}
+		for id := range bad {
+			if strings.Contains(r.Error, "entry "+id+":") {
+				if found[id] != nil {
+					t.Errorf("entry %s recorded twice: %s and %s", id, found[id].ID, r.ID)
+				}
+				found[id] = r
+			}
+		}
+	}
+	for id, v := range bad {
+		r := found[id]
+		switch {
+		case r == nil:
+			t.Errorf("entry %s: no failed run records it", id)
+		case !strings.Contains(r.Error, jetflow.ErrBadRecord.Error()) || !r.Permanent:
+			t.Errorf("entry %s: run %s: %q permanent %v", id, r.ID, r.Error, r.Permanent)
+		case json.Valid([]byte(v)) && string(r.Args) != v:
+			t.Errorf("entry %s: args %s, want the entry %s", id, r.Args, v)
+		case !json.Valid([]byte(v)):
+			var sum struct{ Base64 []byte }
+			if err := json.Unmarshal(r.Args, &sum); err != nil || string(sum.Base64) != v {
+				t.Errorf("entry %s: args %s, want the bytes %q kept", id, r.Args, v)
+			}
+		}
+	}
 }

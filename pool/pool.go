@@ -895,7 +895,11 @@ func (pl *Pool) status(ctx context.Context, id string) (*Item, error) {
 // run canceled (its handler's context ends with cause jetflow.ErrCanceled)
 // and gives its slot back. The item's on-complete callback runs with
 // Canceled. Canceling a finished item is a no-op. Errors:
-// jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
+// jetflow.ErrNotFound, jetflow.ErrInvalidRunID, jetflow.ErrBadRecord (the
+// item's record, or its queue entry, was written by another client and
+// cannot be read; such a queue entry is recorded as a failed run, the
+// dead letter the error names, and removed from the queue, so that it is
+// reported once).
 func (pl *Pool) Cancel(ctx context.Context, id string) error {
 	return watchDenied(ctx, pl.st.nc, func(ctx context.Context) error { return pl.cancel(ctx, id, cancelCause{}) })
 }
@@ -926,6 +930,14 @@ func (pl *Pool) cancel(ctx context.Context, id string, why cancelCause) error {
 			// Never started: the item is in its queue entry. Writing its
 			// record as canceled keeps the dispatcher from starting it.
 			q, seq, qerr := pl.st.getQueued(ctx, pl.name, id)
+			if errors.Is(qerr, jetflow.ErrBadRecord) {
+				// Another client's entry: recorded as a dead letter and
+				// removed, reported once.
+				if err := pl.deadLetterQueued(ctx, id); err != nil {
+					return err
+				}
+				continue
+			}
 			if qerr != nil {
 				if errors.Is(qerr, jetflow.ErrNotFound) {
 					if _, gerr := pl.st.getItem(ctx, pl.name, id); gerr == nil {
@@ -1015,23 +1027,39 @@ func (pl *Pool) cancelRun(ctx context.Context, it *Item) error {
 // that the slots the running ones give back start none of them. An item
 // that starts meanwhile (a slot freed by an item ending) is canceled as a
 // running one. Items enqueued while it runs may escape it.
+//
+// A queue entry the pool cannot read (another client wrote it: not JSON,
+// an item of another id or pool, a key that is no item id) is resolved
+// once: recorded as a failed run (the engine's dead letter, id
+// dlq-<pools stream>-<revision>, its value as the args, the reason as the
+// error) and removed from the queue. The call reports it with
+// jetflow.ErrBadRecord naming the dead letter, after canceling the
+// others; the next CancelAll does not meet it again.
 func (pl *Pool) CancelAll(ctx context.Context) (int, error) {
-	var pending []string
+	var pending, unreadable []string
 	keys, err := kv.ListKeys(ctx, pl.st.kv, queueKey(pl.name, "*"))
 	if err != nil {
 		return 0, fmt.Errorf("pool: list queue of %s: %w", pl.name, err)
 	}
 	pfx := len(queueKey(pl.name, ""))
 	for _, k := range keys {
+		if jetflow.ValidateRunID(k[pfx:]) != nil {
+			unreadable = append(unreadable, k[pfx:]) // no item has that id
+			continue
+		}
 		pending = append(pending, k[pfx:])
 	}
 	st, _, ok, err := pl.st.getState(ctx, pl.name)
 	if err != nil {
 		return 0, err
 	}
-	n, err := pl.cancelEach(ctx, pending)
+	var bad badReports
+	for _, id := range unreadable {
+		bad.add(pl.deadLetterQueued(ctx, id))
+	}
+	n, err := pl.cancelEach(ctx, pending, &bad)
 	if err != nil || !ok {
-		return n, err
+		return n, errors.Join(err, bad.err())
 	}
 	running := make([]string, 0, len(st.Running))
 	for id := range st.Running {
@@ -1039,13 +1067,48 @@ func (pl *Pool) CancelAll(ctx context.Context) (int, error) {
 			running = append(running, id)
 		}
 	}
-	m, err := pl.cancelEach(ctx, running)
-	return n + m, err
+	m, err := pl.cancelEach(ctx, running, &bad)
+	return n + m, errors.Join(err, bad.err())
+}
+
+// badReports gathers the unreadable records a CancelAll met: the first
+// maxBadReports reports, and how many there were.
+type badReports struct {
+	mu   sync.Mutex
+	errs []error
+	n    int
+}
+
+const maxBadReports = 10
+
+// add notes err if it is a report of an unreadable record, and returns
+// whether it was.
+func (b *badReports) add(err error) bool {
+	if !errors.Is(err, jetflow.ErrBadRecord) {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n++
+	if len(b.errs) < maxBadReports {
+		b.errs = append(b.errs, err)
+	}
+	return true
+}
+
+func (b *badReports) err() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	errs := b.errs
+	if more := b.n - len(errs); more > 0 {
+		errs = append(errs[:len(errs):len(errs)], fmt.Errorf("%w: %d more", jetflow.ErrBadRecord, more))
+	}
+	return errors.Join(errs...)
 }
 
 // cancelEach cancels the items ids (32 at a time) and returns how many it
-// canceled.
-func (pl *Pool) cancelEach(ctx context.Context, ids []string) (int, error) {
+// canceled; the unreadable records it meets go to bad.
+func (pl *Pool) cancelEach(ctx context.Context, ids []string, bad *badReports) (int, error) {
 	var (
 		mu    sync.Mutex
 		n     int
@@ -1064,6 +1127,9 @@ func (pl *Pool) cancelEach(ctx context.Context, ids []string) (int, error) {
 			}
 			if err == nil || errors.Is(err, jetflow.ErrNotFound) {
 				err = pl.Cancel(ctx, id)
+			}
+			if bad.add(err) {
+				return
 			}
 			mu.Lock()
 			defer mu.Unlock()

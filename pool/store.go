@@ -25,6 +25,8 @@ import (
 //	<name>.q.<id>    the queue entry of a pending item: priority, ready time,
 //	                 the attempt it waits to start and, for a new item, the
 //	                 item itself; removed when the item starts or is canceled
+//	                 (one the pool cannot read: when Cancel or CancelAll
+//	                 has recorded it as a failed run, dlq-<stream>-<rev>)
 //	<name>.i.<id>    the item record, written when the item first starts (or
 //	                 is canceled before); terminal ones expire after the
 //	                 retention period, by a Nats-TTL on the terminal write
@@ -407,13 +409,22 @@ func (s *store) getQueued(ctx context.Context, pool, id string) (queued, uint64,
 	if err != nil {
 		return q, 0, fmt.Errorf("pool: get queue entry %s: %w", id, err)
 	}
-	if err := json.Unmarshal(e.Value(), &q); err != nil {
-		return q, e.Revision(), fmt.Errorf("pool %s queue entry %s: %w: %v", pool, id, jetflow.ErrBadRecord, err)
+	q, err = decodeQueued(pool, id, e.Value())
+	return q, e.Revision(), err
+}
+
+// decodeQueued decodes and checks the queue entry of item id. Errors:
+// jetflow.ErrBadRecord (an id that is no item id too: the key was not
+// written by the pool).
+func decodeQueued(pool, id string, b []byte) (queued, error) {
+	var q queued
+	if err := jetflow.ValidateRunID(id); err != nil {
+		return q, fmt.Errorf("pool %s queue entry %s: %w: %w", pool, id, jetflow.ErrBadRecord, err)
 	}
-	if err := q.check(pool, id); err != nil {
-		return q, e.Revision(), err
+	if err := json.Unmarshal(b, &q); err != nil {
+		return q, fmt.Errorf("pool %s queue entry %s: %w: %v", pool, id, jetflow.ErrBadRecord, err)
 	}
-	return q, e.Revision(), nil
+	return q, q.check(pool, id)
 }
 
 // writeItem stores it if its record is still at revision expect. Errors:
