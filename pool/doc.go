@@ -75,6 +75,15 @@
 // context, may still be finishing then. Lowering the limit stops no running
 // item: new ones start when fewer than the new limit run.
 //
+// These limits hold against the pool's own writers, not against a client
+// that writes well-formed records into the bucket: an item record saying
+// an item finished (or was canceled) gives its slot back, and a state
+// record without the running slots frees them all, while their handlers
+// run on. A forged "canceled" record cannot be told from Cancel's, which
+// gives the slot back before the run has ended, and a forged state names
+// no item at all; so the bucket's write rights ($KV.<prefix>_pools.>) are
+// the guard: give them to the pool's roles only (docs/permissions.md).
+//
 // Rate limit (N per Per): a start is granted at time t only if fewer than N
 // starts were granted in [t-Per, t]; so any window of length Per holds at
 // most N grants, retries included. Items over the limit wait in the queue;
