@@ -13,6 +13,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/nats-io/nuid"
 )
 
@@ -171,12 +172,24 @@ type stepContext struct {
 type Retrier struct {
 	p    *producer.Producer
 	opts Options
+	// internal are the worker options Register gives the internal
+	// functions (internalOptions; tests shrink them).
+	internal worker.Options
+	// fault, set by tests only, fails an internal function's attempt: it
+	// stands for NATS refusing that attempt's writes.
+	fault faultFunc
 }
+
+// faultFunc is a test's failure injected into attempt attempt of internal
+// run id of function fn, at its start (end false) or, once its work has
+// failed, before it writes the retrier's end (end true); nil lets the
+// attempt go on.
+type faultFunc func(ctx context.Context, fn, id string, attempt int, end bool) error
 
 // New returns a Retrier that schedules with p. The retrier's internal
 // functions must be served by a worker: see Register.
 func New(p *producer.Producer, opts Options) *Retrier {
-	return &Retrier{p: p, opts: opts.withDefaults()}
+	return &Retrier{p: p, opts: opts.withDefaults(), internal: internalOptions}
 }
 
 // Options are the retrier's defaults, with defaults filled.

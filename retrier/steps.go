@@ -35,16 +35,26 @@ var internalOptions = worker.Options{
 // the same streams, whatever its options (the policy travels with each run).
 // Errors: worker.ErrRegistered when w already serves them or has started.
 func (r *Retrier) Register(w *worker.Worker) error {
-	d := &driver{p: w.Producer()}
-	if err := worker.Register(w, startFn, d.start, internalOptions); err != nil {
+	d := &driver{p: w.Producer(), fault: r.fault}
+	if err := worker.Register(w, startFn, d.start, r.internal); err != nil {
 		return err
 	}
-	return worker.Register(w, stepFn, d.step, internalOptions)
+	return worker.Register(w, stepFn, d.step, r.internal)
 }
 
 // driver runs the internal functions on one worker.
 type driver struct {
-	p *producer.Producer
+	p     *producer.Producer
+	fault faultFunc
+}
+
+// injected is the test's failure of this attempt of internal run id, if
+// any.
+func (d *driver) injected(ctx context.Context, fn, id string, attempt int, end bool) error {
+	if d.fault == nil {
+		return nil
+	}
+	return d.fault(ctx, fn, id, attempt, end)
 }
 
 func (d *driver) now() time.Time { return time.Now().UTC() }
@@ -52,6 +62,9 @@ func (d *driver) now() time.Time { return time.Now().UTC() }
 // start writes the retrier's record and enqueues attempt 1. Redelivered, it
 // finds what it already wrote and goes on from there.
 func (d *driver) start(ctx context.Context, j *worker.Job[spec]) error {
+	if err := d.injected(ctx, StartFunction, j.ID(), j.Attempt(), false); err != nil {
+		return err
+	}
 	s := j.Args
 	if s.Retrier == "" || s.Function == "" {
 		return jetflow.Permanent(fmt.Errorf("%w: start run %s without a retrier id or function", jetflow.ErrBadArgs, j.ID()))
@@ -136,6 +149,9 @@ func (d *driver) schedule(ctx context.Context, s spec, n int, t time.Time) error
 // step runs when attempt n ends: it finishes the retrier or schedules
 // attempt n+1.
 func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) error {
+	if err := d.injected(ctx, StepFunction, j.ID(), j.Attempt(), false); err != nil {
+		return err
+	}
 	var sc stepContext
 	if err := json.Unmarshal(j.Args.Context, &sc); err != nil || sc.Retrier == "" || sc.Attempt < 1 {
 		return jetflow.Permanent(fmt.Errorf("%w: step %s: context %s", jetflow.ErrBadArgs, j.ID(), j.Args.Context))
