@@ -37,9 +37,12 @@
 // survive a restart of every process, the NATS server included:
 //
 //   - Run schedules a start run (internal function jetflow.retrier.start,
-//     retryable) whose arguments hold the call, the policy and the callback.
-//     It is the only write Run makes, so the retrier is durable once Run
-//     returns its id.
+//     retryable, id <retrier id>-start) whose arguments hold the call, the
+//     policy and the callback. It is the only write Run makes, so the
+//     retrier is durable once Run returns its id. The start run's own
+//     on-complete callback (jetflow.retrier.started) ends the retrier if
+//     the start run is canceled or fails (see below); after a start run
+//     that succeeded it does nothing.
 //   - The start run writes the retrier's own record, under the retrier id,
 //     with name jetflow.retrier.run and state inProgress, and enqueues the
 //     first attempt.
@@ -57,7 +60,22 @@
 //     callback.
 //
 // Every step is idempotent (deterministic ids, compare-and-swap writes), so a
-// redelivered or re-run step changes nothing twice. The callback receives a
+// redelivered or re-run step changes nothing twice.
+//
+// # Never in progress for good
+//
+// The internal runs (start, step) are retried by the worker without limit,
+// with a delay capped at 30 s, so a NATS outage of any length is ridden
+// out: the retrier goes on when writes work again. What a failed attempt
+// of an internal run means is decided by one function: a permanent error
+// or a panic (a retry would fail alike) ends the retrier failed at once,
+// and so does any failure from the internal run's 25th attempt on (about
+// 10 minutes of retries); the retrier's Error then names the internal run
+// ("retrier: internal run <id> (jetflow.retrier.step) failed 25 attempts:
+// ...") and its callback runs. An attempt whose work fails while NATS still
+// refuses that write too is tried again, work first. A start run canceled
+// directly (producer.Cancel or the CLI on <retrier id>-start) ends the
+// retrier canceled, as Cancel does, and its callback runs. The callback receives a
 // jetflow.Completion whose Run is the retrier's record; FromCompletion turns
 // it into a Status.
 //
@@ -68,6 +86,7 @@
 // canceled. The retrier's record can also be canceled with the producer's
 // Cancel, with the same effect.
 //
-// The internal functions must be served: call Register on at least one
-// worker (any number may serve them).
+// The internal functions (jetflow.retrier.start, .step and .started) must
+// be served: call Register on at least one worker (any number may serve
+// them).
 package retrier

@@ -25,6 +25,10 @@ const (
 	// StepFunction runs when an attempt ends: it finishes the retrier or
 	// schedules the next attempt.
 	StepFunction = "jetflow.retrier.step"
+	// StartedFunction runs when a start run ends (its on-complete
+	// callback): a start run canceled or failed ends the retrier canceled
+	// or failed, so that its callback runs.
+	StartedFunction = "jetflow.retrier.started"
 	// RecordName is the function name on the retrier's own record. No worker
 	// serves it: the record is written by the retrier, never dispatched.
 	RecordName = "jetflow.retrier.run"
@@ -288,7 +292,8 @@ func (r *Retrier) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 			return "", err
 		}
 	}
-	_, err = r.p.RunAt(ctx, t, startCall(s), producer.WithID(StartID(id)))
+	_, err = r.p.RunAt(ctx, t, startCall(s), producer.WithID(StartID(id)),
+		producer.WithOnComplete(jetflow.Call{Name: StartedFunction, Kind: jetflow.Retryable}))
 	if err != nil {
 		if errors.Is(err, producer.ErrAlreadyExists) {
 			return id, fmt.Errorf("retrier %s: %w", id, err)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
-	"github.com/jetflow-dev/jetflow/kv"
 )
 
 // Status is where a retrier run stands.
@@ -222,8 +221,8 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 	// the retrier would go on.
 	rec, err := store.GetConfirmed(ctx, id)
 	if errors.Is(err, jetflow.ErrNotFound) {
-		// Not started: write the record as canceled, so the start run
-		// finds it and runs nothing.
+		// Not started: cancelRetrier writes the record as canceled, so the
+		// start run finds it and runs nothing.
 		start, serr := store.GetConfirmed(ctx, StartID(id))
 		if serr != nil {
 			if errors.Is(serr, jetflow.ErrNotFound) {
@@ -235,24 +234,7 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 		if err != nil {
 			return err
 		}
-		now := time.Now().UTC()
-		rec = &jetflow.Run{
-			ID: id, Name: RecordName, Kind: jetflow.Retryable, Args: start.Args, State: jetflow.Canceled,
-			ScheduledTime: start.ScheduledTime, CreationTime: start.CreationTime, CompletedTime: now,
-			Parent: start.ID, Error: jetflow.ErrCanceled.Error(), OnComplete: s.OnComplete,
-		}
-		_, err = engine.New(store).Write(ctx, engine.Cancel, engine.None, rec, 0)
-		if err == nil {
-			if err := r.p.Cancel(ctx, start.ID); err != nil {
-				return err
-			}
-			return engine.Of(r.p).Complete(ctx, rec)
-		}
-		if !errors.Is(err, kv.ErrExists) {
-			return err
-		}
-		// The start run wrote the record meanwhile: cancel that.
-		rec, err = store.GetConfirmed(ctx, id)
+		return cancelRetrier(ctx, r.p, s, start)
 	}
 	if err != nil {
 		return err
@@ -276,6 +258,9 @@ func startSpec(r *jetflow.Run) (spec, error) {
 	}
 	if s.Function == "" {
 		return spec{}, fmt.Errorf("%w: start run %s names no function", ErrBadRecord, r.ID)
+	}
+	if StartID(s.Retrier) != r.ID {
+		return spec{}, fmt.Errorf("%w: start run %s is retrier %q's", ErrBadRecord, r.ID, s.Retrier)
 	}
 	return s, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -16,36 +17,53 @@ import (
 )
 
 var (
-	startFn = jetflow.Define[spec](StartFunction)
-	stepFn  = jetflow.Define[jetflow.Completion](StepFunction)
+	startFn   = jetflow.Define[spec](StartFunction)
+	stepFn    = jetflow.Define[jetflow.Completion](StepFunction)
+	startedFn = jetflow.Define[jetflow.Completion](StartedFunction)
 )
 
 // internalOptions are the worker options of the internal functions: they
-// are short KV operations, retried quickly and for long, so that a NATS
-// hiccup never strands a retrier.
+// are short KV operations, retried quickly, with a delay capped at 30 s.
+// MaxAttempts is not the worker's limit but the guard's budget: the
+// internal runs are retried without limit (see guard), and from attempt
+// MaxAttempts on (about 10 minutes) a failed attempt ends the retrier
+// failed instead of trying again.
 var internalOptions = worker.Options{
 	Concurrency: 32,
 	MaxAttempts: 25,
 	Backoff:     jetflow.Backoff{Initial: 200 * time.Millisecond, Base: 2, Max: 30 * time.Second},
 }
 
+// unlimited is the worker's MaxAttempts of the internal functions: the
+// worker never fails them for want of attempts; the guard decides.
+const unlimited = math.MaxInt32
+
 // Register registers the retrier's internal functions (StartFunction,
-// StepFunction) on w. Call it before w.Start, on at least one worker; the
-// functions schedule through w's producer, so they work for every Retrier on
-// the same streams, whatever its options (the policy travels with each run).
-// Errors: worker.ErrRegistered when w already serves them or has started.
+// StepFunction, StartedFunction) on w. Call it before w.Start, on at least
+// one worker; the functions schedule through w's producer, so they work for
+// every Retrier on the same streams, whatever its options (the policy
+// travels with each run). Errors: worker.ErrRegistered when w already
+// serves them or has started.
 func (r *Retrier) Register(w *worker.Worker) error {
-	d := &driver{p: w.Producer(), fault: r.fault}
-	if err := worker.Register(w, startFn, d.start, r.internal); err != nil {
+	opts := r.internal
+	d := &driver{p: w.Producer(), fault: r.fault, budget: max(opts.MaxAttempts, 1)}
+	opts.MaxAttempts = unlimited
+	if err := worker.Register(w, startFn, d.start, opts); err != nil {
 		return err
 	}
-	return worker.Register(w, stepFn, d.step, r.internal)
+	if err := worker.Register(w, stepFn, d.step, opts); err != nil {
+		return err
+	}
+	return worker.Register(w, startedFn, d.started, opts)
 }
 
 // driver runs the internal functions on one worker.
 type driver struct {
 	p     *producer.Producer
 	fault faultFunc
+	// budget is the attempt of an internal run from which a failure ends
+	// the retrier (internalOptions.MaxAttempts).
+	budget int
 }
 
 // injected is the test's failure of this attempt of internal run id, if
@@ -62,13 +80,17 @@ func (d *driver) now() time.Time { return time.Now().UTC() }
 // start writes the retrier's record and enqueues attempt 1. Redelivered, it
 // finds what it already wrote and goes on from there.
 func (d *driver) start(ctx context.Context, j *worker.Job[spec]) error {
-	if err := d.injected(ctx, StartFunction, j.ID(), j.Attempt(), false); err != nil {
-		return err
-	}
 	s := j.Args
 	if s.Retrier == "" || s.Function == "" {
 		return jetflow.Permanent(fmt.Errorf("%w: start run %s without a retrier id or function", jetflow.ErrBadArgs, j.ID()))
 	}
+	at := internalAttempt{fn: StartFunction, id: j.ID(), attempt: j.Attempt(), retrier: s.Retrier, spec: &s,
+		next: AttemptID(s.Retrier, 1)}
+	return d.guard(ctx, at, func() error { return d.startWork(ctx, j, s) })
+}
+
+// startWork is the work of a start run.
+func (d *driver) startWork(ctx context.Context, j *worker.Job[spec], s spec) error {
 	raw, err := json.Marshal(s)
 	if err != nil {
 		return jetflow.Permanent(err)
@@ -149,9 +171,6 @@ func (d *driver) schedule(ctx context.Context, s spec, n int, t time.Time) error
 // step runs when attempt n ends: it finishes the retrier or schedules
 // attempt n+1.
 func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) error {
-	if err := d.injected(ctx, StepFunction, j.ID(), j.Attempt(), false); err != nil {
-		return err
-	}
 	var sc stepContext
 	if err := json.Unmarshal(j.Args.Context, &sc); err != nil || sc.Retrier == "" || sc.Attempt < 1 {
 		return jetflow.Permanent(fmt.Errorf("%w: step %s: context %s", jetflow.ErrBadArgs, j.ID(), j.Args.Context))
@@ -160,6 +179,14 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	if att == nil || !att.State.Terminal() {
 		return jetflow.Permanent(fmt.Errorf("%w: step %s without a finished attempt", jetflow.ErrBadArgs, j.ID()))
 	}
+	at := internalAttempt{fn: StepFunction, id: j.ID(), attempt: j.Attempt(), retrier: sc.Retrier,
+		attempts: sc.Attempt, next: AttemptID(sc.Retrier, sc.Attempt+1)}
+	return d.guard(ctx, at, func() error { return d.stepWork(ctx, sc, att) })
+}
+
+// stepWork is the work of the step after attempt sc.Attempt, which ended
+// as att.
+func (d *driver) stepWork(ctx context.Context, sc stepContext, att *jetflow.Run) error {
 	store := engine.Of(d.p).Store()
 	cur, err := store.Get(ctx, sc.Retrier)
 	if errors.Is(err, jetflow.ErrNotFound) {
