@@ -31,6 +31,14 @@
 // base; jetflow follows the code): 500 ms, 1 s, 2 s, 4 s, then the run fails
 // after 5 attempts. MaxBackoff, when set, caps a delay.
 //
+// MaxFailures 0 takes the default, 4. MaxFailures NoRetries (-1) makes one
+// attempt and retries nothing (the retrier still records the outcome and
+// runs the callback). MaxFailures is at most MaxFailuresLimit (1000): the
+// retrier's record lists the id of every attempt, so it grows with them.
+// Run refuses any other value with ErrInvalidOptions (errors.Is), and with
+// producer.ErrArgsTooLarge a MaxFailures whose attempt ids, beside the
+// args, would not fit the record in the server's max payload.
+//
 // # How it is kept
 //
 // Everything lives in run records; nothing is held in memory, so retries

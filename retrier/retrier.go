@@ -38,6 +38,24 @@ const (
 var (
 	// ErrBadRecord: a record under a retrier id is not a retrier's.
 	ErrBadRecord = errors.New("retrier: not a retrier record")
+	// ErrInvalidOptions: Options that Run refuses (a MaxFailures below
+	// NoRetries or above MaxFailuresLimit). The root package's ErrInvalid*
+	// errors are about names and run ids, so the retrier has its own, as
+	// pool has ErrInvalidConfig.
+	ErrInvalidOptions = errors.New("retrier: invalid options")
+)
+
+// Bounds of Options.MaxFailures.
+const (
+	// NoRetries as MaxFailures runs the call once: its failure is not
+	// retried (0 means the default, 4).
+	NoRetries = -1
+	// MaxFailuresLimit is the largest MaxFailures. The retrier's record
+	// lists the id of every attempt, so it grows with them; the limit
+	// bounds it (and Run also refuses, with producer.ErrArgsTooLarge, a
+	// MaxFailures whose attempt ids would not fit the record in the
+	// server's max payload beside the args).
+	MaxFailuresLimit = 1000
 )
 
 // Options are a Retrier's defaults for every run. Every zero field takes the
@@ -51,7 +69,10 @@ type Options struct {
 	// default.
 	Base float64
 	// MaxFailures is how many failures are retried: the run fails after
-	// MaxFailures+1 failed attempts. Default 4 (5 attempts).
+	// MaxFailures+1 failed attempts. Default (0) 4, so 5 attempts;
+	// NoRetries (-1) for one attempt and no retry; at most
+	// MaxFailuresLimit (1000). Run refuses other values with
+	// ErrInvalidOptions.
 	MaxFailures int
 	// MaxBackoff caps one delay. Default: no cap (as in Convex).
 	MaxBackoff time.Duration
@@ -76,7 +97,7 @@ func (o Options) withDefaults() Options {
 	if o.Base < 1 {
 		o.Base = 2
 	}
-	if o.MaxFailures <= 0 {
+	if o.MaxFailures == 0 {
 		o.MaxFailures = 4
 	}
 	if o.MaxBackoff < 0 {
@@ -93,7 +114,7 @@ func (o Options) override(x Options) Options {
 	if x.Base >= 1 {
 		o.Base = x.Base
 	}
-	if x.MaxFailures > 0 {
+	if x.MaxFailures != 0 {
 		o.MaxFailures = x.MaxFailures
 	}
 	if x.MaxBackoff > 0 {
@@ -110,6 +131,18 @@ func (o Options) override(x Options) Options {
 	}
 	return o
 }
+
+// validate reports the options Run refuses: ErrInvalidOptions.
+func (o Options) validate() error {
+	if o.MaxFailures < NoRetries || o.MaxFailures > MaxFailuresLimit {
+		return fmt.Errorf("%w: MaxFailures %d: want 0 (the default, 4), 1 to %d, or NoRetries (-1)",
+			ErrInvalidOptions, o.MaxFailures, MaxFailuresLimit)
+	}
+	return nil
+}
+
+// retried is the number of failures retried: MaxFailures, 0 for NoRetries.
+func (o Options) retried() int { return max(o.MaxFailures, 0) }
 
 // Delay is the wait before the next attempt after the k-th failure (k >= 1):
 // InitialBackoff * Base^k, times jitter in [0.5, 1.5) unless NoJitter, capped
@@ -191,7 +224,8 @@ type Retrier struct {
 type faultFunc func(ctx context.Context, fn, id string, attempt int, end bool) error
 
 // New returns a Retrier that schedules with p. The retrier's internal
-// functions must be served by a worker: see Register.
+// functions must be served by a worker: see Register. Run checks opts
+// (ErrInvalidOptions).
 func New(p *producer.Producer, opts Options) *Retrier {
 	return &Retrier{p: p, opts: opts.withDefaults(), internal: internalOptions}
 }
@@ -221,17 +255,19 @@ func WithOnComplete(c jetflow.Call) RunOption {
 }
 
 // WithOptions overrides the retrier's options for this run: its non-zero
-// fields replace the defaults.
+// fields replace the defaults (MaxFailures NoRetries included).
 func WithOptions(x Options) RunOption {
 	return func(o *runOptions) { o.opts = o.opts.override(x) }
 }
 
 // Run starts c now and retries it until it succeeds, fails MaxFailures+1
 // times, or is canceled. It returns the retrier id once the run is durable.
-// Errors: jetflow.ErrInvalidName, jetflow.ErrBadArgs, jetflow.ErrInvalidRunID,
-// producer.ErrArgsTooLarge (the call's args and the callback's context, with
-// 8 KiB to spare, must fit the server's max payload: the attempts' and the
-// callback's messages carry them), producer.ErrAlreadyExists (with the id).
+// Errors: ErrInvalidOptions (MaxFailures out of range), jetflow.ErrInvalidName,
+// jetflow.ErrBadArgs, jetflow.ErrInvalidRunID, producer.ErrArgsTooLarge (the
+// call's args, the callback's context and the ids of MaxFailures+1 attempts,
+// with 8 KiB to spare, must fit the server's max payload: the attempts',
+// the record's and the callback's messages carry them),
+// producer.ErrAlreadyExists (with the id).
 func (r *Retrier) Run(ctx context.Context, c jetflow.Call, opts ...RunOption) (string, error) {
 	return r.RunAt(ctx, time.Time{}, c, opts...)
 }
@@ -253,6 +289,9 @@ func (r *Retrier) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 	if o.onComplete == nil {
 		o.onComplete = o.opts.OnComplete
 	}
+	if err := o.opts.validate(); err != nil {
+		return "", err
+	}
 	args, err := c.Encode()
 	if err != nil {
 		return "", err
@@ -270,7 +309,7 @@ func (r *Retrier) RunAt(ctx context.Context, t time.Time, c jetflow.Call, opts .
 	pol := o.opts.withDefaults()
 	s := spec{
 		Retrier: id, Function: c.Name, Kind: kind, Args: args,
-		Policy: policy{InitialBackoff: pol.InitialBackoff, Base: pol.Base, MaxFailures: pol.MaxFailures,
+		Policy: policy{InitialBackoff: pol.InitialBackoff, Base: pol.Base, MaxFailures: pol.retried(),
 			MaxBackoff: pol.MaxBackoff, NoJitter: pol.NoJitter, Timeout: pol.Timeout},
 	}
 	if o.onComplete != nil {
@@ -327,9 +366,12 @@ func checkSize(p *producer.Producer, s spec) error {
 	if s.OnComplete != nil {
 		n += len(s.OnComplete.Args)
 	}
-	if int64(n)+sizeReserve > max {
-		return fmt.Errorf("%w: retrier of %s: %d bytes of args and callback context, server max payload %d less %d",
-			producer.ErrArgsTooLarge, s.Function, n, max, sizeReserve)
+	// The record lists every attempt's id (quoted, comma-separated).
+	last := s.Policy.MaxFailures + 1
+	kids := last * (len(AttemptID(s.Retrier, last)) + 3)
+	if int64(n+kids)+sizeReserve > max {
+		return fmt.Errorf("%w: retrier of %s: %d bytes of args and callback context and %d of the ids of %d attempts, server max payload %d less %d",
+			producer.ErrArgsTooLarge, s.Function, n, kids, last, max, sizeReserve)
 	}
 	return nil
 }
