@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -25,6 +26,83 @@ import (
 
 // CronDefPrefix is the key prefix of the cron records (def.<name>).
 const CronDefPrefix = "def."
+
+// ErrBadCronRecord: a stored cron record that cannot be used (written by
+// hand or by something else than jetflow): see CheckCronRecord. It also
+// matches jetflow.ErrBadRecord. scheduler.ErrBadCronRecord is this error.
+var ErrBadCronRecord = fmt.Errorf("jetflow: unreadable cron record: %w", jetflow.ErrBadRecord)
+
+// ValidCronName reports whether name is a cron's name: 1-128 ASCII
+// letters, digits, '_' or '-' (scheduler.ValidateCronName says why not).
+func ValidCronName(name string) bool {
+	if len(name) == 0 || len(name) > 128 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		ch := name[i]
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// MaxCatchUp bounds a cron's catch-up and replay counts
+// (scheduler.MaxCatchUp is this).
+const MaxCatchUp = 10000
+
+// DecodeCronRecord reads the record stored under def.<name> and checks
+// that it can be used (CheckCronRecord). Errors: ErrBadCronRecord (JSON
+// that is no record, or one CheckCronRecord refuses), an error matching
+// cronspec's unknown zone with the record (not necessarily the record's
+// fault: another process's zone database may have a zone this one lacks).
+func DecodeCronRecord(name string, data []byte) (*CronRecord, error) {
+	r := new(CronRecord)
+	if err := json.Unmarshal(data, r); err != nil {
+		return nil, badCronRecord(name, "%v", err)
+	}
+	if err := CheckCronRecord(r, name); err != nil {
+		if errors.Is(err, cronspec.ErrUnknownZone) {
+			return r, err
+		}
+		return nil, err
+	}
+	return r, nil
+}
+
+// CheckCronRecord refuses a decoded record stored under def.<name> that
+// the scheduler cannot use (one written by hand, or by something else
+// than jetflow): a name that is no cron name, another cron's name, a
+// schedule that does not validate, counts out of range, or an enabled
+// cron without a next time and index entry. Errors: ErrBadCronRecord, or
+// for a zone this process does not know one matching
+// cronspec.ErrUnknownZone.
+func CheckCronRecord(r *CronRecord, name string) error {
+	switch {
+	case !ValidCronName(name):
+		return badCronRecord(name, "%.140q is not a cron name (1-128 letters, digits, '_' or '-')", name)
+	case r.Name != name:
+		return badCronRecord(name, "it holds cron %.140q", r.Name)
+	case r.CatchUp < 0 || r.CatchUp > MaxCatchUp || r.Replay < 0 || r.Replay > MaxCatchUp:
+		return badCronRecord(name, "catchUp %d or replay %d out of range 0-%d", r.CatchUp, r.Replay, MaxCatchUp)
+	case r.Enabled && (r.Next.Unix() <= 0 || r.Due <= 0):
+		return badCronRecord(name, "enabled with next time %s and due second %d", r.Next.Format(time.RFC3339), r.Due)
+	}
+	if err := cronspec.ValidateCached(r.Spec, 0); err != nil {
+		if errors.Is(err, cronspec.ErrUnknownZone) {
+			// Not necessarily the record's fault: this process's zoneinfo
+			// may lack a zone another process has (an older tzdata). Its
+			// evaluation fails and is retried, the cron kept.
+			return fmt.Errorf("cron %s: %w", name, err)
+		}
+		return badCronRecord(name, "%v", err)
+	}
+	return nil
+}
+
+func badCronRecord(name, format string, args ...any) error {
+	return fmt.Errorf("%w: %.140q: %s", ErrBadCronRecord, name, fmt.Sprintf(format, args...))
+}
 
 // CronOrigin says where a cron was defined.
 type CronOrigin string
@@ -102,6 +180,13 @@ type CronInfo struct {
 	Missed  int64     `json:"missed"`
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
+	// Unreadable says why the stored record cannot be used (see
+	// CheckCronRecord: not a record's JSON, another cron's name, a name
+	// that is no cron name, a schedule that does not validate, ...),
+	// written by hand or by something else than jetflow: the scheduler
+	// does not fire it, and only Name (the key's) is set. Pause, Resume
+	// and Trigger refuse it (ErrBadCronRecord); Delete removes it.
+	Unreadable string `json:"unreadable,omitempty"`
 }
 
 // CronInfo turns cron record r into a CronInfo; withOutcome reads the
@@ -132,17 +217,24 @@ func (s *Store) CronInfo(ctx context.Context, r *CronRecord, withOutcome bool) (
 
 // Crons reads every cron of the crons bucket, by name, with the outcome of
 // each one's last run: the one reader of the bucket's crons (the
-// scheduler's Crons.List, the dashboard, the CLI). Its cost is proportional
-// to the crons registered. A bucket that does not exist (no scheduler ran
-// yet) has no crons.
+// scheduler's Crons.List, the dashboard, the CLI). A record that cannot be
+// used (DecodeCronRecord) is listed with its key's name and Unreadable
+// saying why. Its cost is proportional to the crons registered. A bucket
+// that does not exist (no scheduler ran yet) has no crons.
 func (s *Store) Crons(ctx context.Context) ([]*CronInfo, error) {
 	bucket := s.cfg.CronsBucket()
 	pfx := streams.KVSubject(bucket, CronDefPrefix)
 	var recs []*CronRecord
+	var bad []*CronInfo
 	err := s.scan(ctx, streams.KVStream(bucket), pfx+">", false, func(m jetstream.Msg, _ *jetstream.MsgMetadata) {
-		r := new(CronRecord)
-		if isMarker(m.Headers()) || json.Unmarshal(m.Data(), r) != nil {
-			return // deleted, or undecodable: skipped, as the evaluator skips it
+		if isMarker(m.Headers()) {
+			return // deleted
+		}
+		name := strings.TrimPrefix(m.Subject(), pfx)
+		r, err := DecodeCronRecord(name, m.Data())
+		if r == nil {
+			bad = append(bad, &CronInfo{Name: name, Unreadable: err.Error()})
+			return
 		}
 		recs = append(recs, r)
 	})
@@ -152,8 +244,7 @@ func (s *Store) Crons(ctx context.Context) ([]*CronInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv: read crons: %w", err)
 	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].Name < recs[j].Name })
-	out := make([]*CronInfo, 0, len(recs))
+	out := make([]*CronInfo, 0, len(recs)+len(bad))
 	for _, r := range recs {
 		ci, err := s.CronInfo(ctx, r, true)
 		if err != nil {
@@ -161,5 +252,7 @@ func (s *Store) Crons(ctx context.Context) ([]*CronInfo, error) {
 		}
 		out = append(out, ci)
 	}
+	out = append(out, bad...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }

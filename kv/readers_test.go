@@ -134,7 +134,8 @@ func TestStoreCronsReadsRecordsAndLastOutcome(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(kv.CronDefPrefix+"b-cron", kv.CronRecord{Name: "b-cron", Origin: kv.CronOriginCode, Spec: cronspec.Daily(9, 0),
-		Function: "reports.daily", Enabled: true, LastTime: fired, LastRun: run.ID, Fired: 1})
+		Function: "reports.daily", Enabled: true, Next: fired.Add(24 * time.Hour), Due: fired.Add(24 * time.Hour).Unix(),
+		LastTime: fired, LastRun: run.ID, Fired: 1})
 	put(kv.CronDefPrefix+"a-cron", kv.CronRecord{Name: "a-cron", Origin: kv.CronOriginRuntime, Spec: cronspec.Interval(time.Minute),
 		Function: "cleanup.run", Enabled: false})
 	put(kv.CronDefPrefix+"gone", kv.CronRecord{Name: "gone"})

@@ -105,7 +105,7 @@ var (
 	// Delete removes the record, and a code-defined cron of that name
 	// replaces it. The evaluator logs it, drops its index entry and goes
 	// on with the other crons (TickStats.Bad).
-	ErrBadCronRecord = fmt.Errorf("scheduler: unreadable cron record: %w", jetflow.ErrBadRecord)
+	ErrBadCronRecord = kv.ErrBadCronRecord
 )
 
 func notFound(name string) error {
@@ -161,7 +161,7 @@ type CronDef struct {
 // the scheduler comes back, in the evaluation of the cron, and a
 // per-second cron down a month would otherwise count millions of them
 // while every other cron waits.
-const MaxCatchUp = maxCount
+const MaxCatchUp = kv.MaxCatchUp
 
 // CronRun is the last run a cron started.
 type CronRun = kv.CronRun
@@ -352,16 +352,13 @@ func (s *Scheduler) ConfigureCrons(cfg CronConfig) (*Crons, error) {
 func (s *Scheduler) cronLoop(ctx context.Context) { s.Crons().run(ctx) }
 
 // ValidateCronName checks a cron name: 1-128 ASCII letters, digits, '_' or
-// '-'. Errors: ErrInvalidCron.
+// '-' (kv.ValidCronName). Errors: ErrInvalidCron.
 func ValidateCronName(name string) error {
-	if len(name) == 0 || len(name) > 128 {
+	switch {
+	case len(name) == 0 || len(name) > 128:
 		return fmt.Errorf("%w: name %s must be 1-128 bytes", ErrInvalidCron, quoteShort(name))
-	}
-	for i := 0; i < len(name); i++ {
-		ch := name[i]
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '-') {
-			return fmt.Errorf("%w: name %q: names are letters, digits, '_' and '-'", ErrInvalidCron, name)
-		}
+	case !kv.ValidCronName(name):
+		return fmt.Errorf("%w: name %q: names are letters, digits, '_' and '-'", ErrInvalidCron, name)
 	}
 	return nil
 }
@@ -413,30 +410,10 @@ func firstFire(s Schedule, now time.Time) (time.Time, error) {
 	return s.Next(now)
 }
 
-// Validating a cron expression samples its fire times (milliseconds);
-// crons registered by the thousand usually share a few schedules.
-var (
-	scheduleChecks  sync.Map // scheduleCheck -> checked
-	scheduleChecked atomic.Int64
-)
-
-type scheduleCheck struct {
-	s   Schedule
-	min time.Duration
-}
-
-type checked struct{ err error }
-
+// validateSchedule validates s (cronspec.ValidateCached: crons
+// registered by the thousand usually share a few schedules).
 func validateSchedule(s Schedule, minInterval time.Duration) error {
-	k := scheduleCheck{s, minInterval}
-	if v, ok := scheduleChecks.Load(k); ok {
-		return v.(checked).err
-	}
-	err := s.Validate(minInterval)
-	if scheduleChecked.Add(1) <= 10000 {
-		scheduleChecks.Store(k, checked{err})
-	}
-	return err
+	return cronspec.ValidateCached(s, minInterval)
 }
 
 // recordOf validates d and returns its stored form, without state.
@@ -648,6 +625,29 @@ func (c *Crons) Resume(ctx context.Context, name string) error {
 		r.Enabled, r.Next, r.Due, r.Replay = true, next, dueSecond(next), 0
 		return true, nil
 	})
+}
+
+// Trigger starts a run of cron name now, outside its schedule: the cron's
+// call with its arguments, id "trigger-<name>-<unix second>" (a second
+// Trigger within the same second starts it once), not counted in the
+// cron's state; a paused cron is triggered too. A stored record that cannot
+// be used, one whose schedule does not validate among them, is refused: it
+// may not be what anyone defined. Errors: ErrInvalidCron (the name),
+// ErrCronNotFound, ErrBadCronRecord, the producer's.
+func (c *Crons) Trigger(ctx context.Context, name string) (*jetflow.Run, error) {
+	if err := ValidateCronName(name); err != nil {
+		return nil, err
+	}
+	r, _, err := c.load(ctx, name)
+	if err != nil && (r == nil || !errors.Is(err, ErrUnknownZone)) {
+		return nil, err // a zone this process lacks does not stop a run by hand
+	}
+	id := engine.CronTriggerID(name, c.now())
+	call := jetflow.Call{Name: r.Function, Kind: r.Kind, Args: r.Args}
+	if _, err := c.p.Enqueue(ctx, call, producer.WithID(id)); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
+		return nil, fmt.Errorf("scheduler: trigger cron %s: %w", name, err)
+	}
+	return c.p.Get(ctx, id)
 }
 
 // Delete removes cron name; runs it started are not affected. A

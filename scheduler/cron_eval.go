@@ -402,7 +402,7 @@ func (c *Crons) evaluate(ctx context.Context, e dueEntry, now time.Time) (outcom
 			// Filed early: another process's clock, or a next time
 			// written by hand that its schedule cannot have.
 			if far, ferr := r.Spec.Next(now.Add(24 * time.Hour)); ferr != nil || r.Next.After(far) {
-				err = badRecord(e.name, "next time %s is beyond the schedule's next time after tomorrow", r.Next.Format(time.RFC3339))
+				err = fmt.Errorf("%w: %q: next time %s is beyond the schedule's next time after tomorrow", ErrBadCronRecord, e.name, r.Next.Format(time.RFC3339))
 			}
 		}
 		if errors.Is(err, ErrBadCronRecord) {

@@ -122,46 +122,8 @@ func (c *Crons) load(ctx context.Context, name string) (*cronRecord, uint64, err
 		}
 		return nil, 0, fmt.Errorf("scheduler: read cron %s: %w", name, err)
 	}
-	r := new(cronRecord)
-	if err := json.Unmarshal(e.Value(), r); err != nil {
-		return nil, e.Revision(), badRecord(name, "%v", err)
-	}
-	if err := checkRecord(r, name); err != nil {
-		if errors.Is(err, ErrUnknownZone) {
-			return r, e.Revision(), err
-		}
-		return nil, e.Revision(), err
-	}
-	return r, e.Revision(), nil
-}
-
-func badRecord(name, format string, args ...any) error {
-	return fmt.Errorf("%w: %q: %s", ErrBadCronRecord, name, fmt.Sprintf(format, args...))
-}
-
-// checkRecord refuses a decoded record the evaluator cannot use (one
-// written by hand, or by something else than this package): another
-// cron's name, a schedule that does not validate, negative policies, or
-// an enabled cron without a next time and index entry.
-func checkRecord(r *cronRecord, name string) error {
-	switch {
-	case r.Name != name:
-		return badRecord(name, "it holds cron %q", r.Name)
-	case r.CatchUp < 0 || r.CatchUp > MaxCatchUp || r.Replay < 0 || r.Replay > MaxCatchUp:
-		return badRecord(name, "catchUp %d or replay %d out of range 0-%d", r.CatchUp, r.Replay, MaxCatchUp)
-	case r.Enabled && (r.Next.Unix() <= 0 || r.Due <= 0):
-		return badRecord(name, "enabled with next time %s and due second %d", r.Next.Format(time.RFC3339), r.Due)
-	}
-	if err := validateSchedule(r.Spec, 0); err != nil {
-		if errors.Is(err, ErrUnknownZone) {
-			// Not necessarily the record's fault: this process's zoneinfo
-			// may lack a zone another process has (an older tzdata). Its
-			// evaluation fails and is retried, the cron kept.
-			return fmt.Errorf("scheduler: cron %s: %w", name, err)
-		}
-		return badRecord(name, "%v", err)
-	}
-	return nil
+	r, err := kv.DecodeCronRecord(name, e.Value())
+	return r, e.Revision(), err
 }
 
 // write stores r by compare-and-swap on rev (0: create). ok is false when

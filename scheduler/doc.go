@@ -63,7 +63,14 @@
 //		Call: SendDigest.With(DigestArgs{List: "all"}),
 //	}}})
 //
-// The leader syncs them at the start of each term. Crons registered at run
-// time go through the Crons API (Scheduler.Crons, or NewCrons in any
-// process). See CronDef and Crons.
+// The leader syncs them at the start of each term.
+//
+// Crons registered at run time go through the Crons API (Scheduler.Crons,
+// or NewCrons in any process): Register, Get, List, Pause, Resume, Delete,
+// and Trigger, which starts a cron's call now (`jetflow crons trigger`,
+// the dashboard's Trigger now). A stored record that cannot be used (one
+// written by hand: not JSON, another cron's name, a schedule that does not
+// validate, ...) is ErrBadCronRecord, matching jetflow.ErrBadRecord, for
+// Get, Pause, Resume and Trigger, and is listed with
+// CronInfo.Unreadable saying why; Delete removes it. See CronDef and Crons.
 package scheduler

@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	register("crons", "list, inspect, pause, resume, delete, add crons; preview a schedule: crons list|get|pause|resume|delete|add|next", runCrons)
+	register("crons", "list, inspect, pause, resume, trigger, delete, add crons; preview a schedule: crons list|get|pause|resume|trigger|delete|add|next", runCrons)
 }
 
 const cronsUsage = `usage: jetflow crons <subcommand> [flags]
@@ -23,6 +23,7 @@ const cronsUsage = `usage: jetflow crons <subcommand> [flags]
   crons get <name> [--json]
   crons pause <name> [--json]
   crons resume <name> [--json]     next fire computed from now; nothing missed is replayed
+  crons trigger <name> [--json]    start the cron's run now (id trigger-<name>-<unix second>)
   crons delete <name> [--json]
   crons add <name> '<schedule>' <function> ['<json args>'] [--tz Z] [--overlap] [--catch-up N] [--json]
   crons next '<schedule>' [--tz Z] [--from RFC3339] [-n 10] [--json]
@@ -34,7 +35,8 @@ a zone in parentheses: "daily 9:30 (America/New_York)", or given with --tz.
 
 Every subcommand but next takes --url (default $JETFLOW_URL or
 nats://127.0.0.1:4222) and --prefix (default jetflow); --json prints the
-cron as the dashboard's API does (delete: {"name", "deleted"}; next:
+cron as the dashboard's API does (delete: {"name", "deleted"}; trigger:
+{"cron", "run"}; next:
 {"schedule", "from", "times"}).`
 
 func runCrons(ctx context.Context, args []string) error {
@@ -50,6 +52,8 @@ func runCrons(ctx context.Context, args []string) error {
 		return cronsChange(ctx, "pause", args[1:])
 	case "resume", "enable":
 		return cronsChange(ctx, "resume", args[1:])
+	case "trigger":
+		return cronsChange(ctx, "trigger", args[1:])
 	case "delete", "rm":
 		return cronsChange(ctx, "delete", args[1:])
 	case "add", "register":
@@ -194,7 +198,12 @@ func cronsChange(ctx context.Context, verb string, args []string) error {
 	}
 	defer c.Close()
 	name := pos[0]
+	var run *jetflow.Run
 	switch verb {
+	case "trigger":
+		// A record that cannot be used (its schedule does not validate,
+		// ...) is refused with the reason: scheduler.ErrBadCronRecord.
+		run, err = crons.Trigger(ctx, name)
 	case "pause":
 		err = crons.Pause(ctx, name)
 	case "resume":
@@ -222,9 +231,17 @@ func cronsChange(ctx context.Context, verb string, args []string) error {
 		if err != nil {
 			return err
 		}
+		if verb == "trigger" {
+			return writeJSON(out, struct {
+				Cron *scheduler.CronInfo `json:"cron"`
+				Run  *jetflow.Run        `json:"run"`
+			}{ci, run})
+		}
 		return writeJSON(out, ci)
 	}
 	switch verb {
+	case "trigger":
+		fmt.Fprintf(out, "cron %s triggered: run %s\n", name, run.ID)
 	case "pause":
 		fmt.Fprintf(out, "cron %s paused\n", name)
 	case "resume":

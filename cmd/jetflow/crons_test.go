@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 )
 
@@ -98,5 +99,50 @@ func TestCronsManageThroughCLI(t *testing.T) {
 	}
 	if _, _, err := cli(ctx, t, "crons", "add", "x", "every 1h", "f", "{bad", url); err == nil {
 		t.Fatal("bad JSON args accepted")
+	}
+}
+
+// crons trigger starts the cron's call now; a cron record written by hand
+// whose schedule does not validate is refused: exit 1 with the reason on
+// stderr (scheduler.ErrBadCronRecord), and no run.
+func TestCronsTriggerRefusesBadRecord(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	url := "--url=" + e.URL
+	mustCLI(ctx, t, "crons", "add", "digest", "daily 9:00", "emails.digest", `{"list":"all"}`, url)
+	out, _ := mustCLI(ctx, t, "crons", "trigger", "digest", "--json", url)
+	var res struct {
+		Run *jetflow.Run `json:"run"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Run == nil || !strings.HasPrefix(res.Run.ID, "trigger-digest-") ||
+		res.Run.Name != "emails.digest" || !strings.Contains(string(res.Run.Args), `"all"`) {
+		t.Fatalf("trigger digest: %s (%v)", out, err)
+	}
+
+	_, js := e.Connect()
+	kvb, err := js.KeyValue(ctx, "jetflow_crons")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvb.Put(ctx, "def.badsched", []byte(`{"name":"badsched","origin":"runtime","spec":{"kind":"cron","expr":"99 99 * * *"},"function":"emails.digest","enabled":false}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cli(ctx, t, "crons", "trigger", "badsched", url); !errors.Is(err, scheduler.ErrBadCronRecord) || !errors.Is(err, jetflow.ErrBadRecord) {
+		t.Fatalf("trigger of the bad record: %v", err)
+	}
+	var stdoutB, stderrB syncBuffer
+	code := runMain(withOutput(ctx, &stdoutB, &stderrB), []string{"crons", "trigger", "badsched", url})
+	if code != exitError || !strings.Contains(stderrB.String(), "unreadable cron record") || !strings.Contains(stderrB.String(), "99") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderrB.String())
+	}
+	runs, err := e.P.List(ctx, producer.Filter{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range runs.Runs {
+		if strings.HasPrefix(r.ID, "trigger-badsched") {
+			t.Fatalf("the bad cron was triggered: %+v", r)
+		}
 	}
 }

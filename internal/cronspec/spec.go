@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -435,4 +436,32 @@ func (p *plan) next(after time.Time) (time.Time, error) {
 	}
 	return time.Time{}, &FieldError{Err: ErrNoFireTime, Field: field, Value: value,
 		Reason: fmt.Sprintf("value %q has no fire time within %d years after %s", value, horizonYears, after.UTC().Format(time.RFC3339))}
+}
+
+// Validating a cron expression samples its fire times (milliseconds);
+// crons registered, read or listed by the thousand usually share a few
+// schedules, so the first 10000 answers are kept.
+var (
+	validated      sync.Map // validation -> validResult
+	validatedCount atomic.Int64
+)
+
+type validation struct {
+	s   Spec
+	min time.Duration
+}
+
+type validResult struct{ err error }
+
+// ValidateCached is s.Validate(minInterval), remembered.
+func ValidateCached(s Spec, minInterval time.Duration) error {
+	k := validation{s, minInterval}
+	if v, ok := validated.Load(k); ok {
+		return v.(validResult).err
+	}
+	err := s.Validate(minInterval)
+	if validatedCount.Add(1) <= 10000 {
+		validated.Store(k, validResult{err})
+	}
+	return err
 }

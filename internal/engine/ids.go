@@ -53,6 +53,19 @@ func CronRunID(name string, t time.Time) string {
 	return "cron-" + name + "-" + strconv.FormatInt(t.Unix(), 10)
 }
 
+// CronTriggerID is the id of the run of cron name started by hand at t
+// (scheduler.Crons.Trigger, the dashboard's Trigger now):
+// "trigger-<name>-<unix seconds>", one per cron and second, so that a
+// repeated click starts it once; "trigger-<t in base 36 nanoseconds>" when
+// the name makes that no valid run id.
+func CronTriggerID(name string, t time.Time) string {
+	id := "trigger-" + name + "-" + strconv.FormatInt(t.Unix(), 10)
+	if jetflow.ValidateRunID(id) != nil {
+		id = "trigger-" + strconv.FormatInt(t.UnixNano(), 36)
+	}
+	return id
+}
+
 // ParseCronRunID splits a cron run id into the cron's name and time.
 func ParseCronRunID(id string) (name string, t time.Time, ok bool) {
 	rest, found := strings.CutPrefix(id, "cron-")
