@@ -11,14 +11,16 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 )
 
 // CronController is a CronLister that can also pause and resume crons:
-// *scheduler.Crons implements it. When Config.Crons implements it, the
-// crons page has Pause and Resume buttons and POST /api/crons/<name>/pause
-// and /resume work; otherwise they answer 501.
+// *scheduler.Crons implements it. When Config.Crons implements it, POST
+// /api/crons/<name>/pause and /resume work, and the crons page has Pause
+// and Resume buttons for a NATS user that may write the crons bucket;
+// otherwise they answer 501.
 type CronController interface {
 	CronLister
 	Pause(ctx context.Context, name string) error
@@ -203,11 +205,14 @@ type cronResult struct {
 	Run *jetflow.Run `json:"run,omitempty"`
 }
 
-// triggerID is the id of a cron's run started by hand at t: one per cron
-// and second, so that a repeated click starts it once.
-func triggerID(name string, t time.Time) string {
-	return "trigger-" + name + "-" + strconv.FormatInt(t.Unix(), 10)
-}
+// unusableCron refuses a button on a cron whose stored record cannot be
+// used (kv.CronInfo.Unreadable): 422 with the reason. It matches
+// kv.ErrBadCronRecord (scheduler.ErrBadCronRecord) and
+// jetflow.ErrBadRecord.
+type unusableCron struct{ action, why string }
+
+func (e *unusableCron) Error() string { return e.action + " refused: " + e.why }
+func (e *unusableCron) Unwrap() error { return kv.ErrBadCronRecord }
 
 func (h *handler) apiCronAction(action string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -217,6 +222,12 @@ func (h *handler) apiCronAction(action string) http.HandlerFunc {
 		c, err := h.cron(ctx, name)
 		if err != nil {
 			h.fail(w, r, err)
+			return
+		}
+		if c.Unreadable != "" {
+			// Its schedule, its name or its call may be anything: it is
+			// neither run nor changed (Delete removes it).
+			h.fail(w, r, &unusableCron{action: action, why: c.Unreadable})
 			return
 		}
 		var res cronResult
@@ -238,10 +249,7 @@ func (h *handler) apiCronAction(action string) http.HandlerFunc {
 				return
 			}
 		case "trigger":
-			id := triggerID(name, time.Now())
-			if jetflow.ValidateRunID(id) != nil {
-				id = "trigger-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-			}
+			id := engine.CronTriggerID(name, time.Now())
 			call := jetflow.Call{Name: c.Function, Kind: c.Kind, Args: c.Args}
 			if err := h.enqueue(ctx, call, producer.WithID(id)); err != nil {
 				h.fail(w, r, err)

@@ -113,14 +113,14 @@ func TestBrowserBadRecords(t *testing.T) {
 
 	load("/functions")
 	load("/crons")
-	expectTrue(t, b, "the crons listed, markup as text", `document.querySelectorAll('tr[data-cron]').length === 3
-		&& document.querySelector('tr[data-cron="badsched"] td:nth-child(2)').textContent === 'cron 99 99 * * * (UTC)'
-		&& [...document.querySelectorAll('tr[data-cron] td.id')].some(td => td.textContent === `+jsString(hostile)+`)`)
-	click(t, b, `tr[data-cron="badsched"] form[data-action="resume"] button`)
-	b.waitFor("resume of the bad cron refused with the reason", `document.getElementById('cron-msg').textContent.includes('resume failed: scheduler: unreadable cron record')`)
-	b.takeProblems()
+	expectTrue(t, b, "the crons listed, markup as text, the unusable ones saying why", `document.querySelectorAll('tr[data-cron]').length === 4
+		&& document.querySelector('tr[data-cron="badsched"] .unreadable-reason').textContent.includes('99 99 * * *')
+		&& document.querySelector('tr[data-cron="garbage"] .unreadable-reason').textContent.includes('invalid character')
+		&& !document.querySelector('tr[data-cron="badsched"] form')
+		&& document.querySelector('tr[data-cron="evil"] .unreadable-reason').textContent.includes('it holds cron')`)
 	load("/triggers")
-	expectTrue(t, b, "unreadable triggers listed as such", `document.querySelector('tr[data-trigger="badtrig"]').dataset.state === 'unreadable'
+	expectTrue(t, b, "unreadable triggers listed as such, saying why", `document.querySelector('tr[data-trigger="badtrig"]').dataset.state === 'unreadable'
+		&& document.querySelector('tr[data-trigger="badtrig"] .unreadable-reason').textContent.startsWith('definition unreadable')
 		&& document.querySelector('tr[data-trigger="other"]').dataset.state === 'unreadable'
 		&& document.querySelector('tr[data-trigger="evil"] td:nth-child(3)').textContent === `+jsString(hostile))
 }

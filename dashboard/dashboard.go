@@ -113,6 +113,8 @@ type handler struct {
 	// queuedReads bounds the waiting messages a page reads
 	// (maxQueuedReads; tests lower it).
 	queuedReads int
+	// rights is what the NATS user may write, as probed (mayWriteCrons).
+	rights rights
 }
 
 // New returns the dashboard of the runs p reads: HTML pages, the JSON API

@@ -39,10 +39,18 @@
 //     runs, which wait as pending meanwhile); /crons lists the crons when
 //     Config.Crons is set, with Trigger now (the cron's call, now, id
 //     trigger-<name>-<unix second>) and, when Config.Crons is a
-//     CronController (*scheduler.Crons), Pause and Resume.
+//     CronController (*scheduler.Crons) and the dashboard's NATS user may
+//     write the crons bucket (asked of the server with a write that cannot
+//     succeed, the answer kept a minute), Pause and Resume; a read-only
+//     user sees no such buttons. A cron record that cannot be used (not
+//     JSON, a schedule that does not validate, a key that is no cron
+//     name: kv.CronInfo.Unreadable) is a row naming why, without buttons;
+//     its Trigger now, Pause and Resume answer 422 with the reason
+//     (kv.ErrBadCronRecord, which is scheduler.ErrBadCronRecord).
 //   - /triggers lists the event triggers (package trigger): source,
-//     target, state (running, held at its window, paused, no runner), the
-//     live runners' counters and the consumer's backlog (kv.ReadTriggers).
+//     target, state (running, held at its window, paused, no runner,
+//     unreadable with the reason), the live runners' counters and the
+//     consumer's backlog (kv.ReadTriggers).
 //   - /favicon.ico is the dashboard's icon (SVG).
 //
 // The page is plain HTML from html/template with a small script and a style
@@ -108,8 +116,11 @@
 //
 // Errors are JSON, {"error": "..."}, with the status that fits: 400 for a
 // bad parameter, 404 for an unknown run or cron (jetflow.ErrNotFound), 405
-// with an Allow header for a wrong method, 409 and 501 as above, 500
-// otherwise.
+// with an Allow header for a wrong method, 409 and 501 as above, 422 for a
+// record jetflow did not write (jetflow.ErrBadRecord: a run's, a cron's, a
+// trigger's), 403 for what the dashboard's NATS user may not do, 500
+// otherwise. A page answers the same statuses with an error page naming
+// the reason: /runs/<id> of a run record that cannot be read is 422.
 //
 // # Events
 //

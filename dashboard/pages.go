@@ -357,6 +357,10 @@ func (h *handler) functionsPage(w http.ResponseWriter, r *http.Request) {
 type cronsData struct {
 	common
 	Crons []*kv.CronInfo
+	// CanPause: Config.Crons is a CronController and the NATS user may
+	// write the crons bucket (mayWriteCrons): the Pause and Resume
+	// buttons are shown.
+	CanPause bool
 }
 
 func (h *handler) cronsPage(w http.ResponseWriter, r *http.Request) {
@@ -367,7 +371,9 @@ func (h *handler) cronsPage(w http.ResponseWriter, r *http.Request) {
 		h.pageError(w, r, err)
 		return
 	}
-	h.render(w, r, h.pages.crons, http.StatusOK, cronsData{common: h.common("crons", "Crons"), Crons: list})
+	_, ctl := h.cfg.Crons.(CronController)
+	d := cronsData{common: h.common("crons", "Crons"), Crons: list, CanPause: ctl && h.mayWriteCrons(ctx)}
+	h.render(w, r, h.pages.crons, http.StatusOK, d)
 }
 
 // fmtTime shows a UTC instant to the second, "" for the zero time.
