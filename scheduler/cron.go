@@ -270,6 +270,7 @@ type Crons struct {
 	running atomic.Bool
 	synced  atomic.Bool
 	seeded  atomic.Bool // the watermark exists
+	drift   drift       // differences of the code-defined crons warned of
 
 	// afterFire, if set (tests), is called after a fire's run exists and
 	// before the cron's state is advanced.

@@ -51,3 +51,7 @@ func RunCronsWhileLeader(ctx context.Context, s *Scheduler) <-chan struct{} {
 	}()
 	return done
 }
+
+// CheckCode runs the check of the code-defined crons against the stored
+// ones that a standby makes (it logs each new difference).
+func CheckCode(ctx context.Context, c *Crons) (map[string]string, error) { return c.checkCode(ctx) }

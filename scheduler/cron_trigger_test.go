@@ -3,11 +3,14 @@ package scheduler_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/scheduler"
 )
 
@@ -78,3 +81,73 @@ func errText(_ *jetflow.Run, err error) string {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A standby scheduler whose code-defined crons differ from the stored ones
+// (the leader's) logs a warning naming each cron and the difference, once
+// per difference: a cron it defines that is not stored, and one stored with
+// another schedule.
+func TestStandbyWarnsOfDifferentCodeCrons(t *testing.T) {
+	t.Parallel()
+	ts := cronServer(t)
+	ctx := context.Background()
+	start := func(id string, defs []scheduler.CronDef, logTo *testserver.Buffer) *scheduler.Scheduler {
+		t.Helper()
+		_, js := ts.Connect()
+		cfg := scheduler.Config{ID: id, LeaseTTL: time.Second}
+		if logTo != nil {
+			cfg.Logger = slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		}
+		s, err := scheduler.New(ctx, js, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.ConfigureCrons(scheduler.CronConfig{Crons: defs}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = s.Stop(sctx)
+		})
+		return s
+	}
+	leader := start("leader", []scheduler.CronDef{{Name: "digest", Schedule: scheduler.Daily(3, 0), Call: cronFn.With(cronArgs{})}}, nil)
+	testserver.Eventually(t, 20*time.Second, "the leader to store its crons", func() bool {
+		list, err := leader.Crons().List(ctx)
+		return leader.IsLeader() && err == nil && len(list) == 1
+	})
+
+	var logs testserver.Buffer
+	standby := start("standby", []scheduler.CronDef{
+		{Name: "digest", Schedule: scheduler.Hourly(15), Call: cronFn.With(cronArgs{})},
+		{Name: "cleanup", Schedule: scheduler.Interval(time.Minute), Call: cronFn.With(cronArgs{})},
+	}, &logs)
+	warned := func(cron string) int {
+		return strings.Count(logs.String(), "cron="+cron+" ")
+	}
+	testserver.Eventually(t, 20*time.Second, "the standby to warn of both crons", func() bool {
+		return warned("digest") == 1 && warned("cleanup") == 1
+	})
+	out := logs.String()
+	for _, want := range []string{"level=WARN", `difference="schedule: stored daily 03:00 (UTC), code hourly :15 (UTC)"`, `difference="missing from the stored crons (code: every 1m0s)"`} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("log lacks %s:\n%s", want, out)
+		}
+	}
+	if standby.IsLeader() {
+		t.Fatal("the standby leads")
+	}
+	// Checked again (as every RepairInterval): nothing new, no new line.
+	for range 2 {
+		diffs, err := scheduler.CheckCode(ctx, standby.Crons())
+		if err != nil || len(diffs) != 2 {
+			t.Fatalf("check: %v %v", diffs, err)
+		}
+	}
+	if warned("digest") != 1 || warned("cleanup") != 1 {
+		t.Fatalf("warned more than once per difference:\n%s", logs.String())
+	}
+}

@@ -63,7 +63,13 @@
 //		Call: SendDigest.With(DigestArgs{List: "all"}),
 //	}}})
 //
-// The leader syncs them at the start of each term.
+// The leader syncs them at the start of each term. A scheduler that stands
+// by compares its own code-defined crons with the stored ones when it
+// starts and every RepairInterval while it does not lead, and logs a
+// warning (through Config.Logger, attributes cron and difference) for each
+// one missing from the store or stored with another schedule, function,
+// arguments or policy, once per difference: a rolling deploy whose new
+// crons are not in force yet says so.
 //
 // Crons registered at run time go through the Crons API (Scheduler.Crons,
 // or NewCrons in any process): Register, Get, List, Pause, Resume, Delete,

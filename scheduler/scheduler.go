@@ -193,6 +193,9 @@ func (s *Scheduler) setLeader(v bool) {
 
 // run campaigns for the lease until ctx ends; each term leads.
 func (s *Scheduler) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { s.codeCheckLoop(ctx) })
 	e := &elect.Elector{Lease: s.lease, TTL: s.cfg.LeaseTTL, Now: s.now, Log: s.log, Name: "scheduler " + s.cfg.ID, OnTerm: s.setLeader}
 	e.Run(ctx, s.lead)
 }
