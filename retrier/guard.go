@@ -91,6 +91,9 @@ func (d *driver) guard(ctx context.Context, at internalAttempt, work func() erro
 	}
 	ended, eerr := d.end(ctx, at.retrier, at.spec, jetflow.Failed, reason, at.attempts, at.next)
 	switch {
+	case eerr != nil && unfixable(eerr):
+		// No retry would end it either: this run fails, naming both.
+		return jetflow.Permanent(fmt.Errorf("%v; ending the retrier failed too: %w", err, eerr))
 	case eerr != nil:
 		return fmt.Errorf("%v; ending the retrier failed too: %w", err, eerr)
 	case !ended:
@@ -99,6 +102,15 @@ func (d *driver) guard(ctx context.Context, at internalAttempt, work func() erro
 		return jetflow.Permanent(err)
 	}
 	return jetflow.Permanent(fmt.Errorf("%w (retrier %s ended failed)", err, at.retrier))
+}
+
+// unfixable reports an error no retry of an internal run gets past: a
+// record that is not a retrier's, or a write the server can never take.
+// Other failures (an outage, a permission an operator may grant) are
+// retried.
+func unfixable(err error) bool {
+	return errors.Is(err, ErrBadRecord) || errors.Is(err, jetflow.ErrBadRecord) ||
+		errors.Is(err, jetflow.ErrBadArgs) || errors.Is(err, producer.ErrArgsTooLarge)
 }
 
 // try runs work after the test's fault, if any, turning a panic into a
@@ -171,7 +183,7 @@ func endedRecord(s spec, st jetflow.State, msg string, now time.Time) *jetflow.R
 	raw, _ := json.Marshal(s) // a spec always encodes: it was decoded
 	return &jetflow.Run{
 		ID: s.Retrier, Name: RecordName, Kind: jetflow.Retryable, Args: raw, State: st,
-		CreationTime: now, CompletedTime: now, Parent: StartID(s.Retrier), Error: msg, OnComplete: s.OnComplete,
+		ScheduledTime: now, CreationTime: now, CompletedTime: now, Parent: StartID(s.Retrier), Error: msg, OnComplete: s.OnComplete,
 	}
 }
 
@@ -195,10 +207,16 @@ func (d *driver) started(ctx context.Context, j *worker.Job[jetflow.Completion])
 		return jetflow.Permanent(err)
 	}
 	if start.State == jetflow.Canceled {
-		return cancelRetrier(ctx, d.p, s, start)
+		err = cancelRetrier(ctx, d.p, s, start)
+	} else {
+		_, err = d.end(ctx, s.Retrier, &s, jetflow.Failed,
+			fmt.Sprintf("retrier: start run %s failed: %s", start.ID, start.Error), 0, AttemptID(s.Retrier, 1))
 	}
-	_, err = d.end(ctx, s.Retrier, &s, jetflow.Failed,
-		fmt.Sprintf("retrier: start run %s failed: %s", start.ID, start.Error), 0, AttemptID(s.Retrier, 1))
+	if err != nil && (unfixable(err) || j.Attempt() >= d.budget) {
+		// As guard's budget: retried without limit by the worker, this
+		// run gives up here.
+		return jetflow.Permanent(err)
+	}
 	return err
 }
 

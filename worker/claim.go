@@ -92,14 +92,19 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 		}
 		if errors.Is(err, kv.ErrConflict) {
 			cur, gerr := w.store.GetConfirmed(ctx, r.ID)
-			if gerr == nil && cur.State == jetflow.InProgress && cur.Owner == r.Owner &&
-				cur.Attempts == r.Attempts && cur.StartedTime.Equal(r.StartedTime) {
-				r.Revision = cur.Revision
-				return cur.Revision, nil
+			if gerr == nil {
+				if cur.State == jetflow.InProgress && cur.Owner == r.Owner &&
+					cur.Attempts == r.Attempts && cur.StartedTime.Equal(r.StartedTime) {
+					r.Revision = cur.Revision
+					return cur.Revision, nil
+				}
+				return 0, err
 			}
-			return 0, err
+			// Unread (the leader is being replaced, say): the stored
+			// record may be this claim. Write again and read again.
+			err = fmt.Errorf("%w (and the record unread: %w)", err, gerr)
 		}
-		if !claimRetryable(ctx, err) || w.isStopping() || time.Now().After(deadline) {
+		if !errors.Is(err, kv.ErrConflict) && !claimRetryable(ctx, err) || w.isStopping() || time.Now().After(deadline) {
 			return 0, err
 		}
 	}
