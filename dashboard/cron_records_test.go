@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/jetflow-dev/jetflow/dashboard"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
@@ -16,7 +14,6 @@ import (
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -169,54 +166,21 @@ func TestTriggersPageSaysWhyUnreadable(t *testing.T) {
 // user may shows them.
 func TestCronButtonsHiddenFromReadOnlyUser(t *testing.T) {
 	t.Parallel()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{
-			{Username: "admin", Password: "admin-pass-0123"},
-			{Username: "reader", Password: "reader-pass-0123", Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Deny: []string{"$KV.jetflow_crons.>", "$JS.API.STREAM.PURGE.KV_jetflow_crons"}},
-			}},
+	url := startWithUsers(t,
+		&server.User{Username: "admin", Password: "admin-pass-0123"},
+		&server.User{Username: "reader", Password: "reader-pass-0123", Permissions: &server.Permissions{
+			Publish: &server.SubjectPermission{Deny: []string{"$KV.jetflow_crons.>", "$JS.API.STREAM.PURGE.KV_jetflow_crons"}},
 		}})
+	ctx := context.Background()
+	adminURL := serveAs(t, url, "admin")
+	adminCrons, err := scheduler.NewCrons(ctx, connectUser(t, url, "admin"), scheduler.CronConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	ctx := context.Background()
-	connect := func(user, pass string) jetstream.JetStream {
-		t.Helper()
-		nc, err := nats.Connect(ns.ClientURL(), nats.UserInfo(user, pass))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return js
-	}
-	serve := func(js jetstream.JetStream) (string, *scheduler.Crons) {
-		t.Helper()
-		crons, err := scheduler.NewCrons(ctx, js, scheduler.CronConfig{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := producer.New(ctx, js, producer.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(dashboard.New(p, dashboard.Config{Crons: crons}))
-		t.Cleanup(srv.Close)
-		return srv.URL, crons
-	}
-	adminURL, adminCrons := serve(connect("admin", "admin-pass-0123"))
 	if _, err := adminCrons.Register(ctx, scheduler.CronDef{Name: "nightly", Schedule: scheduler.Daily(3, 0), Call: idleFn.With(testArgs{})}); err != nil {
 		t.Fatal(err)
 	}
-	readerURL, _ := serve(connect("reader", "reader-pass-0123"))
+	readerURL := serveAs(t, url, "reader")
 
 	page := getPage(t, readerURL+"/crons")
 	if strings.Contains(page, `/pause"`) || strings.Contains(page, `/resume"`) || !strings.Contains(page, `id="crons-readonly"`) ||

@@ -113,7 +113,7 @@ type handler struct {
 	// queuedReads bounds the waiting messages a page reads
 	// (maxQueuedReads; tests lower it).
 	queuedReads int
-	// rights is what the NATS user may write, as probed (mayWriteCrons).
+	// rights is what the NATS user may write, as probed (mayWrite).
 	rights rights
 }
 

@@ -39,10 +39,9 @@
 //     runs, which wait as pending meanwhile); /crons lists the crons when
 //     Config.Crons is set, with Trigger now (the cron's call, now, id
 //     trigger-<name>-<unix second>) and, when Config.Crons is a
-//     CronController (*scheduler.Crons) and the dashboard's NATS user may
-//     write the crons bucket (asked of the server with a write that cannot
-//     succeed, the answer kept a minute), Pause and Resume; a read-only
-//     user sees no such buttons. A cron record that cannot be used (not
+//     CronController (*scheduler.Crons), Pause and Resume. Each button is
+//     shown only to a NATS user that may use it (see Buttons and NATS
+//     rights below). A cron record that cannot be used (not
 //     JSON, a schedule that does not validate, a key that is no cron
 //     name: kv.CronInfo.Unreadable) is a row naming why, without buttons;
 //     its Trigger now, Pause and Resume answer 422 with the reason
@@ -52,6 +51,32 @@
 //     unreadable with the reason), the live runners' counters and the
 //     consumer's backlog (kv.ReadTriggers).
 //   - /favicon.ico is the dashboard's icon (SVG).
+//
+// # Buttons and NATS rights
+//
+// A page shows a button only when the dashboard's NATS user has the right
+// it needs (docs/permissions.md), as any other could only answer 403:
+//
+//   - Cancel and Re-run (/runs/<id>) and Trigger now (/crons): writing run
+//     records, $KV.<prefix>_runs.<id>. Cancel also publishes the cancel
+//     notice (<prefix>.cancel) and purges the run's waiting entry, and
+//     Re-run and Trigger now publish the run (<prefix>.fn.<function>); a
+//     user denied those but allowed the record still cancels and starts
+//     runs (the scheduler's repair sweep publishes them);
+//   - Pause and Resume of a function (/functions): writing its pause mark,
+//     $KV.<prefix>_functions.=paused.<function>;
+//   - Pause and Resume of a cron (/crons): writing the crons bucket,
+//     $KV.<prefix>_crons.def.<name>.
+//
+// Each right is asked of the server with a write that cannot succeed: a
+// conditional write of the key jetflow-dashboard-probe, in the bucket the
+// buttons write, at a revision no key has. Allowed, the stream refuses it
+// and stores nothing; denied, the server answers with a permissions
+// violation. The answer is kept a minute; an unclear one (a timeout, an
+// outage) shows the buttons, and the server still refuses what it must. A
+// page without a button says why ("This dashboard's NATS user may not
+// ..."). The read-only dashboard of docs/permissions.md sees no button
+// that acts; a POST to an action still answers 403.
 //
 // The page is plain HTML from html/template with a small script and a style
 // sheet embedded in the binary: no external assets, no CDN. Run data is

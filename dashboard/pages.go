@@ -260,6 +260,10 @@ type runData struct {
 	Earlier        int // attempts before the ones listed, not recorded
 	QueueWait      time.Duration
 	Duration       time.Duration
+	// CanAct: the NATS user may write run records (mayWrite writeRuns):
+	// Cancel and Re-run are on the page (each shown while the run's state
+	// allows it).
+	CanAct bool
 }
 
 func (h *handler) runPage(w http.ResponseWriter, r *http.Request) {
@@ -275,6 +279,7 @@ func (h *handler) runPage(w http.ResponseWriter, r *http.Request) {
 		Args: prettyJSON(run.Args), Result: prettyJSON(run.Result),
 	}
 	d.Progress, d.ProgressText = progress(run.Progress)
+	d.CanAct = h.mayWrite(ctx, writeRuns)
 	d.RetryOf = retryOf(run)
 	if d.Reruns, err = h.reruns(ctx, run.ID); err != nil {
 		h.pageError(w, r, err)
@@ -341,6 +346,9 @@ func attemptRows(r *jetflow.Run, current time.Duration) (rows []attemptRow, earl
 type functionsData struct {
 	common
 	Functions []kv.FunctionInfo
+	// CanPause: the NATS user may write the functions' pause marks
+	// (mayWrite writePaused): the Pause and Resume buttons are shown.
+	CanPause bool
 }
 
 func (h *handler) functionsPage(w http.ResponseWriter, r *http.Request) {
@@ -351,16 +359,22 @@ func (h *handler) functionsPage(w http.ResponseWriter, r *http.Request) {
 		h.pageError(w, r, err)
 		return
 	}
-	h.render(w, r, h.pages.functions, http.StatusOK, functionsData{common: h.common("functions", "Functions"), Functions: fns})
+	d := functionsData{common: h.common("functions", "Functions"), Functions: fns}
+	// No function, no button: no probe.
+	d.CanPause = len(fns) > 0 && h.mayWrite(ctx, writePaused)
+	h.render(w, r, h.pages.functions, http.StatusOK, d)
 }
 
 type cronsData struct {
 	common
 	Crons []*kv.CronInfo
 	// CanPause: Config.Crons is a CronController and the NATS user may
-	// write the crons bucket (mayWriteCrons): the Pause and Resume
+	// write the crons bucket (mayWrite writeCrons): the Pause and Resume
 	// buttons are shown.
 	CanPause bool
+	// CanTrigger: the NATS user may write run records (mayWrite
+	// writeRuns): the Trigger now buttons are shown.
+	CanTrigger bool
 }
 
 func (h *handler) cronsPage(w http.ResponseWriter, r *http.Request) {
@@ -372,7 +386,8 @@ func (h *handler) cronsPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, ctl := h.cfg.Crons.(CronController)
-	d := cronsData{common: h.common("crons", "Crons"), Crons: list, CanPause: ctl && h.mayWriteCrons(ctx)}
+	d := cronsData{common: h.common("crons", "Crons"), Crons: list,
+		CanPause: ctl && h.mayWrite(ctx, writeCrons), CanTrigger: h.mayWrite(ctx, writeRuns)}
 	h.render(w, r, h.pages.crons, http.StatusOK, d)
 }
 
