@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/cronspec"
+	"github.com/jetflow-dev/jetflow/internal/sentinel"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -30,7 +31,7 @@ const CronDefPrefix = "def."
 // ErrBadCronRecord: a stored cron record that cannot be used (written by
 // hand or by something else than jetflow): see CheckCronRecord. It also
 // matches jetflow.ErrBadRecord. scheduler.ErrBadCronRecord is this error.
-var ErrBadCronRecord = fmt.Errorf("jetflow: unreadable cron record: %w", jetflow.ErrBadRecord)
+var ErrBadCronRecord = sentinel.Kind("jetflow: unreadable cron record", jetflow.ErrBadRecord)
 
 // ValidCronName reports whether name is a cron's name: 1-128 ASCII
 // letters, digits, '_' or '-' (scheduler.ValidateCronName says why not).

@@ -217,8 +217,9 @@ func TestHandWrittenDefinitionsAreListedAndDeletable(t *testing.T) {
 	}
 
 	for _, n := range []string{"garbage", "liar"} {
-		if _, err := trigger.Get(ctx, e.p, n); !errors.Is(err, trigger.ErrUnreadable) || !errors.Is(err, jetflow.ErrBadRecord) {
-			t.Errorf("get %s: %v, want ErrUnreadable", n, err)
+		if _, err := trigger.Get(ctx, e.p, n); !errors.Is(err, trigger.ErrUnreadable) || !errors.Is(err, jetflow.ErrBadRecord) ||
+			strings.Count(err.Error(), "unreadable") != 1 || strings.Contains(err.Error(), "run record") {
+			t.Errorf("get %s: %v, want ErrUnreadable, said once", n, err)
 		}
 		if _, err := trigger.Pause(ctx, e.p, n); !errors.Is(err, trigger.ErrUnreadable) {
 			t.Errorf("pause %s: %v, want ErrUnreadable", n, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
+	"github.com/jetflow-dev/jetflow/internal/sentinel"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -61,7 +62,7 @@ var (
 	// ErrUnreadable: a stored definition (written by hand) that is not a
 	// definition's JSON, or that names another trigger than its key. It
 	// matches jetflow.ErrBadRecord. Delete removes it.
-	ErrUnreadable = fmt.Errorf("trigger: definition unreadable: %w", jetflow.ErrBadRecord)
+	ErrUnreadable = sentinel.Kind("trigger: definition unreadable", jetflow.ErrBadRecord)
 )
 
 // Target is what a trigger starts for each message: a run of a function,
