@@ -22,7 +22,7 @@ const probeTimeout = 2 * time.Second
 // probeKey is the key a rights probe writes to, in each bucket probed. The
 // write cannot succeed (mayWrite): no record of that key is stored or
 // changed, whether one exists or not.
-const probeKey = "jetflow-dashboard-probe"
+const probeKey = natsperm.ProbeKey
 
 // right is a write the dashboard's buttons make: a page shows a button
 // only when its NATS user has the right (mayWrite), as a button it may

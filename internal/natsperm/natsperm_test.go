@@ -18,6 +18,7 @@ func TestViolation(t *testing.T) {
 	pub := pv(`Permissions Violation for Publish to "$JS.API.STREAM.CREATE.JETFLOW_FN"`)
 	sub := pv(`Permissions Violation for Subscription to "_INBOX.abc.*"`)
 	other := pv(`Permissions Violation for Publish to "app.orders"`)
+	probe := pv(`Permissions Violation for Publish to "$KV.jetflow_crons.def.` + ProbeKey + `"`)
 	for _, tc := range []struct {
 		name         string
 		last, before error
@@ -33,6 +34,11 @@ func TestViolation(t *testing.T) {
 		{"seen before", pub, pub, nil, false},
 		{"new one of the same text", pv(`Permissions Violation for Publish to "$JS.API.STREAM.CREATE.JETFLOW_FN"`), pub, nil, true},
 		{"unknown form", pv("something else"), nil, []string{"$JS."}, true},
+		// A rights probe's violation answers the probe only, never a call
+		// running beside it on the connection.
+		{"probe, any subject", probe, nil, nil, false},
+		{"probe, a call watching $KV.", probe, nil, []string{"$KV."}, false},
+		{"probe, the probe itself", probe, nil, []string{"$KV.jetflow_crons.def." + ProbeKey}, true},
 	} {
 		got := violation(tc.last, tc.before, "_INBOX", tc.prefixes) != nil
 		if got != tc.want {
