@@ -10,4 +10,7 @@
 // runs its long versions (task faults). JETFLOW_FAULT_CLAIM_AFTER=<duration>
 // gives the cluster failover's workers that ClaimAfter: late claims on the
 // cluster, an opt-in there (docs/scaling.md, "Late claims on a cluster").
+// JETFLOW_FAULT_LOGS=<dir> has every worker, scheduler and producer process
+// the tests start write its debug log to a file of its own in dir (their
+// usual output is unchanged): where a run's time went, for diagnosis.
 package integration

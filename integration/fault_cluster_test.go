@@ -1,9 +1,11 @@
 package integration_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -68,9 +70,11 @@ func waitCurrent(t *testing.T, js jetstream.JetStream, node *natsServer, names .
 // (e) On three nats-server processes with R3 streams and buckets, the
 // node leading the function stream or the runs bucket is SIGKILLed under
 // load, and started again once a new leader is elected: producer calls
-// whose context allows 10 s (20 s in the short version CI runs) succeed
+// whose context allows 15 s (20 s in the short version CI runs) succeed
 // through the elections, nothing is lost
-// or run twice, and no delayed run starts more than 10 s after it is due.
+// or run twice, and no delayed run starts more than 10 s after it is due,
+// or 3 s after the slowest election of a stream on its way when that took
+// longer than 7 s (nats-server's election timeout is random in [4 s, 9 s]).
 func TestFaultClusterFailover(t *testing.T) {
 	t.Parallel()
 	began := time.Now()
@@ -93,16 +97,24 @@ func TestFaultClusterFailover(t *testing.T) {
 	scheds := []*proc{e.scheduler("s1", sflags...), e.scheduler("s2", sflags...)}
 	def := scfg.WithDefaults()
 	all := []string{def.FunctionStream(), streams.KVStream(def.RunsBucket()), streams.KVStream(def.DelayedBucket())}
+	// Every stream a delayed run's way goes through: the delayed store,
+	// the scheduler's lease, the function stream, the runs bucket. A kill
+	// takes the leaders of all those the victim led; the run waits for the
+	// slowest of their elections.
+	path := append(slices.Clone(all), streams.KVStream(def.LeasesBucket()))
 	start := time.Now()
-	// Each producer call's context: 10 s in the long version (task faults,
-	// a quiet machine; an election takes 4-8 s there); 20 s in the short
-	// one, which CI runs beside every other package on 2 cores, where an
-	// election under that load took up to 8 s and the call's own retries
-	// the rest. Either way a call must ride out the election, not fail.
-	callTimeout := pick(20*time.Second, 10*time.Second)
+	// Each producer call's context: 15 s in the long version (task faults,
+	// a quiet machine), as README advises: an election takes 4-9 s
+	// (nats-server's election timeout is random in [4 s, 9 s]) and a try
+	// sent before the new leader is in place waits up to 2 s for its reply
+	// (10 s failed once, after a 9.1 s election); 20 s in the short one,
+	// which CI runs beside every other package on 2 cores. Either way a
+	// call must ride out the election, not fail.
+	callTimeout := pick(20*time.Second, 15*time.Second)
 	e.load("e1", n, spread, "--retry=false", "--call-timeout", callTimeout.String())
 
 	var victims []string
+	var slowest time.Duration // the longest a kill left a stream of path without a leader
 	every := spread / time.Duration(kills+1)
 	for k := range kills {
 		sleepUntil(start.Add(every * time.Duration(k+1)))
@@ -110,21 +122,36 @@ func TestFaultClusterFailover(t *testing.T) {
 		victim := streamLeader(t, e.js, stream, nodes)
 		victim.stop(syscall.SIGKILL)
 		t0 := time.Now()
-		// Started again once the others have elected a new leader.
-		testserver.Eventually(t, 60*time.Second, "new leader of "+stream, func() bool {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			s, err := e.js.Stream(ctx, stream)
-			if err != nil {
-				return false
+		t.Logf("%s: %s (leading %s) killed", t0.Format(time.StampMilli), victim.name, stream)
+		// Started again once the others have elected a new leader of
+		// every stream of path.
+		var elected time.Duration
+		for _, name := range path {
+			testserver.Eventually(t, 60*time.Second, "new leader of "+name, func() bool {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				defer cancel()
+				s, err := e.js.Stream(ctx, name)
+				if err != nil {
+					return false
+				}
+				ci := s.CachedInfo().Cluster
+				return ci != nil && ci.Leader != "" && ci.Leader != victim.name
+			})
+			if name == stream {
+				elected = time.Since(t0)
 			}
-			ci := s.CachedInfo().Cluster
-			return ci != nil && ci.Leader != "" && ci.Leader != victim.name
-		})
-		victims = append(victims, fmt.Sprintf("%s(%s,%s)", victim.name, strings.TrimPrefix(stream, "KV_"), time.Since(t0).Round(100*time.Millisecond)))
+		}
+		slowest = max(slowest, time.Since(t0))
+		victims = append(victims, fmt.Sprintf("%s(%s,%s,all %s)", victim.name, strings.TrimPrefix(stream, "KV_"),
+			elected.Round(100*time.Millisecond), time.Since(t0).Round(100*time.Millisecond)))
 		victim.start()
 		waitCurrent(t, e.js, victim, all...)
 	}
+	// A delayed run due while a stream of its way has no leader cannot
+	// start before that stream's election is over, and nats-server's raft
+	// election timeout is random in [4 s, 9 s): the bound is 10 s, or 3 s
+	// after the slowest election when that took longer than 7 s.
+	bound := max(10*time.Second, slowest+3*time.Second)
 	e.loadDone(spread + 3*time.Minute)
 	classes, callFailures := e.accepted()
 	c := e.check(pick(2*time.Minute, 4*time.Minute))
@@ -144,12 +171,32 @@ func TestFaultClusterFailover(t *testing.T) {
 		delayed++
 		d := r.StartedTime.Sub(r.ScheduledTime)
 		maxLate = max(maxLate, d)
-		if d > 10*time.Second {
+		if d > bound {
 			late++
 			if len(lateEg) < 5 {
-				lateEg = append(lateEg, fmt.Sprintf("%s(%s)", id, d.Round(100*time.Millisecond)))
+				lateEg = append(lateEg, fmt.Sprintf("%s(%s: %s %s scheduled %s created %s started %s attempts %d history %+v)", id, d.Round(100*time.Millisecond),
+					r.Name, class, r.ScheduledTime.Format(time.StampMilli), r.CreationTime.Format(time.StampMilli),
+					r.StartedTime.Format(time.StampMilli), r.Attempts, r.History))
 			}
 		}
+	}
+	// The latest three, for diagnosis (JETFLOW_FAULT_LOGS=<dir> keeps every
+	// process's debug log).
+	type lateRun struct {
+		id string
+		d  time.Duration
+	}
+	var latest []lateRun
+	for id, class := range classes {
+		if r := c.recs[id]; r != nil && !r.StartedTime.IsZero() && (strings.Contains(class, "after") || strings.HasSuffix(class, "at")) {
+			latest = append(latest, lateRun{id, r.StartedTime.Sub(r.ScheduledTime)})
+		}
+	}
+	slices.SortFunc(latest, func(a, b lateRun) int { return cmp.Compare(b.d, a.d) })
+	for _, l := range latest[:min(3, len(latest))] {
+		r := c.recs[l.id]
+		t.Logf("late %s: %s, %s scheduled %s started %s attempts %d", l.id, l.d.Round(10*time.Millisecond), r.Name,
+			r.ScheduledTime.Format(time.StampMilli), r.StartedTime.Format(time.StampMilli), r.Attempts)
 	}
 	var failEg []string
 	for _, l := range e.loads[0].snapshot() {
@@ -165,7 +212,9 @@ func TestFaultClusterFailover(t *testing.T) {
 	f.set("call_failures", callFailures)
 	c.report(t, f)
 	f.set("delayed", delayed)
-	f.set("late_over_10s", late)
+	f.set("slowest_election", slowest.Round(100*time.Millisecond))
+	f.set("late_bound", bound.Round(100*time.Millisecond))
+	f.set("late_over_bound", late)
 	f.set("max_late", maxLate)
 	f.set("wall", time.Since(began))
 	f.print(t, "e cluster-failover")
@@ -173,19 +222,19 @@ func TestFaultClusterFailover(t *testing.T) {
 	if callFailures > 0 {
 		t.Errorf("%d of %d producer calls with a %s context failed, e.g. %v", callFailures, n, callTimeout, failEg)
 	}
-	// The 10 s bound is a figure of the machine as much as of jetflow (an
-	// election alone takes 4-8 s here): the long version (task faults, on a
+	// The bound is a figure of the machine as much as of jetflow (an
+	// election alone takes 4-9 s): the long version (task faults, on a
 	// quiet machine) holds it; the short one, which CI runs beside every
 	// other package, fails only on what no load explains: a run left to the
 	// repair sweep (40 s and more).
 	switch {
 	case faultsLong() && late > 0:
-		t.Errorf("%d of %d delayed runs started more than 10 s late, e.g. %v", late, delayed, lateEg)
+		t.Errorf("%d of %d delayed runs started more than %s late (the slowest election %s), e.g. %v", late, delayed, bound, slowest, lateEg)
 	case late > 0 && maxLate > 30*time.Second:
-		t.Errorf("%d of %d delayed runs started more than 10 s late, the latest %s (more than 30 s: left to the repair sweep?), e.g. %v",
-			late, delayed, maxLate, lateEg)
+		t.Errorf("%d of %d delayed runs started more than %s late, the latest %s (more than 30 s: left to the repair sweep?), e.g. %v",
+			late, delayed, bound, maxLate, lateEg)
 	case late > 0:
-		t.Logf("%d of %d delayed runs started more than 10 s late under this load (latest %s); task faults holds the 10 s bound", late, delayed, maxLate)
+		t.Logf("%d of %d delayed runs started more than %s late under this load (latest %s); task faults holds the bound", late, delayed, bound, maxLate)
 	}
 	c.assert(t, e)
 }

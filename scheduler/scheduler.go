@@ -374,6 +374,7 @@ const (
 
 func (d *dispatcher) loop(ctx context.Context) error {
 	s := d.s
+	s.awaitLeaders(ctx, streams.KVStream(s.scfg.DelayedBucket()), s.scfg.FunctionStream())
 	w, err := s.store.Delayed().WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
@@ -415,6 +416,43 @@ func (d *dispatcher) loop(ctx context.Context) error {
 		}
 	}
 }
+
+// awaitLeaders returns once each of names answers with a leader, at once
+// when they have one, or after leaderWait. A term that starts while a
+// stream it reads or publishes to is electing a leader (the node that led
+// it and the lease went down together) would otherwise send its first
+// request into the election, wait out the client's request timeout (5 s)
+// and start again: delayed runs due meanwhile started that much later. A
+// stream that cannot be looked up is left to the reads that follow, which
+// say why.
+func (s *Scheduler) awaitLeaders(ctx context.Context, names ...string) {
+	deadline := time.Now().Add(leaderWait)
+	for _, name := range names {
+		for time.Now().Before(deadline) {
+			ictx, cancel := context.WithTimeout(ctx, time.Second)
+			st, err := s.js.Stream(ictx, name)
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				if ci := st.CachedInfo().Cluster; ci == nil || ci.Leader != "" || len(ci.Replicas) == 0 {
+					break // a leader, or a stream of one server
+				}
+			} else if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, nats.ErrNoResponders) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// leaderWait bounds awaitLeaders: an election takes 4-9 s.
+const leaderWait = 15 * time.Second
 
 // start loads what is due or due within the horizon at the start of a
 // term (see checkpointKey).

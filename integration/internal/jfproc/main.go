@@ -36,6 +36,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -180,8 +181,44 @@ func marker(format string, a ...any) {
 	fmt.Fprintf(os.Stdout, format+"\n", a...)
 }
 
+// both sends each record to two handlers, each at its own level.
+type both [2]slog.Handler
+
+func (b both) Enabled(ctx context.Context, l slog.Level) bool {
+	return b[0].Enabled(ctx, l) || b[1].Enabled(ctx, l)
+}
+
+func (b both) Handle(ctx context.Context, r slog.Record) error {
+	for _, h := range b {
+		if h.Enabled(ctx, r.Level) {
+			if err := h.Handle(ctx, r.Clone()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (b both) WithAttrs(as []slog.Attr) slog.Handler {
+	return both{b[0].WithAttrs(as), b[1].WithAttrs(as)}
+}
+
+func (b both) WithGroup(name string) slog.Handler {
+	return both{b[0].WithGroup(name), b[1].WithGroup(name)}
+}
+
 func run(ctx context.Context, c config) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if dir := os.Getenv("JETFLOW_FAULT_LOGS"); dir != "" {
+		// Diagnosis of a fault run: every process's debug log in a file
+		// of its own under dir, beside the usual output.
+		f, err := os.OpenFile(filepath.Join(dir, fmt.Sprintf("%s-%s-%d.log", c.role, c.id, os.Getpid())), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		log = slog.New(both{log.Handler(), slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})})
+	}
 	nc, err := nats.Connect(c.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
 		nats.RetryOnFailedConnect(true), nats.Name("jfproc-"+c.role+"-"+c.id))
 	if err != nil {
