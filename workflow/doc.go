@@ -118,8 +118,12 @@
 // journal starting with the steps that succeeded. It claims the new id's
 // journal (its cursor, create-only) before it copies them: of concurrent
 // Restarts into one id exactly one wins, the others return
-// producer.ErrAlreadyExists having written nothing. Get and Watch of a
-// run that is not a workflow return producer.ErrNotWorkflow.
+// producer.ErrAlreadyExists having written nothing. A claim left by a
+// Restart that died before the new record (a cursor at segment 1 and no
+// record) holds the id for a minute, by the server's clock from its last
+// write; then a Restart into that id takes it over, purging what the dead
+// one wrote. Get and Watch of a run that is not a workflow return
+// producer.ErrNotWorkflow.
 //
 // # Limits
 //

@@ -33,11 +33,17 @@ var ErrNotRestartable = errors.New("workflow: only a failed or canceled workflow
 // The new id's journal is claimed before anything is copied (its cursor,
 // created create-only): of concurrent Restarts into one id exactly one
 // wins, and the others return producer.ErrAlreadyExists having written
-// nothing, so the new workflow's journal is exactly the winner's copy. A
-// Restart that fails after its claim removes what it wrote. One that dies
-// between its claim and the new record leaves the id taken
-// (producer.ErrAlreadyExists) until its journal is removed: restart into
-// another id.
+// nothing, so the new workflow's journal is exactly the winner's copy. The
+// winner writes its claim again (compare-and-swap) after the copy, just
+// before the new record: a Restart whose claim was taken over meanwhile
+// removes what it wrote and returns producer.ErrAlreadyExists. A Restart
+// that fails after its claim removes what it wrote. One that dies between
+// its claim and the new record leaves a claim without a record: a later
+// Restart into that id takes it over once it is a minute old (by the
+// server's clock, from the claim's last write), purging
+// what the dead one wrote; until then it gets producer.ErrAlreadyExists.
+// A Restart stalled for longer than a minute between two of its requests
+// may lose its claim that way.
 func Restart(ctx context.Context, p *producer.Producer, id string, opts ...StartOption) (string, error) {
 	r, err := p.Get(ctx, id)
 	if err != nil {
@@ -104,6 +110,13 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 		}
 		f.wrote(stepKey(o.id, step), c.Revision)
 	}
+	// The claim again, just before the record: a claim taken over while
+	// this Restart was stalled is not written over, and a later Restart
+	// sees a fresh claim until the record is there.
+	if err := f.renew(ctx); err != nil {
+		f.unwind(ctx)
+		return "", err
+	}
 	nid, err := start(ctx, p, r.Name, r.Args, append(opts, func(o *startOptions) { o.forked = true })...)
 	if err != nil && (nid == "" || errors.Is(err, producer.ErrAlreadyExists)) {
 		// Refused before its record was written (the definition's state
@@ -123,13 +136,19 @@ type fork struct {
 	writes map[string]uint64
 }
 
+// claimGrace is how long a claim of a new id's journal (claimFork) holds
+// without the new workflow's record: an older one was left by a Restart
+// that died, and a later Restart takes it over. Tests shorten it.
+var claimGrace = time.Minute
+
 // claimFork claims workflow id's journal for a Restart: it creates id's
 // cursor (segment 1, not waiting), create-only. Of concurrent Restarts
 // into one id, exactly one creates it; the others get
 // producer.ErrAlreadyExists having written nothing (the copy of the winner
-// is never mixed with theirs nor purged by them). Then it removes what an
-// earlier workflow of the same id left (its record expired before its
-// journal's purge ran), below the claim's revision only.
+// is never mixed with theirs nor purged by them), unless the cursor is an
+// abandoned claim (takeOver). Then it removes what an earlier workflow of
+// the same id left (its record expired before its journal's purge ran),
+// below the claim's revision only.
 func claimFork(ctx context.Context, p *producer.Producer, jr *journal, id string) (*fork, error) {
 	claim := &cursor{Seg: 1}
 	ok, err := jr.putCursor(ctx, id, claim)
@@ -137,8 +156,7 @@ func claimFork(ctx context.Context, p *producer.Producer, jr *journal, id string
 		return nil, err
 	}
 	if !ok {
-		return nil, fmt.Errorf("workflow %s: its journal is claimed by another Restart (or left by an earlier workflow of that id): %w",
-			id, producer.ErrAlreadyExists)
+		return takeOver(ctx, p, jr, id)
 	}
 	f := &fork{jr: jr, id: id, writes: map[string]uint64{cursorKey(id): claim.rev}}
 	if err := purgeLeftoversBefore(ctx, p, id, claim.rev); err != nil {
@@ -148,7 +166,95 @@ func claimFork(ctx context.Context, p *producer.Producer, jr *journal, id string
 	return f, nil
 }
 
+// takeOver claims workflow id's journal whose cursor exists: only if that
+// cursor is a claim (segment 1, neither waiting nor done) last written
+// claimGrace ago or more by the server's clock, and id has no record, read
+// from the leader before and after the claim is written over. That is a
+// claim of a Restart that died before the new record: it writes the claim
+// over by compare-and-swap (of concurrent takers exactly one wins) and
+// purges everything under id below its own revision. Anything else is
+// producer.ErrAlreadyExists, having purged nothing: a fresh claim (a
+// Restart under way), a cursor moved on, a record (a workflow that runs;
+// if it shows only after the claim is written over, that write leaves the
+// cursor as it was but for its revision, which its segments read again).
+func takeOver(ctx context.Context, p *producer.Producer, jr *journal, id string) (*fork, error) {
+	taken := fmt.Errorf("workflow %s: its journal is claimed by another Restart (or left by an earlier workflow of that id): %w",
+		id, producer.ErrAlreadyExists)
+	e, err := jr.kv.Get(ctx, cursorKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, taken // removed meanwhile: by the Restart that holds it, unwinding
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: cursor: %w", id, err)
+	}
+	c, err := decodeCursor(e.Key(), e.Value())
+	if err != nil || c.Seg != 1 || c.Waiting || c.Done {
+		return nil, taken
+	}
+	st, err := jr.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// The server's clock, as the entry's time: no skew with this host's.
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("workflow: journal stream: %w", err)
+	}
+	now := info.TimeStamp
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if now.Sub(e.Created()) < claimGrace {
+		return nil, taken
+	}
+	recorded := func() error {
+		_, err := engine.Of(p).Store().GetConfirmed(ctx, id)
+		switch {
+		case err == nil:
+			return taken
+		case errors.Is(err, jetflow.ErrNotFound):
+			return nil
+		}
+		return err
+	}
+	if err := recorded(); err != nil {
+		return nil, err
+	}
+	claim := &cursor{Seg: 1, rev: e.Revision()}
+	ok, err := jr.putCursor(ctx, id, claim)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, taken
+	}
+	if err := recorded(); err != nil {
+		return nil, err // a record came meanwhile: its journal stays
+	}
+	f := &fork{jr: jr, id: id, writes: map[string]uint64{cursorKey(id): claim.rev}}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(jr.bucket, id+".>")), jetstream.WithPurgeSequence(claim.rev)); err != nil {
+		f.unwind(ctx)
+		return nil, fmt.Errorf("workflow %s: purge an abandoned claim: %w", id, err)
+	}
+	return f, nil
+}
+
 func (f *fork) wrote(key string, rev uint64) { f.writes[key] = rev }
+
+// renew writes the fork's claim again over the revision it wrote:
+// producer.ErrAlreadyExists when another Restart took it over meanwhile.
+func (f *fork) renew(ctx context.Context) error {
+	c := &cursor{Seg: 1, rev: f.writes[cursorKey(f.id)]}
+	ok, err := f.jr.putCursor(ctx, f.id, c)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("workflow %s: its claim was taken over by another Restart: %w", f.id, producer.ErrAlreadyExists)
+	}
+	f.wrote(cursorKey(f.id), c.rev)
+	return nil
+}
 
 // unwind removes what the fork wrote, each key up to the revision it
 // wrote: a later write of another (a Start of the same id) stays.

@@ -2,8 +2,10 @@ package workflow_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -185,6 +187,131 @@ func TestConcurrentRestartsToOneIDOneWins(t *testing.T) {
 				t.Errorf("step %s of s%d ran %d times, want once (its copy is journaled)", s, i, c)
 			}
 		}
+	}
+}
+
+// A Restart that died between its claim of the new id's journal and the
+// new record (its claim cursor and a copied step written, no record) does
+// not hold the id for good: a Restart into that id is refused while the
+// claim is fresh, takes it over once it is older than the grace, and the
+// new workflow's journal is exactly its own copy (the dead one's step and
+// cursor purged), which it resumes from. Not parallel: it shortens the
+// package's grace.
+func TestRestartTakesOverAnAbandonedClaim(t *testing.T) {
+	e := setup(t)
+	var mu sync.Mutex
+	broken := true
+	def := workflow.Define("test.restart.abandoned", func(wf *workflow.Context, in string) (string, error) {
+		out := in
+		for _, s := range []string{"a", "b", "c"} {
+			var err error
+			if out, err = workflow.Step(wf, s, func(ctx context.Context) (string, error) {
+				e.inc(s)
+				if s == "c" {
+					mu.Lock()
+					defer mu.Unlock()
+					if broken {
+						return "", errors.New("c is broken")
+					}
+				}
+				return out + "-" + s, nil
+			}); err != nil {
+				return "", err
+			}
+		}
+		return out, nil
+	})
+	w := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	src, err := workflow.Start(ctx, e.P, def, "x", workflow.WithID("abandoned-src"))
+	must(t, err)
+	if r := e.wait(t, src); r.State != jetflow.Failed {
+		t.Fatalf("source: %s", r.State)
+	}
+	srcSt := e.status(t, src)
+	if len(srcSt.Steps) != 3 {
+		t.Fatalf("source steps %+v", srcSt.Steps)
+	}
+	// No worker from here: the new journal stays as Restart wrote it.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	must(t, w.Stop(sctx))
+	cancel()
+
+	// The dead Restart: its claim (the new id's cursor, create-only) and
+	// a copy of step 1 (putEntry: segment 0), then nothing. Its copy
+	// differs from the source's, and it copied step 3 too (as from
+	// another source), so that what stays of it shows.
+	const fork = "abandoned-fork"
+	kvb, err := e.JS.KeyValue(ctx, streams.Config{}.WithDefaults().JournalBucket())
+	must(t, err)
+	_, err = kvb.Create(ctx, fork+".wf", []byte(`{"seg":1}`))
+	must(t, err)
+	for _, st := range []string{"1", "3"} {
+		c := srcSt.Steps[0]
+		c.Step, c.State, c.Segment, c.Error, c.Result = st, workflow.StepDone, 0, "", []byte(`"dead"`)
+		b, err := json.Marshal(c)
+		must(t, err)
+		_, err = kvb.Create(ctx, fork+".s."+st, b)
+		must(t, err)
+	}
+	left := e.journalKeys(t, fork)
+
+	// Fresh: refused, nothing touched.
+	if _, err := workflow.Restart(ctx, e.P, src, workflow.WithID(fork)); !errors.Is(err, producer.ErrAlreadyExists) {
+		t.Fatalf("restart into a fresh claim: %v, want producer.ErrAlreadyExists", err)
+	}
+	if got := e.journalKeys(t, fork); fmt.Sprint(got) != fmt.Sprint(left) {
+		t.Fatalf("journal after a refused restart: %v, want %v", got, left)
+	}
+	// Older than the grace: taken over.
+	const grace = 300 * time.Millisecond
+	workflow.SetClaimGrace(t, grace)
+	claimed, err := kvb.Get(ctx, fork+".wf")
+	must(t, err)
+	var nid string
+	testserver.Eventually(t, 20*time.Second, "a restart that takes the abandoned claim over", func() bool {
+		nid, err = workflow.Restart(ctx, e.P, src, workflow.WithID(fork))
+		if errors.Is(err, producer.ErrAlreadyExists) {
+			return false
+		}
+		must(t, err)
+		return true
+	})
+	if nid != fork {
+		t.Fatalf("restart returned %s, want %s", nid, fork)
+	}
+	if since := time.Since(claimed.Created()); since < grace {
+		t.Fatalf("claim taken over %v after it was written, less than the grace %v", since, grace)
+	}
+	st := e.status(t, fork)
+	if len(st.Steps) != 2 {
+		t.Fatalf("new journal's steps %+v, want the two copied from %s", st.Steps, src)
+	}
+	for k, s := range st.Steps {
+		want := srcSt.Steps[k]
+		if s.Step != want.Step || s.State != workflow.StepDone || string(s.Result) != string(want.Result) {
+			t.Errorf("new journal's step %+v, want the copy of %+v", s, want)
+		}
+	}
+	keys := e.journalKeys(t, fork)
+	sort.Strings(keys)
+	if want := []string{fork + ".s.1", fork + ".s.2", fork + ".wf"}; fmt.Sprint(keys) != fmt.Sprint(want) {
+		t.Errorf("new journal's keys %v, want %v", keys, want)
+	}
+	cur, err := kvb.Get(ctx, fork+".wf")
+	must(t, err)
+	if cur.Revision() <= claimed.Revision() {
+		t.Errorf("cursor at revision %d, not written after the dead claim's %d", cur.Revision(), claimed.Revision())
+	}
+
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	out, err := workflow.Result(ctx, e.P, def, fork)
+	must(t, err)
+	if out != "x-a-b-c" || e.n("a") != 1 || e.n("b") != 1 {
+		t.Fatalf("result %q; a ran %d times, b %d (want once each: their copies are journaled)", out, e.n("a"), e.n("b"))
 	}
 }
 
