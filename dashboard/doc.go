@@ -111,7 +111,7 @@
 //	GET  /api/runs/<id>/reruns                      {"retryOf": "<id>"|"", "reruns": [...]}
 //	GET  /api/runs/<id>/steps                       {"steps": {...}|null} (Config.Steps: a workflow.Status)
 //	GET  /api/counts?function=                      {"pending": n, ..., "total": n, "source": "index"|"scan", "asOf": t}
-//	GET  /api/functions                             {"functions": [kv.FunctionInfo...]}
+//	GET  /api/functions                             {"functions": [kv.FunctionInfo...]} (maxAttempts kv.UnlimitedAttempts: no limit)
 //	POST /api/functions/<name>/pause|resume         {"function": "<name>", "paused": bool}
 //	GET  /api/crons                                 {"crons": [kv.CronInfo...]} (Config.Crons)
 //	GET  /api/triggers                              {"triggers": [kv.TriggerInfo...]}

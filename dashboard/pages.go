@@ -26,14 +26,15 @@ type pages struct {
 
 func (h *handler) parsePages() (*pages, error) {
 	funcs := template.FuncMap{
-		"fmtTime":  fmtTime,
-		"isoTime":  isoTime,
-		"attempts": attempts,
-		"short":    short,
-		"path":     h.path,
-		"runPath":  func(id string) string { return h.path("/runs/" + url.PathEscape(id)) },
-		"apiRun":   func(id string) string { return h.path("/api/runs/" + url.PathEscape(id)) },
-		"fnPath":   func(fn string) string { return h.path("/?" + url.Values{"function": {fn}}.Encode()) },
+		"fmtTime":     fmtTime,
+		"isoTime":     isoTime,
+		"attempts":    attempts,
+		"maxAttempts": maxAttempts,
+		"short":       short,
+		"path":        h.path,
+		"runPath":     func(id string) string { return h.path("/runs/" + url.PathEscape(id)) },
+		"apiRun":      func(id string) string { return h.path("/api/runs/" + url.PathEscape(id)) },
+		"fnPath":      func(fn string) string { return h.path("/?" + url.Values{"function": {fn}}.Encode()) },
 		// a button's endpoint: /api/<kind>/<name, one path segment>/<action>
 		"apiAction": func(kind, name, action string) string {
 			return h.path("/api/" + kind + "/" + url.PathEscape(name) + "/" + action)
@@ -438,6 +439,15 @@ func attempts(r *jetflow.Run) string {
 		return fmt.Sprintf("%d / %d", r.Attempts, r.MaxAttempts)
 	}
 	return strconv.Itoa(r.Attempts)
+}
+
+// maxAttempts reads a function's max attempts: "unlimited" for
+// kv.UnlimitedAttempts (the retrier's internal functions).
+func maxAttempts(n int) string {
+	if n >= kv.UnlimitedAttempts {
+		return "unlimited"
+	}
+	return strconv.Itoa(n)
 }
 
 // short cuts s to n runes on one line.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -26,11 +27,13 @@ const FunctionTTL = 30 * time.Second
 // (worker.FunctionInfo is this type); the CLI and the dashboard read it
 // with ReadFunctions.
 type FunctionInfo struct {
-	Name        string        `json:"name"`
-	Kind        jetflow.Kind  `json:"kind"`
-	Worker      string        `json:"worker"`
-	Concurrency int           `json:"concurrency"`
-	MaxParallel int           `json:"maxParallel"`
+	Name        string       `json:"name"`
+	Kind        jetflow.Kind `json:"kind"`
+	Worker      string       `json:"worker"`
+	Concurrency int          `json:"concurrency"`
+	MaxParallel int          `json:"maxParallel"`
+	// MaxAttempts: the attempts of a run, first included (1 for an
+	// at-most-once function). UnlimitedAttempts: no limit.
 	MaxAttempts int           `json:"maxAttempts"`
 	Timeout     time.Duration `json:"timeout,omitempty"`
 	Seen        time.Time     `json:"seen"`
@@ -38,6 +41,14 @@ type FunctionInfo struct {
 	// (SetPaused).
 	Paused bool `json:"paused,omitempty"`
 }
+
+// UnlimitedAttempts is the MaxAttempts of a function whose worker never
+// fails a run for want of attempts (the retrier's internal functions, whose
+// own budget decides): math.MaxInt32. It stays that number in the
+// functions bucket and in JSON (the CLI's `functions list --json`, the
+// dashboard's /api/functions); the CLI's table and the dashboard's pages
+// show it as "unlimited".
+const UnlimitedAttempts = math.MaxInt32
 
 // FunctionMsg is the write of fi into the functions bucket of cfg, with its
 // TTL.

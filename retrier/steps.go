@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
@@ -35,8 +34,9 @@ var internalOptions = worker.Options{
 }
 
 // unlimited is the worker's MaxAttempts of the internal functions: the
-// worker never fails them for want of attempts; the guard decides.
-const unlimited = math.MaxInt32
+// worker never fails them for want of attempts; the guard decides. The
+// functions registry, the CLI and the dashboard show it as unlimited.
+const unlimited = kv.UnlimitedAttempts
 
 // Register registers the retrier's internal functions (StartFunction,
 // StepFunction, StartedFunction) on w. Call it before w.Start, on at least

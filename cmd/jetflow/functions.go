@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -42,7 +43,7 @@ func runFunctions(ctx context.Context, args []string) error {
 	fs := newFlagSet(ctx, "functions list", "[--json]")
 	var cf connFlags
 	cf.add(fs)
-	asJSON := fs.Bool("json", false, "print as JSON, one entry per function and worker (the dashboard's /api/functions)")
+	asJSON := fs.Bool("json", false, "print as JSON, one entry per function and worker (the dashboard's /api/functions; maxAttempts 2147483647: unlimited)")
 	pos, err := parseInterleaved(fs, args[1:])
 	if err != nil {
 		return err
@@ -80,8 +81,8 @@ func runFunctions(ctx context.Context, args []string) error {
 		if r.Paused {
 			state = "paused"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s ago\t%s\n", printable(r.Name), printable(r.Kind), len(r.Workers), r.Concurrency,
-			r.MaxAttempts, humanAge(time.Since(r.LastSeen)), state)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s ago\t%s\n", printable(r.Name), printable(r.Kind), len(r.Workers), r.Concurrency,
+			maxAttempts(r.MaxAttempts), humanAge(time.Since(r.LastSeen)), state)
 	}
 	return tw.Flush()
 }
@@ -113,6 +114,15 @@ func groupFunctions(infos []kv.FunctionInfo) []functionRow {
 	}
 	sort.Slice(rows, func(i, j int) bool { return rows[i].Name < rows[j].Name })
 	return rows
+}
+
+// maxAttempts reads a function's max attempts: "unlimited" for
+// kv.UnlimitedAttempts (the retrier's internal functions).
+func maxAttempts(n int) string {
+	if n >= kv.UnlimitedAttempts {
+		return "unlimited"
+	}
+	return strconv.Itoa(n)
 }
 
 func humanAge(d time.Duration) string {
