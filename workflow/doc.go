@@ -122,7 +122,12 @@
 // Restart that died before the new record (a cursor at segment 1 and no
 // record) holds the id for a minute, by the server's clock from its last
 // write; then a Restart into that id takes it over, purging what the dead
-// one wrote. Get and Watch of a run that is not a workflow return
+// one wrote. Each Restart arms a janitor before its claim (a delayed run,
+// two minutes later) that purges the new id's journal if the id still has
+// no record and its cursor is still such an abandoned claim, so a dead
+// Restart into a generated id, which nobody restarts into again, leaves
+// nothing for good; once the record is written the janitor does nothing.
+// Get and Watch of a run that is not a workflow return
 // producer.ErrNotWorkflow.
 //
 // # Limits

@@ -42,7 +42,10 @@ var ErrNotRestartable = errors.New("workflow: only a failed or canceled workflow
 // Restart into that id takes it over once it is a minute old (by the
 // server's clock, from the claim's last write), purging
 // what the dead one wrote; until then it gets producer.ErrAlreadyExists.
-// A Restart stalled for longer than a minute between two of its requests
+// Before its claim, a Restart arms a janitor (a delayed run, two minutes
+// later) that removes such a dead claim and what came with it when no
+// Restart into the id does, as with a generated id (forkJanitor). A
+// Restart stalled for longer than a minute between two of its requests
 // may lose its claim that way.
 func Restart(ctx context.Context, p *producer.Producer, id string, opts ...StartOption) (string, error) {
 	r, err := p.Get(ctx, id)
@@ -80,6 +83,11 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 		if err == nil {
 			err = fmt.Errorf("workflow %s: %w", o.id, producer.ErrAlreadyExists)
 		}
+		return "", err
+	}
+	// Before the claim: if this process dies before the new record, the
+	// janitor removes what it wrote (nobody restarts into a generated id).
+	if err := armForkJanitor(ctx, p, r.Name, o.id); err != nil {
 		return "", err
 	}
 	f, err := claimFork(ctx, p, jr, o.id)
@@ -166,6 +174,10 @@ func claimFork(ctx context.Context, p *producer.Producer, jr *journal, id string
 	return f, nil
 }
 
+// errClaimRecent: a claim that takeOver refuses because it was written
+// less than claimGrace ago (or meanwhile): a Restart may still hold it.
+var errClaimRecent = errors.New("the claim was written less than a grace period ago")
+
 // takeOver claims workflow id's journal whose cursor exists: only if that
 // cursor is a claim (segment 1, neither waiting nor done) last written
 // claimGrace ago or more by the server's clock, and id has no record, read
@@ -174,9 +186,10 @@ func claimFork(ctx context.Context, p *producer.Producer, jr *journal, id string
 // over by compare-and-swap (of concurrent takers exactly one wins) and
 // purges everything under id below its own revision. Anything else is
 // producer.ErrAlreadyExists, having purged nothing: a fresh claim (a
-// Restart under way), a cursor moved on, a record (a workflow that runs;
-// if it shows only after the claim is written over, that write leaves the
-// cursor as it was but for its revision, which its segments read again).
+// Restart under way; the error wraps errClaimRecent too), a cursor moved
+// on, a record (a workflow that runs; if it shows only after the claim is
+// written over, that write leaves the cursor as it was but for its
+// revision, which its segments read again).
 func takeOver(ctx context.Context, p *producer.Producer, jr *journal, id string) (*fork, error) {
 	taken := fmt.Errorf("workflow %s: its journal is claimed by another Restart (or left by an earlier workflow of that id): %w",
 		id, producer.ErrAlreadyExists)
@@ -205,7 +218,7 @@ func takeOver(ctx context.Context, p *producer.Producer, jr *journal, id string)
 		now = time.Now()
 	}
 	if now.Sub(e.Created()) < claimGrace {
-		return nil, taken
+		return nil, fmt.Errorf("%w: %w", taken, errClaimRecent)
 	}
 	recorded := func() error {
 		_, err := engine.Of(p).Store().GetConfirmed(ctx, id)
@@ -226,7 +239,7 @@ func takeOver(ctx context.Context, p *producer.Producer, jr *journal, id string)
 		return nil, err
 	}
 	if !ok {
-		return nil, taken
+		return nil, fmt.Errorf("%w: %w", taken, errClaimRecent) // written meanwhile
 	}
 	if err := recorded(); err != nil {
 		return nil, err // a record came meanwhile: its journal stays
@@ -257,15 +270,80 @@ func (f *fork) renew(ctx context.Context) error {
 }
 
 // unwind removes what the fork wrote, each key up to the revision it
-// wrote: a later write of another (a Start of the same id) stays.
-func (f *fork) unwind(ctx context.Context) {
+// wrote: a later write of another (a Start of the same id) stays. A
+// Restart that fails ignores its error (a claim left behind is a dead
+// claim, which its janitor removes); the janitor returns it.
+func (f *fork) unwind(ctx context.Context) error {
 	st, err := f.jr.stream(ctx)
 	if err != nil {
-		return
+		return err
 	}
+	var errs []error
 	for key, rev := range f.writes {
-		_ = st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(f.jr.bucket, key)), jetstream.WithPurgeSequence(rev+1))
+		if err := st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(f.jr.bucket, key)), jetstream.WithPurgeSequence(rev+1)); err != nil {
+			errs = append(errs, fmt.Errorf("workflow %s: purge %s: %w", f.id, key, err))
+		}
 	}
+	return errors.Join(errs...)
+}
+
+// forkJanitorAfter is how long after a Restart its janitor runs: past the
+// grace of its claim, with as much again for the copy and the clocks'
+// skew (a claim still fresh then brings the janitor back later).
+func forkJanitorAfter() time.Duration { return 2 * claimGrace }
+
+// armForkJanitor stores a run of forkJanitor for workflow id, due
+// forkJanitorAfter from now (a delayed entry without a record, under an
+// id of its own per due millisecond, like armJanitor's).
+func armForkJanitor(ctx context.Context, p *producer.Producer, name, id string) error {
+	at := time.Now().Add(forkJanitorAfter())
+	args, err := json.Marshal(jetflow.Completion{Context: mustJSON(wakeContext{WF: id, Fork: true})})
+	if err != nil {
+		return err
+	}
+	return engine.Of(p).DelayNew(ctx, &jetflow.Run{
+		ID:   jetflow.DerivedID(fmt.Sprintf("%s-fork-janitor-%d", id, at.UnixMilli())),
+		Name: WakeFunction(name), Kind: jetflow.Retryable, Args: args,
+		State: jetflow.Pending, ScheduledTime: at, CreationTime: time.Now().UTC(),
+	})
+}
+
+// forkJanitor removes the journal a Restart into workflow id left when it
+// died between its claim and the new record: only if id has no record
+// (read from the leader) and its cursor is still a bare claim (segment 1,
+// neither waiting nor done) last written claimGrace ago or more. It takes
+// that claim over as a Restart would (takeOver: compare-and-swap, the
+// record read again after it, everything under id below its revision
+// purged), then purges the claim it wrote. A live Restart keeps its
+// claim: it renews it before its record, and a renewal after the
+// janitor's write fails (that Restart removes what it wrote and returns
+// producer.ErrAlreadyExists). A workflow that has a record is left alone:
+// its own purge applies. A claim written less than claimGrace ago (the
+// Restart was slow, or another took the id over) brings the janitor back
+// forkJanitorAfter later; anything else ends it.
+func forkJanitor(ctx context.Context, p *producer.Producer, name, id string) error {
+	// The common case, one read: the Restart wrote its record.
+	_, err := engine.Of(p).Store().GetConfirmed(ctx, id)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, jetflow.ErrNotFound):
+		return err
+	}
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return err
+	}
+	f, err := takeOver(ctx, p, jr, id)
+	switch {
+	case errors.Is(err, errClaimRecent):
+		return armForkJanitor(ctx, p, name, id)
+	case errors.Is(err, producer.ErrAlreadyExists):
+		return nil // no cursor, one moved on, or a record
+	case err != nil:
+		return err
+	}
+	return f.unwind(ctx)
 }
 
 // schedulePurge schedules the removal of an ended workflow's journal for

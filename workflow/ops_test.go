@@ -315,6 +315,155 @@ func TestRestartTakesOverAnAbandonedClaim(t *testing.T) {
 	}
 }
 
+// failingRestartDef is a workflow of steps a, b and c whose step c fails
+// while *broken; it counts the runs of each step in e.
+func failingRestartDef(e *env, name string, mu *sync.Mutex, broken *bool) *workflow.Workflow[string, string] {
+	return workflow.Define(name, func(wf *workflow.Context, in string) (string, error) {
+		out := in
+		for _, s := range []string{"a", "b", "c"} {
+			var err error
+			if out, err = workflow.Step(wf, s, func(ctx context.Context) (string, error) {
+				e.inc(s)
+				if s == "c" {
+					mu.Lock()
+					defer mu.Unlock()
+					if *broken {
+						return "", errors.New("c is broken")
+					}
+				}
+				return out + "-" + s, nil
+			}); err != nil {
+				return "", err
+			}
+		}
+		return out, nil
+	})
+}
+
+// A Restart into a generated id that died between its claim of the new
+// id's journal and the new record (its claim cursor and copied steps
+// written, no record) leaves nothing for good, though nobody restarts into
+// that id: the janitor it armed before its claim purges the id's journal
+// once the claim is older than the grace. Not parallel: it shortens the
+// package's grace.
+func TestJanitorRemovesADeadRestartsJournal(t *testing.T) {
+	e := setup(t)
+	var mu sync.Mutex
+	broken := true
+	def := failingRestartDef(e, "test.restart.dead", &mu, &broken)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	e.startScheduler(t)
+	ctx := testCtx(t)
+	src, err := workflow.Start(ctx, e.P, def, "x")
+	must(t, err)
+	if r := e.wait(t, src); r.State != jetflow.Failed {
+		t.Fatalf("source: %s", r.State)
+	}
+	srcSt := e.status(t, src)
+	const grace = 300 * time.Millisecond
+	workflow.SetClaimGrace(t, grace)
+
+	// The dead Restart: the janitor it arms first, its claim (the new id's
+	// cursor, create-only), copies of steps 1 and 2, then nothing.
+	fork := "dead-" + src
+	must(t, workflow.ArmForkJanitor(ctx, e.P, def.Name(), fork))
+	kvb, err := e.JS.KeyValue(ctx, streams.Config{}.WithDefaults().JournalBucket())
+	must(t, err)
+	_, err = kvb.Create(ctx, fork+".wf", []byte(`{"seg":1}`))
+	must(t, err)
+	for _, s := range srcSt.Steps[:2] {
+		s.Segment = 0
+		b, err := json.Marshal(s)
+		must(t, err)
+		_, err = kvb.Create(ctx, fork+".s."+s.Step, b)
+		must(t, err)
+	}
+	if keys := e.journalKeys(t, fork); len(keys) != 3 {
+		t.Fatalf("dead restart's journal %v, want its claim and two steps", keys)
+	}
+	testserver.Eventually(t, 20*time.Second, "the dead restart's journal removed", func() bool {
+		return len(e.journalKeys(t, fork)) == 0
+	})
+	if _, err := e.P.Get(ctx, fork); !errors.Is(err, jetflow.ErrNotFound) {
+		t.Fatalf("record of %s: %v, want jetflow.ErrNotFound", fork, err)
+	}
+	// The source's journal is not the janitor's business.
+	if got := len(e.status(t, src).Steps); got != 3 {
+		t.Fatalf("source's steps: %d, want 3", got)
+	}
+}
+
+// The janitor a Restart arms leaves the new workflow's journal alone once
+// its record is written, even while its cursor is still the bare claim,
+// older than the grace (its first segment has not run: the segment
+// function is paused), and the workflow then runs from the copied steps.
+// Not parallel: it shortens the package's grace.
+func TestJanitorKeepsTheJournalOfARestartThatCompleted(t *testing.T) {
+	e := setup(t)
+	var mu sync.Mutex
+	broken := true
+	def := failingRestartDef(e, "test.restart.kept", &mu, &broken)
+	w := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	src, err := workflow.Start(ctx, e.P, def, "x")
+	must(t, err)
+	if r := e.wait(t, src); r.State != jetflow.Failed {
+		t.Fatalf("source: %s", r.State)
+	}
+	// The new workflow's first segment waits: a worker started after the
+	// pause does not take it.
+	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	must(t, w.Stop(sctx))
+	cancel()
+	must(t, e.P.PauseFunction(ctx, workflow.SegmentFunction(def.Name())))
+	const grace = 300 * time.Millisecond
+	workflow.SetClaimGrace(t, grace)
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	e.startScheduler(t)
+
+	nid, err := workflow.Restart(ctx, e.P, src)
+	must(t, err)
+	kvb, err := e.JS.KeyValue(ctx, streams.Config{}.WithDefaults().JournalBucket())
+	must(t, err)
+	revs := map[string]uint64{}
+	for _, k := range e.journalKeys(t, nid) {
+		en, err := kvb.Get(ctx, k)
+		must(t, err)
+		revs[k] = en.Revision()
+	}
+	if len(revs) != 3 {
+		t.Fatalf("restart's journal %v, want its claim and two steps", revs)
+	}
+	// The janitor Restart armed: a run of the wake function, the only
+	// one (the workflow neither sleeps nor calls).
+	testserver.Eventually(t, 20*time.Second, "the restart's janitor ran", func() bool {
+		pg, err := e.P.List(ctx, producer.Filter{Function: workflow.WakeFunction(def.Name()), State: jetflow.Success})
+		must(t, err)
+		return len(pg.Runs) > 0
+	})
+	if r, err := e.P.Get(ctx, nid); err != nil || r.State != jetflow.Pending {
+		t.Fatalf("record of %s: %v, %v; want it pending", nid, r, err)
+	}
+	for k, rev := range revs {
+		en, err := kvb.Get(ctx, k)
+		if err != nil {
+			t.Fatalf("journal key %s after the janitor: %v", k, err)
+		}
+		if en.Revision() != rev {
+			t.Errorf("journal key %s at revision %d after the janitor, want %d (untouched)", k, en.Revision(), rev)
+		}
+	}
+	must(t, e.P.ResumeFunction(ctx, workflow.SegmentFunction(def.Name())))
+	out, err := workflow.Result(ctx, e.P, def, nid)
+	must(t, err)
+	if out != "x-a-b-c" || e.n("a") != 1 || e.n("b") != 1 {
+		t.Fatalf("result %q; a ran %d times, b %d (want once each: their copies are journaled)", out, e.n("a"), e.n("b"))
+	}
+}
+
 // Watch pushes the status as steps are journaled, up to the end.
 func TestWatchSteps(t *testing.T) {
 	t.Parallel()

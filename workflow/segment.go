@@ -180,6 +180,9 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	if err := json.Unmarshal(j.Args.Context, &wc); err != nil || wc.WF == "" {
 		return jetflow.Permanent(fmt.Errorf("%w: wake %s: context %s", jetflow.ErrBadArgs, j.ID(), j.Args.Context))
 	}
+	if wc.Fork {
+		return forkJanitor(ctx, d.p, d.def.Name(), wc.WF)
+	}
 	if wc.Purge {
 		return janitor(ctx, d.p, d.def.Name(), wc.WF)
 	}

@@ -89,6 +89,11 @@ type WakeContext struct {
 	// back then (a workflow canceled while it waited ends with no segment
 	// to schedule its purge).
 	Janitor bool `json:"janitor,omitempty"`
+	// Fork: remove what a Restart into WF wrote if it died between its
+	// claim of WF's journal and WF's record (without Purge: a worker that
+	// predates it takes it for a wake of a workflow without a record,
+	// and does nothing).
+	Fork bool `json:"fork,omitempty"`
 }
 
 // WakeCall is a run of name's wake function that resumes workflow id if
