@@ -92,7 +92,10 @@
 // at-most-once handler that ignores its context may still finish its side
 // effect, but its result is discarded), and the callback runs once with
 // canceled. The retrier's record can also be canceled with the producer's
-// Cancel, with the same effect.
+// Cancel, with the same effect. Cancel the retrier, not its internal step
+// runs (<attempt id>-done): a step run canceled directly while it waits
+// leaves the retrier in progress until Cancel is called on it (handling it
+// would take one more internal run per attempt).
 //
 // The internal functions (jetflow.retrier.start, .step and .started) must
 // be served: call Register on at least one worker (any number may serve
