@@ -297,13 +297,18 @@ func forkJanitorAfter() time.Duration { return 2 * claimGrace }
 // id of its own per due millisecond, like armJanitor's).
 func armForkJanitor(ctx context.Context, p *producer.Producer, name, id string) error {
 	at := time.Now().Add(forkJanitorAfter())
-	args, err := json.Marshal(jetflow.Completion{Context: mustJSON(wakeContext{WF: id, Fork: true})})
+	return delayWake(ctx, p, name, fmt.Sprintf("%s-fork-janitor-%d", id, at.UnixMilli()), wakeContext{WF: id, Fork: true}, at)
+}
+
+// delayWake stores a run of name's wake function with context wc, due at,
+// under the id derived from key (a delayed entry without a record).
+func delayWake(ctx context.Context, p *producer.Producer, name, key string, wc wakeContext, at time.Time) error {
+	args, err := json.Marshal(jetflow.Completion{Context: mustJSON(wc)})
 	if err != nil {
 		return err
 	}
 	return engine.Of(p).DelayNew(ctx, &jetflow.Run{
-		ID:   jetflow.DerivedID(fmt.Sprintf("%s-fork-janitor-%d", id, at.UnixMilli())),
-		Name: WakeFunction(name), Kind: jetflow.Retryable, Args: args,
+		ID: jetflow.DerivedID(key), Name: WakeFunction(name), Kind: jetflow.Retryable, Args: args,
 		State: jetflow.Pending, ScheduledTime: at, CreationTime: time.Now().UTC(),
 	})
 }
@@ -365,15 +370,7 @@ func schedulePurge(ctx context.Context, p *producer.Producer, name string, r *je
 // parks: a Cancel while it waits ends it with no segment left to schedule
 // the purge at its end.
 func armJanitor(ctx context.Context, p *producer.Producer, name, id string, at time.Time) error {
-	args, err := json.Marshal(jetflow.Completion{Context: mustJSON(wakeContext{WF: id, Purge: true, Janitor: true})})
-	if err != nil {
-		return err
-	}
-	return engine.Of(p).DelayNew(ctx, &jetflow.Run{
-		ID:   jetflow.DerivedID(fmt.Sprintf("%s-janitor-%d", id, at.Unix())),
-		Name: WakeFunction(name), Kind: jetflow.Retryable, Args: args,
-		State: jetflow.Pending, ScheduledTime: at, CreationTime: time.Now().UTC(),
-	})
+	return delayWake(ctx, p, name, fmt.Sprintf("%s-janitor-%d", id, at.Unix()), wakeContext{WF: id, Purge: true, Janitor: true}, at)
 }
 
 // janitor runs a conditional purge of workflow id's journal: now if its
