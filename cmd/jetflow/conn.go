@@ -231,6 +231,9 @@ func (c *connFlags) connect(ctx context.Context) (*nats.Conn, jetstream.JetStrea
 			if natsperm.Optional(err) {
 				return // a read from a leader, denied: the direct get answers (docs/permissions.md)
 			}
+			if natsperm.Probe(err) {
+				return // the dashboard asked whether its user may write: the denial is the answer
+			}
 			if errors.Is(err, nats.ErrConsumerNotActive) && nc.Status() != nats.CONNECTED {
 				// The watches' consumers miss their heartbeats while the
 				// connection is down: the disconnect line said so once.

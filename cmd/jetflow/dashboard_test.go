@@ -19,6 +19,14 @@ import (
 // its error.
 func startCommand(t *testing.T, name string, args ...string) (*syncBuffer, func() error) {
 	t.Helper()
+	out, _, stop := startCommandStderr(t, name, args...)
+	return out, stop
+}
+
+// startCommandStderr is startCommand that also returns the command's
+// stderr, growing.
+func startCommandStderr(t *testing.T, name string, args ...string) (*syncBuffer, *syncBuffer, func() error) {
+	t.Helper()
 	c := commands[name]
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errw syncBuffer
@@ -39,7 +47,7 @@ func startCommand(t *testing.T, name string, args ...string) (*syncBuffer, func(
 		return err
 	}
 	t.Cleanup(func() { _ = stop() })
-	return &out, stop
+	return &out, &errw, stop
 }
 
 // waitDashboard waits for the dashboard's banner and returns its URL.

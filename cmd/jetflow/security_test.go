@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jetflow-dev/jetflow/embedded"
+	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/streams"
 )
@@ -285,6 +287,72 @@ func TestPermissionViolationEndsCommandAtOnce(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("took %s: waited for a timeout", d)
+	}
+}
+
+// `jetflow dashboard` run by a NATS user that may not write asks the
+// server which buttons to show with writes that cannot succeed: their
+// denials are answers, not faults, and are not printed (a read-only
+// dashboard printed three permission violations a minute). A real denial
+// still is.
+func TestDashboardProbesPrintNothing(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
+		JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{
+			{Username: "admin", Password: "admin-pass-0123"},
+			{Username: "reader", Password: "reader-pass-0123", Permissions: &server.Permissions{
+				Publish: &server.SubjectPermission{Deny: []string{"$JS.API.STREAM.PURGE.>", "$KV.>", "jetflow.fn.>"}},
+			}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("not ready")
+	}
+	t.Cleanup(ns.Shutdown)
+	u := ns.ClientURL()
+	mustCLI(ctx, t, "provision", "--url", u, "--user", "admin", "--password", "admin-pass-0123")
+	out, _ := mustCLI(ctx, t, "enqueue", "x.y", "{}", "--after", "1h", "--url", u, "--user", "admin", "--password", "admin-pass-0123")
+	id := strings.TrimSpace(out)
+
+	stdout, stderr, stop := startCommandStderr(t, "dashboard", "--url", u, "--user", "reader", "--password", "reader-pass-0123", "--listen", "127.0.0.1:0")
+	url := waitDashboard(t, stdout)
+	for _, page := range []string{"runs/" + id, "functions", "crons"} {
+		res, err := http.Get(url + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", page, res.StatusCode, body)
+		}
+		if strings.Contains(string(body), `action="`) && strings.Contains(string(body), "/cancel") {
+			t.Errorf("%s shows a Cancel button to a user that may not write runs", page)
+		}
+	}
+	// A real denial after the probes: the connection reports errors in
+	// order, so once it is printed, any probe's would have been too.
+	req, _ := http.NewRequest(http.MethodPost, url+"api/runs/"+id+"/cancel", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Fatalf("cancel as reader: %d, want 403", res.StatusCode)
+	}
+	testserver.Eventually(t, 10*time.Second, "the cancel's violation printed", func() bool {
+		return strings.Contains(stderr.String(), "$KV.jetflow_runs."+id)
+	})
+	if strings.Contains(stderr.String(), natsperm.ProbeKey) {
+		t.Fatalf("a rights probe's denial was printed:\n%s", stderr.String())
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
 

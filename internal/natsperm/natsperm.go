@@ -121,6 +121,16 @@ func Optional(err error) bool {
 	return m != nil && m[1] == "Publish" && isOptional(m[2])
 }
 
+// Probe reports whether err is a permissions violation of a rights probe
+// (see ProbeKey): the answer the probe asked for, not a fault to report.
+func Probe(err error) bool {
+	if err == nil || !errors.Is(err, nats.ErrPermissionViolation) {
+		return false
+	}
+	m := subjectRe.FindStringSubmatch(err.Error())
+	return m != nil && m[1] == "Publish" && strings.Contains(m[2], ProbeKey)
+}
+
 func isOptional(subj string) bool {
 	// After any JetStream API prefix ($JS.API., $JS.<domain>.API., custom).
 	return strings.Contains(subj, "STREAM.MSG.GET.KV_")

@@ -47,6 +47,25 @@ func TestViolation(t *testing.T) {
 	}
 }
 
+func TestProbe(t *testing.T) {
+	t.Parallel()
+	pv := func(s string) error { return fmt.Errorf("%w: %s", nats.ErrPermissionViolation, s) }
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{pv(`Permissions Violation for Publish to "$KV.jetflow_runs.` + ProbeKey + `"`), true},
+		{pv(`Permissions Violation for Publish to "$KV.jetflow_runs.abc"`), false},
+		{pv(`Permissions Violation for Subscription to "$KV.jetflow_runs.` + ProbeKey + `"`), false},
+		{errors.New(ProbeKey), false},
+		{nil, false},
+	} {
+		if got := Probe(tc.err); got != tc.want {
+			t.Errorf("Probe(%v) = %t, want %t", tc.err, got, tc.want)
+		}
+	}
+}
+
 func TestDoWithoutConn(t *testing.T) {
 	t.Parallel()
 	want := errors.New("boom")
