@@ -253,9 +253,12 @@ func TestProvisionCommand(t *testing.T) {
 
 // A CLI user without a permission a command needs gets the server's
 // permissions violation at once, not a hang.
-func TestPermissionViolationEndsCommandAtOnce(t *testing.T) {
-	t.Parallel()
-	ctx := testCtx(t)
+// readerServer starts a nats-server with JetStream and two users: admin,
+// and reader, who may not purge streams, write buckets or publish runs. It
+// provisions the streams as admin and enqueues one run due in an hour,
+// whose id it returns with the server's URL.
+func readerServer(ctx context.Context, t *testing.T) (url, id string) {
+	t.Helper()
 	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
 		JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{
 			{Username: "admin", Password: "admin-pass-0123"},
@@ -271,13 +274,19 @@ func TestPermissionViolationEndsCommandAtOnce(t *testing.T) {
 		t.Fatal("not ready")
 	}
 	t.Cleanup(ns.Shutdown)
-	u := ns.ClientURL()
-	mustCLI(ctx, t, "provision", "--url", u, "--user", "admin", "--password", "admin-pass-0123")
-	out, _ := mustCLI(ctx, t, "enqueue", "x.y", "{}", "--after", "1h", "--url", u, "--user", "admin", "--password", "admin-pass-0123")
-	id := strings.TrimSpace(out)
+	url = ns.ClientURL()
+	mustCLI(ctx, t, "provision", "--url", url, "--user", "admin", "--password", "admin-pass-0123")
+	out, _ := mustCLI(ctx, t, "enqueue", "x.y", "{}", "--after", "1h", "--url", url, "--user", "admin", "--password", "admin-pass-0123")
+	return url, strings.TrimSpace(out)
+}
+
+func TestPermissionViolationEndsCommandAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := testCtx(t)
+	u, id := readerServer(ctx, t)
 	mustCLI(ctx, t, "runs", "get", id, "--url", u, "--user", "reader", "--password", "reader-pass-0123")
 	start := time.Now()
-	_, _, err = cli(ctx, t, "runs", "cancel", id, "--url", u, "--user", "reader", "--password", "reader-pass-0123")
+	_, _, err := cli(ctx, t, "runs", "cancel", id, "--url", u, "--user", "reader", "--password", "reader-pass-0123")
 	if !errors.Is(err, nats.ErrPermissionViolation) || !strings.Contains(err.Error(), "$KV.jetflow_runs") {
 		t.Fatalf("cancel without write rights: %v", err)
 	}
@@ -298,25 +307,7 @@ func TestPermissionViolationEndsCommandAtOnce(t *testing.T) {
 func TestDashboardProbesPrintNothing(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true,
-		JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{
-			{Username: "admin", Password: "admin-pass-0123"},
-			{Username: "reader", Password: "reader-pass-0123", Permissions: &server.Permissions{
-				Publish: &server.SubjectPermission{Deny: []string{"$JS.API.STREAM.PURGE.>", "$KV.>", "jetflow.fn.>"}},
-			}},
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("not ready")
-	}
-	t.Cleanup(ns.Shutdown)
-	u := ns.ClientURL()
-	mustCLI(ctx, t, "provision", "--url", u, "--user", "admin", "--password", "admin-pass-0123")
-	out, _ := mustCLI(ctx, t, "enqueue", "x.y", "{}", "--after", "1h", "--url", u, "--user", "admin", "--password", "admin-pass-0123")
-	id := strings.TrimSpace(out)
+	u, id := readerServer(ctx, t)
 
 	stdout, stderr, stop := startCommandStderr(t, "dashboard", "--url", u, "--user", "reader", "--password", "reader-pass-0123", "--listen", "127.0.0.1:0")
 	url := waitDashboard(t, stdout)
