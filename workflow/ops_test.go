@@ -201,26 +201,7 @@ func TestRestartTakesOverAnAbandonedClaim(t *testing.T) {
 	e := setup(t)
 	var mu sync.Mutex
 	broken := true
-	def := workflow.Define("test.restart.abandoned", func(wf *workflow.Context, in string) (string, error) {
-		out := in
-		for _, s := range []string{"a", "b", "c"} {
-			var err error
-			if out, err = workflow.Step(wf, s, func(ctx context.Context) (string, error) {
-				e.inc(s)
-				if s == "c" {
-					mu.Lock()
-					defer mu.Unlock()
-					if broken {
-						return "", errors.New("c is broken")
-					}
-				}
-				return out + "-" + s, nil
-			}); err != nil {
-				return "", err
-			}
-		}
-		return out, nil
-	})
+	def := failingRestartDef(e, "test.restart.abandoned", &mu, &broken)
 	w := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
 	ctx := testCtx(t)
 	src, err := workflow.Start(ctx, e.P, def, "x", workflow.WithID("abandoned-src"))
