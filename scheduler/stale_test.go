@@ -137,7 +137,9 @@ func TestCronFiresWhenAReplicaShowsItsPreviousRunUnended(t *testing.T) {
 
 // Cancel of a delayed run cancels it, and the run never starts, while a
 // replica that is behind answers half of the direct gets without its record:
-// Cancel asks the leader before it says there is no such run.
+// Cancel asks the leader before it says there is no such run. Only a cancel
+// that returned before its run was due is held to that (on a loaded
+// machine some may come after it), and most must.
 func TestCancelWhenAReplicaIsBehind(t *testing.T) {
 	t.Parallel()
 	ts, p := staleServer(t)
@@ -146,21 +148,31 @@ func TestCancelWhenAReplicaIsBehind(t *testing.T) {
 	startWorker(t, ts, &c)
 	startScheduler(t, ts, "s1", 0)
 	const n = 30
+	const delay = 2 * time.Second
 	ids := make([]string, n)
+	due := make([]time.Time, n)
 	for i := range n {
-		id, err := p.RunAfter(ctx, 500*time.Millisecond, ticked.With(tick{N: i}))
+		due[i] = time.Now().Add(delay) // the run is due no earlier
+		id, err := p.RunAfter(ctx, delay, ticked.With(tick{N: i}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ids[i] = id
 	}
-	for _, id := range ids {
+	var inTime []string
+	for i, id := range ids {
 		if err := p.Cancel(ctx, id); err != nil {
 			t.Fatalf("cancel %s: %v", id, err)
 		}
+		if time.Now().Before(due[i]) {
+			inTime = append(inTime, id)
+		}
+	}
+	if len(inTime) < n/2 {
+		t.Fatalf("only %d of %d cancels returned before their runs were due: the machine is too slow for this test", len(inTime), n)
 	}
 	// A run due after them: once it ran, their time has passed.
-	last, err := p.RunAfter(ctx, time.Second, ticked.With(tick{N: n}))
+	last, err := p.RunAfter(ctx, delay, ticked.With(tick{N: n}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,11 +181,15 @@ func TestCancelWhenAReplicaIsBehind(t *testing.T) {
 		defer c.mu.Unlock()
 		return c.m[last] == 1
 	})
-	if got := c.n.Load(); got != 1 {
-		t.Fatalf("%d handler runs, want 1 (the last): canceled runs started", got)
+	c.mu.Lock()
+	for _, id := range inTime {
+		if c.m[id] != 0 {
+			t.Errorf("run %s, canceled before it was due, was handled %d times", id, c.m[id])
+		}
 	}
+	c.mu.Unlock()
 	st := engine.Of(p).Store()
-	for _, id := range ids {
+	for _, id := range inTime {
 		r, err := st.GetLatest(ctx, id)
 		if err != nil || r.State != jetflow.Canceled {
 			t.Fatalf("run %s: %+v, %v; want canceled", id, r, err)

@@ -48,12 +48,18 @@ func (e *env) n(key string) int {
 
 // startWorker starts a worker on its own connection with register run on
 // it before Start; it is stopped at cleanup.
+// A claim is seen as lost after a second: a test that stops a worker
+// mid-step has its segment taken over quickly.
 func (e *env) startWorker(t testing.TB, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
+	return e.startWorkerWith(t, worker.Config{AckWait: time.Second, LostAfter: time.Second}, register)
+}
+
+// startWorkerWith is startWorker with the worker's configuration.
+func (e *env) startWorkerWith(t testing.TB, cfg worker.Config, register func(w *worker.Worker)) *worker.Worker {
+	t.Helper()
 	_, js := e.Connect()
-	// A claim is seen as lost after a second: a test that stops a worker
-	// mid-step has its segment taken over quickly.
-	w, err := worker.New(context.Background(), js, worker.Config{AckWait: time.Second, LostAfter: time.Second})
+	w, err := worker.New(context.Background(), js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
