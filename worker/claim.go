@@ -93,8 +93,7 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 		if errors.Is(err, kv.ErrConflict) {
 			cur, gerr := w.store.GetConfirmed(ctx, r.ID)
 			if gerr == nil {
-				if cur.State == jetflow.InProgress && cur.Owner == r.Owner &&
-					cur.Attempts == r.Attempts && cur.StartedTime.Equal(r.StartedTime) {
+				if ownAttempt(cur, r.Owner, r.Attempts, r.StartedTime) {
 					r.Revision = cur.Revision
 					return cur.Revision, nil
 				}
@@ -108,6 +107,16 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 			return 0, err
 		}
 	}
+}
+
+// ownAttempt reports whether cur, the stored record of a run, is a write of
+// the attempt that owner started at started (its claim or a heartbeat): a
+// write of that attempt landed with its reply lost or late. A cancel writes
+// Canceled, a takeover another owner or attempt, a retry another start: none
+// of them matches.
+func ownAttempt(cur *jetflow.Run, owner string, attempt int, started time.Time) bool {
+	return cur.State == jetflow.InProgress && cur.Owner == owner && cur.Attempts == attempt &&
+		!started.IsZero() && cur.StartedTime.Equal(started)
 }
 
 // claimWait is how long one write of a claim waits for its reply.

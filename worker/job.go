@@ -157,14 +157,21 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 	rev, err := j.w.writeRecord(ctx, step, j.rec.State, &r, j.rev)
 	if errors.Is(err, kv.ErrConflict) {
 		// A write of ours may have landed with its reply lost: the record
-		// is then this very claim, and we go on from its revision.
-		cur, gerr := j.w.store.GetConfirmed(ctx, r.ID)
-		if gerr == nil && cur.State == jetflow.InProgress &&
-			cur.Owner == r.Owner && cur.Attempts == r.Attempts && cur.StartedTime.Equal(r.StartedTime) {
+		// is then this very claim, and we go on from its revision. The read
+		// has a context of its own: the write may have used up ctx's.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
+		cur, gerr := j.w.store.GetConfirmed(rctx, r.ID)
+		cancel()
+		if gerr != nil {
+			// Unread: the run may still be ours. Not a conflict, so that
+			// the caller tries again instead of giving the run up.
+			return fmt.Errorf("worker: write of run %s refused, and its record unread: %w", r.ID, gerr)
+		}
+		if ownAttempt(cur, r.Owner, r.Attempts, r.StartedTime) {
 			j.rec, j.rev = cur, cur.Revision // what it lacks is written next time
 			return nil
 		}
-		if gerr == nil && cur.State == jetflow.Canceled {
+		if cur.State == jetflow.Canceled {
 			// Canceled: the handler is told so, even when this write
 			// finds it before the cancel notice does.
 			return fmt.Errorf("%w: %w", jetflow.ErrCanceled, err)

@@ -709,8 +709,11 @@ func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 // message keeps its heartbeat): a handler that finished is not run again
 // because the write of its outcome failed once. A conflict whose stored
 // record is the one this worker wrote (a write that landed but whose reply
-// was lost) counts as written.
-func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflow.State, r *jetflow.Run, rev uint64, retried bool) (uint64, error) {
+// was lost) counts as written. A conflict whose stored record is this
+// attempt's claim or heartbeat (started: the attempt's start time), one
+// that landed with its reply lost or late, is written over: the record is
+// still this attempt's.
+func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflow.State, r *jetflow.Run, rev uint64, retried bool, started time.Time) (uint64, error) {
 	delay := 50 * time.Millisecond
 	deadline := w.now().Add(2 * time.Minute)
 	for {
@@ -719,10 +722,17 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			return n, nil
 		}
 		if errors.Is(err, kv.ErrConflict) {
-			cur, gerr := w.store.Get(ctx, r.ID)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
+			cur, gerr := w.store.GetConfirmed(rctx, r.ID)
+			cancel()
 			if retried && gerr == nil && sameOutcome(cur, r) {
 				r.Revision = cur.Revision
 				return cur.Revision, nil
+			}
+			if gerr == nil && cur.Revision != rev && ownAttempt(cur, w.cfg.ID, r.Attempts, started) {
+				w.log.Debug("outcome written over this attempt's own write, landed unseen", "run_id", r.ID, "revision", cur.Revision)
+				rev, from = cur.Revision, jetflow.InProgress
+				continue
 			}
 			if rev != 0 && errors.Is(gerr, jetflow.ErrNotFound) {
 				// The message named a revision of a record that is not
@@ -732,7 +742,11 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 				rev, from = 0, engine.None
 				continue
 			}
-			return 0, err
+			if gerr == nil || errors.Is(gerr, jetflow.ErrNotFound) || errors.Is(gerr, jetflow.ErrBadRecord) {
+				return 0, err
+			}
+			// Unread: the record may be this attempt's. Try again.
+			err = fmt.Errorf("%w (and the record unread: %w)", err, gerr)
 		}
 		if errors.Is(err, jetflow.ErrBadArgs) || w.isStopping() || w.now().After(deadline) {
 			return 0, err // ErrBadArgs: no write of this record can be stored
@@ -746,6 +760,9 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 		delay = min(2*delay, 2*time.Second)
 	}
 }
+
+// recordReadTimeout bounds a read of a run's record after a refused write.
+const recordReadTimeout = 5 * time.Second
 
 // writeRecord writes r, whose record was in state from at revision rev,
 // after step; rev 0 creates the record (a run whose message was its only
@@ -857,7 +874,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	r.ScheduledTime = w.now().UTC().Add(delay)
 	r.StartedTime = time.Time{}
 	r.Children = nil
-	newRev, err := w.writeOutcome(ctx, engine.Retry, from, &r, rev, false)
+	newRev, err := w.writeOutcome(ctx, engine.Retry, from, &r, rev, false, started)
 	if errors.Is(err, jetflow.ErrBadArgs) {
 		// The record cannot hold another attempt (its args beside what the
 		// attempts added): the run fails here, with the reason, rather than
@@ -885,7 +902,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 // settles the attempt's message.
 func (w *Worker) failFinal(ctx context.Context, j *jobCore, m jetstream.Msg, from jetflow.State, r *jetflow.Run, rev uint64) {
 	r.CompletedTime = w.now().UTC()
-	if _, err := w.writeOutcome(ctx, engine.Fail, from, r, rev, false); err != nil {
+	if _, err := w.writeOutcome(ctx, engine.Fail, from, r, rev, false, r.StartedTime); err != nil {
 		w.outcomeLost(ctx, j, m, err)
 		return
 	}

@@ -1,0 +1,94 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/streams"
+)
+
+// landUnseen writes the claim of j's attempt as its late claim does, without
+// telling j: a claim (an 8 MB one, say) whose reply came after its write
+// had timed out, as seen on a loaded machine.
+func landUnseen(ctx context.Context, j *jobCore) error {
+	j.mu.Lock()
+	r := *j.rec
+	from, rev := j.rec.State, j.rev
+	j.mu.Unlock()
+	r.State = jetflow.InProgress
+	r.Attempts = j.env.Attempt
+	if r.StartedTime.IsZero() {
+		r.StartedTime = j.started
+	}
+	r.Owner = j.w.cfg.ID
+	r.Heartbeat = time.Now().UTC()
+	_, err := j.w.writeRecord(ctx, engine.Claim, from, &r, rev)
+	return err
+}
+
+// An attempt whose claim landed unseen still stores its outcome: the
+// outcome's write conflicts with the claim, which is this attempt's own, and
+// is written over it. Before, the outcome was discarded as "run changed
+// meanwhile" and the run stayed in progress, its message acknowledged, with
+// a live owner: only a repair sweep would have run it again.
+func TestOutcomeOverOwnClaimLandedUnseen(t *testing.T) {
+	env := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := streams.Provision(ctx, env.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(ctx, env.JS, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := jetflow.Define[string]("outcome.unseen")
+	Handle(w, fn, func(ctx context.Context, j *Job[string]) error {
+		if err := landUnseen(ctx, j.jobCore); err != nil {
+			return jetflow.Permanent(fmt.Errorf("the test's claim: %w", err))
+		}
+		if j.Args == "fail" && j.Attempt() == 1 {
+			return errors.New("fails its first attempt")
+		}
+		return nil
+	}, Options{Backoff: jetflow.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = w.Stop(sctx)
+	})
+	p, err := producer.New(ctx, env.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range []string{"succeed", "fail"} {
+		id, err := p.Enqueue(ctx, fn.With(args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+		r, err := p.Wait(wctx, id)
+		wcancel()
+		if err != nil {
+			cur, gerr := p.Get(ctx, id)
+			t.Fatalf("%s: run %s did not end: %v; its record %+v, %v", args, id, err, cur, gerr)
+		}
+		want := 1
+		if args == "fail" {
+			want = 2 // a retry after the first attempt's failure, written over its claim
+		}
+		if r.State != jetflow.Success || r.Attempts != want {
+			t.Fatalf("%s: %s after %d attempts (%s), want success after %d", args, r.State, r.Attempts, r.Error, want)
+		}
+	}
+}
