@@ -202,7 +202,8 @@ func TestProgressWatchedInOrder(t *testing.T) {
 		}
 		return nil
 	})
-	e.start(t)
+	// The worker and scheduler start once the watch has shown the run
+	// pending: the run cannot have started before the watch began.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	id, err := e.P.RunAfter(ctx, 200*time.Millisecond, echo.With(echoArgs{}))
@@ -226,6 +227,7 @@ func TestProgressWatchedInOrder(t *testing.T) {
 			default:
 			}
 			if len(states) == 1 {
+				e.start(t)
 				go func() {
 					for i := 0; i < 4; i++ {
 						select {
@@ -272,13 +274,19 @@ func TestCancelFoundByHeartbeatIsErrCanceled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := e.waitState(t, id, jetflow.InProgress)
+	e.waitState(t, id, jetflow.InProgress)
 	// The cancel's record write alone, as the producer makes it, without
-	// its notice.
-	c := *r
-	c.State, c.CompletedTime, c.Error = jetflow.Canceled, time.Now().UTC(), jetflow.ErrCanceled.Error()
-	if _, err := engine.Of(e.P).Runs().Write(ctx, engine.Cancel, jetflow.InProgress, &c, r.Revision); err != nil {
-		t.Fatal(err)
+	// its notice. A heartbeat (every AckWait/3) may write the record
+	// between a read and this write: the write reads it again then.
+	wrote := false
+	if _, err := engine.Of(e.P).Runs().Change(ctx, engine.Cancel, id, func(c *jetflow.Run) bool {
+		wrote = c.State == jetflow.InProgress
+		if wrote {
+			c.State, c.CompletedTime, c.Error = jetflow.Canceled, time.Now().UTC(), jetflow.ErrCanceled.Error()
+		}
+		return wrote
+	}); err != nil || !wrote {
+		t.Fatalf("cancel write: %v (written: %v)", err, wrote)
 	}
 	select {
 	case cause := <-causes:
