@@ -59,8 +59,11 @@ func TestDelayedRunFiresAfterDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	r, err := e.P.Get(ctx, id)
-	if err != nil || r.State != jetflow.Pending {
-		t.Fatalf("get pending: %+v %v", r, err)
+	// A read that returned before the run was due finds it pending (on a
+	// loaded machine the read may come later; the start time is checked
+	// below in any case).
+	if inTime := time.Since(start) < 700*time.Millisecond; err != nil || inTime && r.State != jetflow.Pending {
+		t.Fatalf("get before due: %+v %v", r, err)
 	}
 	r = e.wait(t, id)
 	if r.State != jetflow.Success {
