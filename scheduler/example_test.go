@@ -25,19 +25,6 @@ func ExampleScheduler() {
 	defer stop()
 	ctx := context.Background()
 
-	w, err := worker.New(ctx, js, worker.Config{})
-	if err != nil {
-		log.Fatal(err)
-	}
-	worker.Handle(w, Remind, func(ctx context.Context, j *worker.Job[ReminderArgs]) error {
-		fmt.Println("reminder:", j.Args.Note)
-		return nil
-	})
-	if err := w.Start(ctx); err != nil {
-		log.Fatal(err)
-	}
-	defer w.Stop(ctx)
-
 	// The scheduler publishes delayed runs when they are due. Any number
 	// may run; the one holding the lease does the work.
 	s, err := scheduler.New(ctx, js, scheduler.Config{})
@@ -62,6 +49,22 @@ func ExampleScheduler() {
 		log.Fatal(err)
 	}
 	fmt.Println(run.State)
+
+	// A worker runs it once the scheduler has published it. (Started
+	// here, after the read above, so that the read finds it pending
+	// however long that read took.)
+	w, err := worker.New(ctx, js, worker.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	worker.Handle(w, Remind, func(ctx context.Context, j *worker.Job[ReminderArgs]) error {
+		fmt.Println("reminder:", j.Args.Note)
+		return nil
+	})
+	if err := w.Start(ctx); err != nil {
+		log.Fatal(err)
+	}
+	defer w.Stop(ctx)
 
 	run, err = p.Wait(ctx, id)
 	if err != nil {
