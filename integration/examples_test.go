@@ -33,7 +33,9 @@ var exampleSpecs = map[string]exampleSpec{
 		url:  true,
 		want: []string{"job: pending", "job: inProgress", "6/6", `done: success, result {"imported":6}, attempts 1`},
 	},
-	"onboarding": {args: []string{"--wait", "1s"}, url: true, want: []string{"alice activated her account", "alice: acct-alice@example.com activated via email link; no follow-up", "bob: acct-bob@example.com not activated; follow-up sent", "emails sent: 3"}},
+	// Alice's event is sent once her workflow sleeps, and must come
+	// before the sleep ends: 3 s leave a loaded machine a wide margin.
+	"onboarding": {args: []string{"--wait", "3s"}, url: true, want: []string{"alice activated her account", "alice: acct-alice@example.com activated via email link; no follow-up", "bob: acct-bob@example.com not activated; follow-up sent", "emails sent: 3"}},
 	"ordersaga":  {url: true, want: []string{"order A done: res-A, ch-A", "order B canceled: card declined; compensated 1 step(s)", "release          done"}},
 	"nightlyny": {url: true, want: []string{"daily 02:00 (America/New_York), next fires:", "Sun 02:00 EST",
 		`success, result "report-demo.pdf (1200 rows)"`, "definition paused: fire cron-demo-report-", "definition active again"}},
