@@ -24,7 +24,11 @@ var replayFn = jetflow.Define[echoArgs]("replay.work")
 func TestServerCrashReplayDoesNotRunHandlerTwice(t *testing.T) {
 	t.Parallel()
 	const runs = 20
-	e := setup(t, worker.Config{AckWait: 2 * time.Second, ReplayGrace: 2 * time.Second, ID: "A"})
+	// The time A has, once reconnected, to claim its 20 runs before B may
+	// take them: the default, not 2 s, which a loaded machine may need for
+	// the reconnect and 20 claim writes (the test takes no longer).
+	const replayGrace = worker.DefaultReplayGrace
+	e := setup(t, worker.Config{AckWait: 2 * time.Second, ReplayGrace: replayGrace, ID: "A"})
 	var n calls
 	var mu sync.Mutex
 	ranOn := map[string][]string{}
@@ -61,7 +65,7 @@ func TestServerCrashReplayDoesNotRunHandlerTwice(t *testing.T) {
 	}
 	// Worker B, on its own connection, shares the function's consumer.
 	_, jsB := e.Connect()
-	b, err := worker.New(ctx, jsB, worker.Config{AckWait: 2 * time.Second, ReplayGrace: 2 * time.Second, ID: "B"})
+	b, err := worker.New(ctx, jsB, worker.Config{AckWait: 2 * time.Second, ReplayGrace: replayGrace, ID: "B"})
 	if err != nil {
 		t.Fatal(err)
 	}
