@@ -590,6 +590,10 @@ type Item struct {
 	Trace map[string]string `json:"trace,omitempty"`
 	// Revision is the record's KV revision.
 	Revision uint64 `json:"-"`
+	// revoked, on a pending record, is the slot the dispatcher's periodic
+	// check took back before its attempt started: a grant holding that
+	// slot must not start the attempt (stored as "revoked", see itemRecord).
+	revoked *slotMark
 }
 
 // Running reports whether the item holds a slot.

@@ -28,8 +28,11 @@ import (
 //	                 (one the pool cannot read: when Cancel or CancelAll
 //	                 has recorded it as a failed run, dlq-<stream>-<rev>)
 //	<name>.i.<id>    the item record, written when the item first starts (or
-//	                 is canceled before); terminal ones expire after the
-//	                 retention period, by a Nats-TTL on the terminal write
+//	                 is canceled before, or the periodic check takes back
+//	                 the slot of its first attempt before it started: then
+//	                 pending, with that slot marked revoked); terminal ones
+//	                 expire after the retention period, by a Nats-TTL on
+//	                 the terminal write
 //
 // BucketName is the pools bucket for a prefix.
 func BucketName(scfg streams.Config) string { return scfg.WithDefaults().PoolsBucket() }
@@ -351,11 +354,25 @@ func openStore(ctx context.Context, js jetstream.JetStream, scfg streams.Config)
 	return &store{js: js, nc: js.Conn(), kv: b, stream: st, bucket: bucket, ttl: scfg.Retention}, nil
 }
 
+// slotMark names the slot of an attempt that the dispatcher's periodic
+// check took back before the attempt started (see dispatcher.revoke).
+type slotMark struct {
+	Attempt int   `json:"a"`
+	Granted int64 `json:"t"` // Unix ns
+}
+
+// itemRecord is the stored form of an item record: the item, and on a
+// pending record the slot taken back from a grant that had not started it.
+type itemRecord struct {
+	*Item
+	Revoked *slotMark `json:"revoked,omitempty"`
+}
+
 // itemMsg is the write of item it, conditional on the key's last revision
 // being expect (0: the key must not exist). Terminal items carry the
 // retention TTL.
 func (s *store) itemMsg(it *Item, expect uint64) (*nats.Msg, error) {
-	data, err := json.Marshal(it)
+	data, err := json.Marshal(itemRecord{Item: it, Revoked: it.revoked})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err)
 	}
@@ -466,14 +483,15 @@ func (s *store) getItem(ctx context.Context, pool, id string) (*Item, error) {
 		}
 		return nil, fmt.Errorf("pool: get item %s: %w", id, err)
 	}
-	it := new(Item)
-	if err := json.Unmarshal(e.Value(), it); err != nil {
+	rec := itemRecord{Item: new(Item)}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return nil, fmt.Errorf("pool %s item %s: %w: %v", pool, id, jetflow.ErrBadRecord, err)
 	}
+	it := rec.Item
 	if err := it.check(pool, id); err != nil {
 		return nil, err
 	}
-	it.Revision = e.Revision()
+	it.Revision, it.revoked = e.Revision(), rec.Revoked
 	return it, nil
 }
 
