@@ -687,7 +687,10 @@ func (d *dispatcher) untilLater(now int64, max time.Duration) time.Duration {
 // grant starts the item of entry e, which holds a slot (and a token)
 // granted at t: it moves the item to InProgress by compare-and-swap, removes
 // the queue entry, and creates the attempt's run. An item canceled or
-// changed meanwhile gives the slot and the token back.
+// changed meanwhile gives the slot and the token back. A grant so late that
+// the periodic check took its slot back (see revoke) meets the check's mark
+// on the item's record in that write, starts nothing, and gives the entry
+// back to the queue to wait for a slot again.
 func (d *dispatcher) grant(ctx context.Context, e *entry, t int64) {
 	pl := d.pl
 	giveBack := func() {
@@ -760,14 +763,20 @@ func (d *dispatcher) grant(ctx context.Context, e *entry, t int64) {
 				retry(true)
 				return
 			}
-			stale(cur) // canceled before it started, or a duplicate entry
-			return
-		}
-		if err != nil {
+			if gerr != nil || cur.State != jetflow.Pending || cur.Attempts != 0 {
+				stale(cur) // canceled before it started, or a duplicate entry
+				return
+			}
+			// A pending record: the periodic check took back a slot of
+			// this item before it started (this grant's, or an earlier
+			// one's). It starts from that record, as a retry does.
+			it = nil
+		} else if err != nil {
 			retry(false)
 			return
 		}
-	} else {
+	}
+	if it == nil {
 		for i := 0; ; i++ {
 			cur, err := pl.st.getItem(ctx, pl.name, e.id)
 			if errors.Is(err, jetflow.ErrNotFound) || errors.Is(err, jetflow.ErrBadRecord) {
@@ -784,7 +793,17 @@ func (d *dispatcher) grant(ctx context.Context, e *entry, t int64) {
 				stale(cur)
 				return
 			}
+			if r := cur.revoked; r != nil && r.Attempt == e.q.Attempt && r.Granted == t {
+				// This grant came too late (a pause, a slow server): the
+				// periodic check gave its slot back, and the item must not
+				// run without one. It waits for a slot again.
+				pl.log.Warn("grant later than the reconcile grace: its slot was given back; the item waits for another",
+					"pool", pl.name, "item", e.id, "attempt", e.q.Attempt, "granted", grantT)
+				retry(true)
+				return
+			}
 			cur.State, cur.Attempts, cur.Started, cur.NotBefore = jetflow.InProgress, e.q.Attempt, grantT, time.Time{}
+			cur.revoked = nil
 			cur.RunID = RunID(pl.name, cur.ID, cur.Attempts)
 			err = pl.st.writeItem(ctx, cur, cur.Revision)
 			if errors.Is(err, errConflict) {
@@ -818,7 +837,9 @@ func copyItem(it *Item) *Item {
 // item finished, or moved on to a later attempt) is given back; a retry's
 // queue entry that a crash left unwritten is written first. A slot whose
 // item has not started that attempt (a crash between granting the slot and
-// starting the item) is given back after ReconcileGrace; a running item
+// starting the item, or a grant still under way but slow) is given back
+// after ReconcileGrace, once revoke has marked it on the item's record so
+// that a late grant cannot start the item without it; a running item
 // without its run gets its run; a run that ended without its completion
 // settling the item (the done function not served, or lost) is settled here,
 // ReconcileGrace after it ended. At the start of a term (start set) only the
@@ -847,7 +868,9 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 	d.seen = seen
 	// The slots to give back, in one write of the state at the end
 	// (thousands of them, another client's garbage, cost one write).
-	release := map[string]int{}
+	// A slot is given back only if it is still the grant that was looked
+	// at (its attempt and grant time).
+	release := map[string]slot{}
 	defer func() {
 		if len(release) == 0 {
 			return
@@ -855,8 +878,8 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 		n := 0
 		_, err := pl.st.updateState(ctx, pl.name, func(st *poolState) bool {
 			n = 0
-			for id, a := range release {
-				if s, ok := st.Running[id]; ok && s.Attempt == a {
+			for id, r := range release {
+				if s, ok := st.Running[id]; ok && s.Attempt == r.Attempt && s.Granted == r.Granted {
 					delete(st.Running, id)
 					n++
 				}
@@ -877,8 +900,10 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 			continue
 		}
 		it, err := pl.st.getItem(ctx, pl.name, id)
-		if errors.Is(err, jetflow.ErrInvalidRunID) {
-			// No item has that id: its attempt never started.
+		noItem := errors.Is(err, jetflow.ErrInvalidRunID)
+		if noItem {
+			// No item has that id (nor can be granted a slot): its
+			// attempt never started.
 			err = jetflow.ErrNotFound
 		}
 		if errors.Is(err, jetflow.ErrBadRecord) || errors.Is(err, jetflow.ErrNotFound) && old && !start {
@@ -892,8 +917,10 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 			if errors.Is(rerr, jetflow.ErrNotFound) || rerr == nil && run.State.Terminal() {
 				if errors.Is(err, jetflow.ErrBadRecord) {
 					pl.log.Warn("slot of an unreadable item given back", "pool", pl.name, "item", id, "error", err)
+				} else if !noItem && !d.revoke(ctx, id, s, nil) {
+					continue
 				}
-				release[id] = s.Attempt
+				release[id] = s
 			}
 			continue
 		}
@@ -912,14 +939,17 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 					continue
 				}
 			}
-			release[id] = s.Attempt
+			release[id] = s
 			if it.State.Terminal() {
 				_ = pl.ensureCallback(ctx, it)
 			}
 		case start || !old:
 		case err != nil || it.Attempts < s.Attempt:
 			// The attempt never started.
-			release[id] = s.Attempt
+			if err == nil && !d.revoke(ctx, id, s, it) {
+				continue
+			}
+			release[id] = s
 		default:
 			// From the leader: a replica behind would say there is no run,
 			// and it would be started a second time.
@@ -937,4 +967,57 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 			}
 		}
 	}
+}
+
+// revoke marks on the record of item id that slot s, whose attempt has not
+// started, is taken back, and reports whether the slot may be given back
+// now. it is the item's record, nil when it has none (a new item).
+//
+// A grant writes the item's record before it starts anything: it creates
+// it (attempt 1) or moves it from pending by compare-and-swap (a retry).
+// The mark is a write of that same record (created from the item's queue
+// entry for a new item, compare-and-swap for a pending one), so the two
+// are ordered. A grant that wrote first makes the mark fail (the slot is
+// looked at again at the next check, and found started); one that writes
+// after meets the mark, starts nothing and gives its entry back to the
+// queue. So a grant later than ReconcileGrace (a pause, a slow server)
+// never starts an item whose slot was given back, and the normal path
+// pays nothing for it. A later grant of the item, with a slot of its own,
+// starts from the marked record.
+func (d *dispatcher) revoke(ctx context.Context, id string, s slot, it *Item) bool {
+	pl := d.pl
+	mark := &slotMark{Attempt: s.Attempt, Granted: s.Granted}
+	var expect uint64
+	if it == nil {
+		q, _, err := pl.st.getQueued(ctx, pl.name, id)
+		if s.Attempt != 1 || errors.Is(err, jetflow.ErrNotFound) || errors.Is(err, jetflow.ErrBadRecord) || err == nil && (q.Attempt != 1 || q.Item == nil) {
+			// A retry without its record starts nothing. No entry of a
+			// new item: the pool removes it only after writing the
+			// item's record, so no grant of the pool's is under way (the
+			// slot is another client's, or so is the missing entry),
+			// unless one wrote the record and removed the entry since the
+			// record was read.
+			_, err := pl.st.getItem(ctx, pl.name, id)
+			return errors.Is(err, jetflow.ErrNotFound)
+		}
+		if err != nil {
+			return false
+		}
+		it = q.Item
+	} else {
+		if it.State.Terminal() {
+			return true // no grant starts a finished item
+		}
+		if r := it.revoked; r != nil && *r == *mark {
+			return true // marked by an earlier check
+		}
+		expect = it.Revision
+	}
+	c := copyItem(it)
+	c.revoked = mark
+	err := pl.st.writeItem(ctx, c, expect)
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errConflict) && !errors.Is(err, ErrAlreadyExists) {
+		pl.log.Warn("mark the slot of an attempt not started; the next check will", "pool", pl.name, "item", id, "error", err)
+	}
+	return err == nil
 }
