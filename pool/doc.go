@@ -50,7 +50,11 @@
 //     write of the state, with the starts of that pass.
 //   - Every ReconcileInterval the dispatcher checks the running slots, so a
 //     crash between two of those steps never leaks a slot nor strands an
-//     item; a new dispatcher does the same when it takes over.
+//     item; a new dispatcher does the same when it takes over. A slot
+//     whose item has not started after ReconcileGrace is given back once
+//     the check has marked it revoked on the item's record (creating the
+//     record, pending, for a new item): a grant still under way meets the
+//     mark when it writes the record, and starts nothing.
 //   - Records another client wrote into the bucket are repaired or
 //     reported: an unreadable, deleted or out-of-range state is rebuilt
 //     from the configuration and the items in progress, or held within the
@@ -70,7 +74,11 @@
 // every release is a compare-and-swap on it, so no two dispatchers (a split
 // brain, a slow old leader) can together exceed the limit. A slot is held
 // from the start of an attempt until the attempt's outcome is recorded on
-// the item (after the handler has returned). A canceled running item gives
+// the item (after the handler has returned). An item never starts without
+// its slot, however late its grant: a grant delayed past ReconcileGrace (a
+// pause, a slow server) loses the slot to the periodic check, meets the
+// check's mark on the item's record in the write that would start the
+// item, and gives the item back to the queue, to wait for a slot again. A canceled running item gives
 // its slot back as soon as it is canceled; its handler, told through its
 // context, may still be finishing then. Lowering the limit stops no running
 // item: new ones start when fewer than the new limit run.

@@ -278,7 +278,9 @@ type Config struct {
 	// Default 5 s.
 	ReconcileInterval time.Duration
 	// ReconcileGrace is how long a slot may look inconsistent before the
-	// check repairs it. Default 10 s.
+	// check repairs it. Default 10 s. A grant that takes longer than this
+	// to start its item (a pause, a slow server) loses its slot to the
+	// check and starts nothing; the item waits for a slot again.
 	ReconcileGrace time.Duration
 	// MaxStartsPerPass bounds the items one dispatcher pass starts. Default 64.
 	MaxStartsPerPass int
