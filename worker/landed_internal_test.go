@@ -10,6 +10,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 )
@@ -90,5 +91,60 @@ func TestOutcomeOverOwnClaimLandedUnseen(t *testing.T) {
 		if r.State != jetflow.Success || r.Attempts != want {
 			t.Fatalf("%s: %s after %d attempts (%s), want success after %d", args, r.State, r.Attempts, r.Error, want)
 		}
+	}
+}
+
+// An outcome whose write conflicts while the record cannot be read (the
+// runs bucket electing a leader, say) is no conflict when the worker gives
+// up (stopping, or after its deadline): the record may be this attempt's own
+// claim, landed unseen. Reported as a conflict, outcomeLost would
+// acknowledge the message and discard the outcome, leaving the run in
+// progress with its message gone; as a failed write the message is handed
+// back, and its redelivery finds the record as it is.
+func TestOutcomeConflictWithRecordUnreadIsNoConflict(t *testing.T) {
+	env := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := streams.Provision(ctx, env.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(ctx, env.JS, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	r := &jetflow.Run{ID: "unread-1", Name: "outcome.unread", Kind: jetflow.Retryable, Args: []byte(`"x"`),
+		State: jetflow.Pending, ScheduledTime: now, CreationTime: now}
+	rev, err := w.runs.Write(ctx, engine.Schedule, engine.None, r, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// This attempt's claim, landed unseen: the outcome's write from rev
+	// conflicts with it.
+	claim := *r
+	claim.State, claim.Attempts, claim.StartedTime, claim.Owner, claim.Heartbeat = jetflow.InProgress, 1, now, w.cfg.ID, now
+	if _, err := w.runs.Write(ctx, engine.Claim, jetflow.Pending, &claim, rev); err != nil {
+		t.Fatal(err)
+	}
+	// Reads fail from here on: the worker's reads go through a connection
+	// that is closed.
+	nc2, js2 := env.Connect()
+	st, err := kv.Open(ctx, js2, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc2.Close()
+	w.store = st
+	w.mu.Lock()
+	w.stopping = true // one try, then the worker gives up
+	w.mu.Unlock()
+	out := claim
+	out.State, out.CompletedTime = jetflow.Success, now
+	_, err = w.writeOutcome(ctx, engine.Succeed, jetflow.Pending, &out, rev, false, now)
+	if err == nil {
+		t.Fatal("outcome written without its record read")
+	}
+	if errors.Is(err, kv.ErrConflict) {
+		t.Fatalf("an unread record reported as a conflict (the outcome would be discarded, its message acknowledged): %v", err)
 	}
 }

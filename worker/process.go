@@ -745,8 +745,10 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			if gerr == nil || errors.Is(gerr, jetflow.ErrNotFound) || errors.Is(gerr, jetflow.ErrBadRecord) {
 				return 0, err
 			}
-			// Unread: the record may be this attempt's. Try again.
-			err = fmt.Errorf("%w (and the record unread: %w)", err, gerr)
+			// Unread: the record may be this attempt's. Try again. Not a
+			// conflict if it stays unread: the caller then hands the
+			// message back rather than acknowledging it (outcomeLost).
+			err = fmt.Errorf("worker: write of run %s refused (%v), and its record unread: %w", r.ID, err, gerr)
 		}
 		if errors.Is(err, jetflow.ErrBadArgs) || w.isStopping() || w.now().After(deadline) {
 			return 0, err // ErrBadArgs: no write of this record can be stored
