@@ -78,10 +78,14 @@
 // its slot, however late its grant: a grant delayed past ReconcileGrace (a
 // pause, a slow server) loses the slot to the periodic check, meets the
 // check's mark on the item's record in the write that would start the
-// item, and gives the item back to the queue, to wait for a slot again. A canceled running item gives
-// its slot back as soon as it is canceled; its handler, told through its
-// context, may still be finishing then. Lowering the limit stops no running
-// item: new ones start when fewer than the new limit run.
+// item, and gives the item back to the queue, to wait for a slot again.
+// (Every dispatcher of a pool must run a version with this mark, jetflow
+// after 2026-11-27: an older one's grant takes a marked pending record for
+// a canceled item, and the item then waits until it is canceled.) A
+// canceled running item gives its slot back as soon as it is canceled;
+// its handler, told through its context, may still be finishing then.
+// Lowering the limit stops no running item: new ones start when fewer than
+// the new limit run.
 //
 // These limits hold against the pool's own writers, not against a client
 // that writes well-formed records into the bucket: an item record saying

@@ -725,6 +725,11 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
 			cur, gerr := w.store.GetConfirmed(rctx, r.ID)
 			cancel()
+			if gerr == nil && rev != 0 && cur.Revision == rev {
+				// The write expecting rev was refused, so the record is past
+				// it: a replica behind answered (the leader could not).
+				gerr = fmt.Errorf("kv: read of run %s answered at the refused revision %d: a replica behind", r.ID, rev)
+			}
 			if retried && gerr == nil && sameOutcome(cur, r) {
 				r.Revision = cur.Revision
 				return cur.Revision, nil
