@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -262,10 +263,15 @@ func TestRepairAfterATakeoverWhenAReplicaIsBehind(t *testing.T) {
 	t.Parallel()
 	ts, p := newServer(t)
 	ctx := context.Background()
+	var logs testserver.Buffer // s2's, shown if the repair does not come
 	start := func(id string, every time.Duration) *scheduler.Scheduler {
 		_, js := ts.Connect()
-		s, err := scheduler.New(ctx, js, scheduler.Config{ID: id, LeaseTTL: time.Second, RepairInterval: every,
-			RepairGrace: 100 * time.Millisecond, StaleAfter: 24 * time.Hour})
+		cfg := scheduler.Config{ID: id, LeaseTTL: time.Second, RepairInterval: every,
+			RepairGrace: 100 * time.Millisecond, StaleAfter: 24 * time.Hour}
+		if id == "s2" {
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+		s, err := scheduler.New(ctx, js, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -296,7 +302,23 @@ func TestRepairAfterATakeoverWhenAReplicaIsBehind(t *testing.T) {
 	}
 	ts.StaleRuns(t)
 	s2 := start("s2", 200*time.Millisecond)
-	testserver.Eventually(t, 90*time.Second, "every orphan repaired", func() bool { return s2.Stats().Repaired >= n })
+	deadline := time.Now().Add(90 * time.Second)
+	for s2.Stats().Repaired < n {
+		if time.Now().After(deadline) {
+			pending := 0
+			for i := range n {
+				if r, err := st.GetLatest(ctx, fmt.Sprintf("orphan-%d", i)); err == nil && r.State == jetflow.Pending {
+					pending++
+				}
+			}
+			l := logs.String()
+			if len(l) > 6000 {
+				l = l[len(l)-6000:]
+			}
+			t.Fatalf("after 90 s: %+v, leading %v, %d of %d orphans still pending; s2's log ends:\n%s", s2.Stats(), s2.IsLeader(), pending, n, l)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	if got := s2.Stats().Repaired; got != n {
 		t.Fatalf("%d runs repaired, want %d", got, n)
 	}
