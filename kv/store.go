@@ -630,14 +630,24 @@ type delayedEntry struct {
 	data []byte
 }
 
+// consumerCreateWait bounds the creation of a delayed read's consumer.
+const consumerCreateWait = 3 * time.Second
+
 // readDelayedOnce reads the last message of each subject under filter
 // (markers included) and returns the highest revision it saw.
 func (s *Store) readDelayedOnce(ctx context.Context, filter string, visit func(m jetstream.Msg, seq uint64)) (uint64, error) {
-	c, err := s.dstream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+	// The consumer's creation gets consumerCreateWait: after a node dies, a
+	// request sent while the cluster could not create consumers may go
+	// unanswered for the client's whole timeout (14 s seen in the fault
+	// suite) where one sent again a moment later is answered. The tick
+	// reads again 200 ms later.
+	cctx, cancel := context.WithTimeout(ctx, consumerCreateWait)
+	c, err := s.dstream.OrderedConsumer(cctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects:    []string{filter},
 		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
 		InactiveThreshold: 5 * time.Second,
 	})
+	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("kv: read delayed entries: %w", err)
 	}
