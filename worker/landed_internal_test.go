@@ -34,12 +34,10 @@ func landUnseen(ctx context.Context, j *jobCore) error {
 	return err
 }
 
-// An attempt whose claim landed unseen still stores its outcome: the
-// outcome's write conflicts with the claim, which is this attempt's own, and
-// is written over it. Before, the outcome was discarded as "run changed
-// meanwhile" and the run stayed in progress, its message acknowledged, with
-// a live owner: only a repair sweep would have run it again.
-func TestOutcomeOverOwnClaimLandedUnseen(t *testing.T) {
+// provisionedWorker is a worker, not started, on a server with jetflow's
+// streams provisioned.
+func provisionedWorker(t *testing.T) (*testserver.Env, *Worker) {
+	t.Helper()
 	env := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -50,6 +48,18 @@ func TestOutcomeOverOwnClaimLandedUnseen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return env, w
+}
+
+// An attempt whose claim landed unseen still stores its outcome: the
+// outcome's write conflicts with the claim, which is this attempt's own, and
+// is written over it. Before, the outcome was discarded as "run changed
+// meanwhile" and the run stayed in progress, its message acknowledged, with
+// a live owner: only a repair sweep would have run it again.
+func TestOutcomeOverOwnClaimLandedUnseen(t *testing.T) {
+	env, w := provisionedWorker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	fn := jetflow.Define[string]("outcome.unseen")
 	Handle(w, fn, func(ctx context.Context, j *Job[string]) error {
 		if err := landUnseen(ctx, j.jobCore); err != nil {
@@ -102,16 +112,9 @@ func TestOutcomeOverOwnClaimLandedUnseen(t *testing.T) {
 // progress with its message gone; as a failed write the message is handed
 // back, and its redelivery finds the record as it is.
 func TestOutcomeConflictWithRecordUnreadIsNoConflict(t *testing.T) {
-	env := testserver.Start(t)
+	env, w := provisionedWorker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := streams.Provision(ctx, env.JS, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	w, err := New(ctx, env.JS, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UTC()
 	r := &jetflow.Run{ID: "unread-1", Name: "outcome.unread", Kind: jetflow.Retryable, Args: []byte(`"x"`),
 		State: jetflow.Pending, ScheduledTime: now, CreationTime: now}
