@@ -92,7 +92,7 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 		}
 		if errors.Is(err, kv.ErrConflict) {
 			cur, gerr := w.store.GetConfirmed(ctx, r.ID)
-			if gerr == nil {
+			if gerr = readAfterRefusal(r.ID, rev, cur, gerr); gerr == nil {
 				if ownAttempt(cur, r.Owner, r.Attempts, r.StartedTime) {
 					r.Revision = cur.Revision
 					return cur.Revision, nil

@@ -162,7 +162,7 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
 		cur, gerr := j.w.store.GetConfirmed(rctx, r.ID)
 		cancel()
-		if gerr != nil {
+		if gerr = readAfterRefusal(r.ID, j.rev, cur, gerr); gerr != nil {
 			// Unread: the run may still be ours. Not a conflict, so that
 			// the caller tries again instead of giving the run up.
 			return fmt.Errorf("worker: write of run %s refused, and its record unread: %w", r.ID, gerr)

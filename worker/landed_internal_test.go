@@ -151,3 +151,76 @@ func TestOutcomeConflictWithRecordUnreadIsNoConflict(t *testing.T) {
 		t.Fatalf("an unread record reported as a conflict (the outcome would be discarded, its message acknowledged): %v", err)
 	}
 }
+
+// After a refused outcome write, a read answered by a replica behind (the
+// leader could not answer, and GetConfirmed fell back to a direct get) is
+// no answer: a record not past the refused revision, or missing after a
+// refused create, counts as unread, so the outcome is not discarded as a
+// conflict. Before, the outcome of a run whose own heartbeat had landed
+// unseen was dropped on such a read and its message acknowledged: the run
+// stayed in progress until a repair sweep ran it again (its handler twice).
+func TestOutcomeConflictReadByAReplicaBehindIsNoConflict(t *testing.T) {
+	for _, create := range []bool{false, true} {
+		t.Run(fmt.Sprintf("create=%v", create), func(t *testing.T) {
+			env, w := provisionedWorker(t)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			// The replica behind: a store whose buckets hold an older state.
+			behindCfg := streams.Config{Prefix: "behind"}
+			if err := streams.Provision(ctx, env.JS, behindCfg); err != nil {
+				t.Fatal(err)
+			}
+			behind, err := kv.Open(ctx, env.JS, behindCfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().UTC()
+			r := &jetflow.Run{ID: "behind-1", Name: "outcome.behind", Kind: jetflow.Retryable, Args: []byte(`"x"`),
+				State: jetflow.Pending, ScheduledTime: now, CreationTime: now}
+			claim := *r
+			claim.State, claim.Attempts, claim.StartedTime, claim.Owner, claim.Heartbeat = jetflow.InProgress, 1, now, w.cfg.ID, now
+			var rev uint64 // what the worker knows of the record
+			if create {
+				// A run published without a record: its claim landed
+				// unseen; the replica behind has no record yet.
+				if _, err := w.runs.Write(ctx, engine.Claim, engine.None, &claim, 0); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// The replica behind has the pending record; the worker
+				// knows its claim; its next heartbeat landed unseen.
+				if _, err := behind.Write(ctx, r, 0, engine.None); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := w.runs.Write(ctx, engine.Schedule, engine.None, r, 0); err != nil {
+					t.Fatal(err)
+				}
+				if rev, err = w.runs.Write(ctx, engine.Claim, jetflow.Pending, &claim, 1); err != nil {
+					t.Fatal(err)
+				}
+				beat := claim
+				beat.Heartbeat = now.Add(time.Second)
+				if _, err := w.runs.Write(ctx, engine.Beat, jetflow.InProgress, &beat, rev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.store = behind
+			w.mu.Lock()
+			w.stopping = true // one try, then the worker gives up
+			w.mu.Unlock()
+			out := claim
+			out.State, out.CompletedTime = jetflow.Success, now
+			from := jetflow.InProgress
+			if create {
+				from = engine.None
+			}
+			_, err = w.writeOutcome(ctx, engine.Succeed, from, &out, rev, false, now)
+			if err == nil {
+				t.Fatal("outcome written from a stale revision")
+			}
+			if errors.Is(err, kv.ErrConflict) {
+				t.Fatalf("a replica behind's read reported as a conflict (the outcome would be discarded, its message acknowledged): %v", err)
+			}
+		})
+	}
+}

@@ -725,11 +725,7 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
 			cur, gerr := w.store.GetConfirmed(rctx, r.ID)
 			cancel()
-			if gerr == nil && rev != 0 && cur.Revision == rev {
-				// The write expecting rev was refused, so the record is past
-				// it: a replica behind answered (the leader could not).
-				gerr = fmt.Errorf("kv: read of run %s answered at the refused revision %d: a replica behind", r.ID, rev)
-			}
+			gerr = readAfterRefusal(r.ID, rev, cur, gerr)
 			if retried && gerr == nil && sameOutcome(cur, r) {
 				r.Revision = cur.Revision
 				return cur.Revision, nil
@@ -766,6 +762,21 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// readAfterRefusal judges the read (cur, gerr) of run id's record after a
+// write expecting revision rev (0: create-only) was refused: a read that
+// is not past rev, or a record missing after its create was refused, was
+// answered by a replica behind (GetConfirmed falls back to one when the
+// leader cannot answer), and counts as unread.
+func readAfterRefusal(id string, rev uint64, cur *jetflow.Run, gerr error) error {
+	switch {
+	case gerr == nil && rev != 0 && cur.Revision <= rev:
+		return fmt.Errorf("kv: read of run %s answered at revision %d, not past the refused %d: a replica behind", id, cur.Revision, rev)
+	case rev == 0 && errors.Is(gerr, jetflow.ErrNotFound):
+		return fmt.Errorf("kv: run %s read as missing after its create was refused: a replica behind", id)
+	}
+	return gerr
 }
 
 // recordReadTimeout bounds a read of a run's record after a refused write.
