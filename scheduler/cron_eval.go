@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/cronspec"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -118,7 +119,7 @@ func (c *Crons) run(ctx context.Context) {
 		}
 		if updates == nil {
 			if kvb, _, err := c.open(ctx); err == nil {
-				watcher, err = kvb.Watch(ctx, duePrefix+">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+				watcher, err = kv.WatchWithin(ctx, kvb, duePrefix+">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes(), jetstream.MetaOnly())
 				if err == nil {
 					updates = watcher.Updates()
 				} else if ctx.Err() == nil {

@@ -255,6 +255,9 @@ func (s *Scheduler) lead(ctx context.Context) {
 		// the dispatcher; the term goes on.
 		if err := d.loop(ctx); err != nil && ctx.Err() == nil {
 			s.log.Warn("delayed dispatch restarting", "error", err)
+			if errors.Is(err, kv.ErrWatchSlow) {
+				continue // it waited already; a request sent again is answered sooner
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(time.Second):
@@ -375,7 +378,7 @@ const (
 func (d *dispatcher) loop(ctx context.Context) error {
 	s := d.s
 	s.awaitLeaders(ctx, streams.KVStream(s.scfg.DelayedBucket()), s.scfg.FunctionStream())
-	w, err := s.store.Delayed().WatchAll(ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	w, err := kv.WatchWithin(ctx, s.store.Delayed(), ">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	if err != nil {
 		return err
 	}

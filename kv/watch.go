@@ -1,0 +1,60 @@
+package kv
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// WatchWait bounds how long WatchWithin waits for a watch to start.
+const WatchWait = 3 * time.Second
+
+// ErrWatchSlow is returned by WatchWithin when the watch did not start in
+// time. Starting it again at once is the remedy.
+var ErrWatchSlow = fmt.Errorf("kv: watch not started within %s", WatchWait)
+
+// WatchWithin starts a watch of the keys of b under filter (">" for all),
+// as Watch does, but returns ErrWatchSlow if it has not started within
+// WatchWait. A watch starts by creating a consumer, and after a node of a
+// cluster dies a creation request sent before the cluster can create
+// consumers again may go unanswered for the client's whole timeout (5 s,
+// seen twice in a row after a scheduler's term began) where one sent again
+// a moment later is answered. The watch is not bounded by a shorter
+// context instead: the client keeps that context to re-create the
+// watch's consumer later. A watch that starts after WatchWithin gave up on
+// it is stopped.
+func WatchWithin(ctx context.Context, b jetstream.KeyValue, filter string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	type started struct {
+		w   jetstream.KeyWatcher
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		var s started
+		if filter == ">" {
+			s.w, s.err = b.WatchAll(ctx, opts...)
+		} else {
+			s.w, s.err = b.Watch(ctx, filter, opts...)
+		}
+		ch <- s
+	}()
+	t := time.NewTimer(WatchWait)
+	defer t.Stop()
+	select {
+	case s := <-ch:
+		return s.w, s.err
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	go func() {
+		if s := <-ch; s.w != nil {
+			_ = s.w.Stop()
+		}
+	}()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, ErrWatchSlow
+}
