@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/worker"
 )
 
@@ -46,10 +47,12 @@ func TestStartContextEndStopsGracefully(t *testing.T) {
 	}
 	<-started
 	cancel()
+	// Stopping: its consumers are drained, while the handler still runs.
+	testserver.Eventually(t, 20*time.Second, "the worker's consumers closed", func() bool { return worker.ConsumersClosed(e.W) })
 	select {
 	case <-e.W.Stopped():
 		t.Fatal("stopped with a handler still running")
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	// Stopping: a new run is left for another worker.
 	later, err := e.P.Enqueue(context.Background(), echo.With(echoArgs{N: 2}))
