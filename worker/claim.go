@@ -164,3 +164,59 @@ func (w *Worker) claimOnce(ctx context.Context, from jetflow.State, r *jetflow.R
 		return 0, fmt.Errorf("kv: write run %s: %w", r.ID, ctx.Err())
 	}
 }
+
+// giveBackClaim settles a claim this worker wrote and gave up unanswered
+// (claim failed with an error other than a conflict): its handler never
+// ran, but the write may have landed (a runs leader killed mid-write). A
+// landed claim would hold the run under an owner that is not running it
+// until LostAfter passes, and an at-most-once run would then fail as lost
+// without having run. So the record is read from the leader until it
+// answers: a record that is this claim is written back to pending, as
+// before it (the attempt does not count), and the message's next delivery
+// claims it at once. A record past rev that is not this claim (another
+// worker's, a cancel) is left alone; a record not past rev means the claim
+// did not land, which the leader is asked again for a few seconds (a write
+// still being replicated may land late).
+func (w *Worker) giveBackClaim(claim *jetflow.Run, rev uint64) {
+	defer w.inflight.Done()
+	delay := 100 * time.Millisecond
+	deadline := time.Now().Add(max(w.cfg.LostAfter, 10*time.Second))
+	notLanded := time.Time{}
+	for time.Now().Before(deadline) {
+		select {
+		case <-time.After(delay):
+		case <-w.stopCh:
+			return
+		}
+		delay = min(2*delay, 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), recordReadTimeout)
+		cur, err := w.store.GetLatest(ctx, claim.ID)
+		if err == nil && ownAttempt(cur, claim.Owner, claim.Attempts, claim.StartedTime) {
+			r := *cur
+			r.State, r.Attempts, r.Owner = jetflow.Pending, claim.Attempts-1, ""
+			r.Heartbeat, r.StartedTime = time.Time{}, time.Time{}
+			_, err = w.runs.Write(ctx, engine.Retry, jetflow.InProgress, &r, cur.Revision)
+			cancel()
+			switch {
+			case err == nil:
+				w.log.Info("claim landed after it was given up: given back", "run_id", claim.ID, "attempt", claim.Attempts)
+				return
+			case errors.Is(err, kv.ErrConflict):
+				return // written over meanwhile: a takeover, a cancel
+			}
+			continue
+		}
+		cancel()
+		switch {
+		case err == nil && cur.Revision > rev, errors.Is(err, jetflow.ErrNotFound) && rev != 0:
+			return // someone else's write, or the record is gone
+		case err == nil, errors.Is(err, jetflow.ErrNotFound):
+			// Not landed, so far.
+			if notLanded.IsZero() {
+				notLanded = time.Now()
+			} else if time.Since(notLanded) > 3*time.Second {
+				return
+			}
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -275,6 +276,12 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 				return
 			}
 			if !errors.Is(err, kv.ErrConflict) {
+				if !errors.Is(err, nats.ErrPermissionViolation) {
+					// It may have landed: give it back once that is known.
+					cl := r
+					w.inflight.Add(1)
+					go w.giveBackClaim(&cl, j.rev)
+				}
 				w.settle(m, nakAfter(time.Second))
 				return
 			}
