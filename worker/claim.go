@@ -165,6 +165,10 @@ func (w *Worker) claimOnce(ctx context.Context, from jetflow.State, r *jetflow.R
 	}
 }
 
+// maxGiveBacks bounds the claims a worker gives back at once (giveBackClaim):
+// each reads the runs leader until it answers.
+const maxGiveBacks = 256
+
 // giveBackClaim settles a claim this worker wrote and gave up unanswered
 // (claim failed with an error other than a conflict): its handler never
 // ran, but the write may have landed (a runs leader killed mid-write). A
@@ -178,7 +182,10 @@ func (w *Worker) claimOnce(ctx context.Context, from jetflow.State, r *jetflow.R
 // did not land, which the leader is asked again for a few seconds (a write
 // still being replicated may land late).
 func (w *Worker) giveBackClaim(claim *jetflow.Run, rev uint64) {
-	defer w.inflight.Done()
+	defer func() {
+		<-w.givingBack
+		w.inflight.Done()
+	}()
 	delay := 100 * time.Millisecond
 	deadline := time.Now().Add(max(w.cfg.LostAfter, 10*time.Second))
 	notLanded := time.Time{}

@@ -278,9 +278,13 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 			if !errors.Is(err, kv.ErrConflict) {
 				if !errors.Is(err, nats.ErrPermissionViolation) {
 					// It may have landed: give it back once that is known.
-					cl := r
-					w.inflight.Add(1)
-					go w.giveBackClaim(&cl, j.rev)
+					select {
+					case w.givingBack <- struct{}{}: // at most maxGiveBacks at once
+						cl := r
+						w.inflight.Add(1)
+						go w.giveBackClaim(&cl, j.rev)
+					default: // an outage: the run waits LostAfter, as it would
+					}
 				}
 				w.settle(m, nakAfter(time.Second))
 				return

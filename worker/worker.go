@@ -173,17 +173,18 @@ type Worker struct {
 	now   func() time.Time
 	life  lifecycle.L
 
-	mu       sync.Mutex
-	fns      map[string]*fnEntry
-	running  map[string]*active
-	canceled map[string]time.Time
-	inflight sync.WaitGroup
-	started  bool
-	stopping bool
-	stopCh   chan struct{}
-	out      outcomes
-	claims   claims
-	replay   replayGuard
+	mu         sync.Mutex
+	fns        map[string]*fnEntry
+	running    map[string]*active
+	canceled   map[string]time.Time
+	inflight   sync.WaitGroup
+	givingBack chan struct{} // slots of giveBackClaim, maxGiveBacks
+	started    bool
+	stopping   bool
+	stopCh     chan struct{}
+	out        outcomes
+	claims     claims
+	replay     replayGuard
 	// replicated: the function stream has replicas (a cluster); set at
 	// Start, before the first delivery.
 	replicated bool
@@ -267,7 +268,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		p:   producerPlumbing{p, engine.Of(p)},
 		log: cfg.Logger, now: cfg.Now,
 		fns: map[string]*fnEntry{}, running: map[string]*active{}, canceled: map[string]time.Time{},
-		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)},
+		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)}, givingBack: make(chan struct{}, maxGiveBacks),
 	}, nil
 }
 
