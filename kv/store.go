@@ -423,6 +423,20 @@ func (s *Store) Transition(ctx context.Context, id string, change func(r *jetflo
 	}
 }
 
+// GetFromLeader reads run id's record for a decision that a replica behind
+// must not make (forget a run, cancel a held child, purge a workflow's
+// journal): from the runs stream's leader, or, where the connection may not
+// ask it (nats.ErrPermissionViolation), by a direct get. Unlike GetConfirmed
+// it does not fall back to a direct get when the leader is slow or being
+// elected: that error is returned, and the caller decides later.
+func (s *Store) GetFromLeader(ctx context.Context, id string) (*jetflow.Run, error) {
+	r, err := s.GetLatest(ctx, id)
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return s.Get(ctx, id)
+	}
+	return r, err
+}
+
 // GetConfirmed is GetLatest where the stream's leader answers, and Get
 // where it cannot (no permission to ask it, no leader during an election,
 // a timeout): the leader's answer where there is one, the direct get's

@@ -913,7 +913,7 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 			if !old {
 				continue
 			}
-			run, rerr := engine.Of(pl.p).Store().GetConfirmed(ctx, RunID(pl.name, id, s.Attempt))
+			run, rerr := engine.Of(pl.p).Store().GetFromLeader(ctx, RunID(pl.name, id, s.Attempt))
 			if errors.Is(rerr, jetflow.ErrNotFound) || rerr == nil && run.State.Terminal() {
 				if errors.Is(err, jetflow.ErrBadRecord) {
 					pl.log.Warn("slot of an unreadable item given back", "pool", pl.name, "item", id, "error", err)
@@ -953,7 +953,7 @@ func (d *dispatcher) reconcile(ctx context.Context, start bool) {
 		default:
 			// From the leader: a replica behind would say there is no run,
 			// and it would be started a second time.
-			run, err := engine.Of(pl.p).Store().GetConfirmed(ctx, it.RunID)
+			run, err := engine.Of(pl.p).Store().GetFromLeader(ctx, it.RunID)
 			switch {
 			case errors.Is(err, jetflow.ErrNotFound):
 				if pl.startRun(ctx, it) == nil {

@@ -191,7 +191,7 @@ func (d *driver) stepWork(ctx context.Context, sc stepContext, att *jetflow.Run)
 	cur, err := store.Get(ctx, sc.Retrier)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		// A replica behind may have answered: the leader decides.
-		cur, err = store.GetConfirmed(ctx, sc.Retrier)
+		cur, err = store.GetFromLeader(ctx, sc.Retrier)
 	}
 	if err != nil {
 		if errors.Is(err, jetflow.ErrNotFound) {

@@ -14,7 +14,6 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
-	"github.com/nats-io/nats.go"
 )
 
 func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
@@ -157,7 +156,7 @@ func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Head
 		if errors.Is(err, jetflow.ErrNotFound) {
 			// Forgotten below, and then looked at again only by the hourly
 			// full sweep: a replica behind must not decide that.
-			r, err = s.leaderRead(ctx, h.ID)
+			r, err = s.store.GetFromLeader(ctx, h.ID)
 		}
 		if err != nil || r.State != jetflow.Pending {
 			if err == nil && r.State.Terminal() || errors.Is(err, jetflow.ErrNotFound) {
@@ -178,7 +177,7 @@ func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Head
 			// Read from the runs stream's leader: a replica that is behind
 			// could show a running parent missing or at an attempt that
 			// ended, and its child canceled for it.
-			parent, err := s.leaderRead(ctx, r.HeldBy)
+			parent, err := s.store.GetFromLeader(ctx, r.HeldBy)
 			switch {
 			case err == nil && parent.State == jetflow.Success && slices.Contains(parent.Children, r.ID):
 			case err == nil && !parent.State.Terminal() && !heldByEndedAttempt(parent, r.ID):
@@ -328,17 +327,3 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 	return n
 }
 
-// leaderRead reads run id's record for a decision that a replica behind
-// must not make (forget a run, cancel a held child): from the runs stream's
-// leader, or, where this connection may not ask it, by a direct get, as
-// before leader reads. Unlike GetConfirmed it does not fall back to a
-// direct get when the leader is slow or being elected (a loaded machine,
-// an election): that error is returned, and the run is looked at again by
-// the next sweep.
-func (s *Scheduler) leaderRead(ctx context.Context, id string) (*jetflow.Run, error) {
-	r, err := s.store.GetLatest(ctx, id)
-	if errors.Is(err, nats.ErrPermissionViolation) {
-		return s.store.Get(ctx, id)
-	}
-	return r, err
-}

@@ -856,7 +856,7 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 			// Not ended, says a direct get, which a replica behind may
 			// answer: if the run ended, its wake-up came already, and
 			// nothing else would resume the workflow. The leader decides.
-			r, err = st.GetConfirmed(ctx, w.run)
+			r, err = st.GetFromLeader(ctx, w.run)
 		}
 		if err != nil {
 			return errors.Is(err, jetflow.ErrNotFound), nil
