@@ -101,7 +101,9 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 			}
 			// Unread (the leader is being replaced, say): the stored
 			// record may be this claim. Write again and read again.
-			err = fmt.Errorf("%w (and the record unread: %w)", err, gerr)
+			// Not a conflict (%v): a claim still unsettled at the deadline
+			// may have landed, and is given back (giveBackClaim).
+			err = fmt.Errorf("%v (and the record unread: %w)", err, gerr)
 		}
 		if !errors.Is(err, kv.ErrConflict) && !claimRetryable(ctx, err) || w.isStopping() || time.Now().After(deadline) {
 			return 0, err
