@@ -442,11 +442,19 @@ func (s *Store) GetFromLeader(ctx context.Context, id string) (*jetflow.Run, err
 // a timeout): the leader's answer where there is one, the direct get's
 // otherwise, as before leader reads existed.
 func (s *Store) GetConfirmed(ctx context.Context, id string) (*jetflow.Run, error) {
-	r, err := s.GetLatest(ctx, id)
+	r, _, err := s.GetConfirmedSource(ctx, id)
+	return r, err
+}
+
+// GetConfirmedSource is GetConfirmed, also reporting whether the leader
+// answered (false: a direct get, which a replica behind may answer).
+func (s *Store) GetConfirmedSource(ctx context.Context, id string) (r *jetflow.Run, leader bool, err error) {
+	r, err = s.GetLatest(ctx, id)
 	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, jetflow.ErrInvalidRunID) {
-		return r, err
+		return r, true, err
 	}
-	return s.Get(ctx, id)
+	r, err = s.Get(ctx, id)
+	return r, false, err
 }
 
 // DelayedKey is the key of a delayed entry: <due unix second>.<run id>.

@@ -2,30 +2,45 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// WatchWait bounds how long WatchWithin waits for a watch to start.
-const WatchWait = 3 * time.Second
+// WatchWait is the first bound of a watch's start (WatchWithin); a caller
+// that meets ErrWatchSlow doubles it for the next try, up to MaxWatchWait.
+const (
+	WatchWait    = 3 * time.Second
+	MaxWatchWait = 24 * time.Second
+)
 
 // ErrWatchSlow is returned by WatchWithin when the watch did not start in
 // time. Starting it again at once is the remedy.
-var ErrWatchSlow = fmt.Errorf("kv: watch not started within %s", WatchWait)
+var ErrWatchSlow = errors.New("kv: watch not started in time")
+
+// NextWatchWait is the bound of the try after one that ended with err and
+// had wait: doubled after ErrWatchSlow (a server that is only slow still
+// gets its watch started), WatchWait again otherwise.
+func NextWatchWait(wait time.Duration, err error) time.Duration {
+	if errors.Is(err, ErrWatchSlow) {
+		return min(2*max(wait, WatchWait), MaxWatchWait)
+	}
+	return WatchWait
+}
 
 // WatchWithin starts a watch of the keys of b under filter (">" for all),
 // as Watch does, but returns ErrWatchSlow if it has not started within
-// WatchWait. A watch starts by creating a consumer, and after a node of a
+// wait. A watch starts by creating a consumer, and after a node of a
 // cluster dies a creation request sent before the cluster can create
 // consumers again may go unanswered for the client's whole timeout (5 s,
 // seen twice in a row after a scheduler's term began) where one sent again
 // a moment later is answered. The watch is not bounded by a shorter
-// context instead: the client keeps that context to re-create the
-// watch's consumer later. A watch that starts after WatchWithin gave up on
-// it is stopped.
-func WatchWithin(ctx context.Context, b jetstream.KeyValue, filter string, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+// context instead: nats.go ends the watch when the context it was started
+// with ends. A watch that starts after WatchWithin gave up on it is
+// stopped.
+func WatchWithin(ctx context.Context, b jetstream.KeyValue, filter string, wait time.Duration, opts ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
 	type started struct {
 		w   jetstream.KeyWatcher
 		err error
@@ -40,7 +55,7 @@ func WatchWithin(ctx context.Context, b jetstream.KeyValue, filter string, opts 
 		}
 		ch <- s
 	}()
-	t := time.NewTimer(WatchWait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case s := <-ch:
@@ -56,5 +71,5 @@ func WatchWithin(ctx context.Context, b jetstream.KeyValue, filter string, opts 
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return nil, ErrWatchSlow
+	return nil, fmt.Errorf("%w (%s)", ErrWatchSlow, wait)
 }

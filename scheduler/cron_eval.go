@@ -92,8 +92,9 @@ func (c *Crons) run(ctx context.Context) {
 	// process's clock behind ours) are caught by a watch; it is opened
 	// again at the next tick if it ends.
 	var (
-		updates <-chan jetstream.KeyValueEntry
-		watcher jetstream.KeyWatcher
+		updates   <-chan jetstream.KeyValueEntry
+		watcher   jetstream.KeyWatcher
+		watchWait = kv.WatchWait
 	)
 	defer func() {
 		if watcher != nil {
@@ -119,7 +120,8 @@ func (c *Crons) run(ctx context.Context) {
 		}
 		if updates == nil {
 			if kvb, _, err := c.open(ctx); err == nil {
-				watcher, err = kv.WatchWithin(ctx, kvb, duePrefix+">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+				watcher, err = kv.WatchWithin(ctx, kvb, duePrefix+">", watchWait, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+				watchWait = kv.NextWatchWait(watchWait, err)
 				if err == nil {
 					updates = watcher.Updates()
 				} else if ctx.Err() == nil {

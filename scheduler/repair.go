@@ -326,4 +326,3 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 	}
 	return n
 }
-

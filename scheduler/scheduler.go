@@ -283,11 +283,13 @@ type dispatcher struct {
 	sem    chan struct{}
 	wg     sync.WaitGroup
 	wake   chan struct{}
+	// watchWait bounds the start of the watch (kv.WatchWithin).
+	watchWait time.Duration
 }
 
 func newDispatcher(s *Scheduler, parallel int) *dispatcher {
 	return &dispatcher{s: s, known: map[string]uint64{}, inflight: map[string]int64{},
-		sem: make(chan struct{}, parallel), wake: make(chan struct{}, 1)}
+		sem: make(chan struct{}, parallel), wake: make(chan struct{}, 1), watchWait: kv.WatchWait}
 }
 
 func (d *dispatcher) poke() {
@@ -378,7 +380,8 @@ const (
 func (d *dispatcher) loop(ctx context.Context) error {
 	s := d.s
 	s.awaitLeaders(ctx, streams.KVStream(s.scfg.DelayedBucket()), s.scfg.FunctionStream())
-	w, err := kv.WatchWithin(ctx, s.store.Delayed(), ">", jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	w, err := kv.WatchWithin(ctx, s.store.Delayed(), ">", d.watchWait, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	d.watchWait = kv.NextWatchWait(d.watchWait, err)
 	if err != nil {
 		return err
 	}

@@ -91,8 +91,8 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 			return n, nil
 		}
 		if errors.Is(err, kv.ErrConflict) {
-			cur, gerr := w.store.GetConfirmed(ctx, r.ID)
-			if gerr = readAfterRefusal(r.ID, rev, cur, gerr); gerr == nil {
+			cur, leader, gerr := w.readConfirmed(ctx, r.ID)
+			if gerr = readAfterRefusal(r.ID, rev, cur, leader, gerr); gerr == nil {
 				if ownAttempt(cur, r.Owner, r.Attempts, r.StartedTime) {
 					r.Revision = cur.Revision
 					return cur.Revision, nil

@@ -160,9 +160,9 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 		// is then this very claim, and we go on from its revision. The read
 		// has a context of its own: the write may have used up ctx's.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
-		cur, gerr := j.w.store.GetConfirmed(rctx, r.ID)
+		cur, leader, gerr := j.w.readConfirmed(rctx, r.ID)
 		cancel()
-		if gerr = readAfterRefusal(r.ID, j.rev, cur, gerr); gerr != nil {
+		if gerr = readAfterRefusal(r.ID, j.rev, cur, leader, gerr); gerr != nil {
 			// Unread: the run may still be ours. Not a conflict, so that
 			// the caller tries again instead of giving the run up.
 			return fmt.Errorf("worker: write of run %s refused, and its record unread: %w", r.ID, gerr)

@@ -276,8 +276,11 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 				return
 			}
 			if !errors.Is(err, kv.ErrConflict) {
-				if !errors.Is(err, nats.ErrPermissionViolation) {
+				if !errors.Is(err, nats.ErrPermissionViolation) && j.rec.State != jetflow.InProgress {
 					// It may have landed: give it back once that is known.
+					// (Not a takeover's claim, from a lost worker's record:
+					// its message's attempt would then look over. It waits
+					// LostAfter, as the lost worker's did.)
 					select {
 					case w.givingBack <- struct{}{}: // at most maxGiveBacks at once
 						cl := r
@@ -734,9 +737,9 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 		}
 		if errors.Is(err, kv.ErrConflict) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
-			cur, gerr := w.store.GetConfirmed(rctx, r.ID)
+			cur, leader, gerr := w.readConfirmed(rctx, r.ID)
 			cancel()
-			gerr = readAfterRefusal(r.ID, rev, cur, gerr)
+			gerr = readAfterRefusal(r.ID, rev, cur, leader, gerr)
 			if retried && gerr == nil && sameOutcome(cur, r) {
 				r.Revision = cur.Revision
 				return cur.Revision, nil
@@ -776,12 +779,14 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 }
 
 // readAfterRefusal judges the read (cur, gerr) of run id's record after a
-// write expecting revision rev (0: create-only) was refused: a read that
-// is not past rev, or a record missing after its create was refused, was
-// answered by a replica behind (GetConfirmed falls back to one when the
-// leader cannot answer), and counts as unread.
-func readAfterRefusal(id string, rev uint64, cur *jetflow.Run, gerr error) error {
+// write expecting revision rev (0: create-only) was refused. The leader's
+// answer (leader) stands. A direct get's, which GetConfirmed falls back to
+// when the leader cannot answer, may come from a replica behind: one not
+// past rev, or a record missing after its create was refused, counts as
+// unread.
+func readAfterRefusal(id string, rev uint64, cur *jetflow.Run, leader bool, gerr error) error {
 	switch {
+	case leader:
 	case gerr == nil && rev != 0 && cur.Revision <= rev:
 		return fmt.Errorf("kv: read of run %s answered at revision %d, not past the refused %d: a replica behind", id, cur.Revision, rev)
 	case rev == 0 && errors.Is(gerr, jetflow.ErrNotFound):

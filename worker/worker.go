@@ -166,12 +166,15 @@ type Worker struct {
 	scfg  streams.Config
 	js    jetstream.JetStream
 	nc    *nats.Conn
-	store *kv.Store    // reads
-	runs  *engine.Runs // every record write
-	p     producerPlumbing
-	log   *slog.Logger
-	now   func() time.Time
-	life  lifecycle.L
+	store *kv.Store // reads
+	// readConfirmed reads a record after a refused write:
+	// store.GetConfirmedSource (a test reads a replica behind instead).
+	readConfirmed func(ctx context.Context, id string) (*jetflow.Run, bool, error)
+	runs          *engine.Runs // every record write
+	p             producerPlumbing
+	log           *slog.Logger
+	now           func() time.Time
+	life          lifecycle.L
 
 	mu         sync.Mutex
 	fns        map[string]*fnEntry
@@ -263,13 +266,15 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{
+	w := &Worker{
 		cfg: cfg, scfg: cfg.Streams.WithDefaults(), js: js, nc: js.Conn(), store: engine.Of(p).Store(), runs: engine.Of(p).Runs(),
 		p:   producerPlumbing{p, engine.Of(p)},
 		log: cfg.Logger, now: cfg.Now,
 		fns: map[string]*fnEntry{}, running: map[string]*active{}, canceled: map[string]time.Time{},
 		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)}, givingBack: make(chan struct{}, maxGiveBacks),
-	}, nil
+	}
+	w.readConfirmed = w.store.GetConfirmedSource
+	return w, nil
 }
 
 // Producer is the producer the worker schedules child runs with.
