@@ -9,7 +9,6 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
-	"github.com/jetflow-dev/jetflow/streams"
 )
 
 // A claim retried until its deadline whose record stayed unread (a replica
@@ -23,14 +22,7 @@ func TestClaimAgainUnreadIsNoConflict(t *testing.T) {
 	w.cfg.AckWait = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	behindCfg := streams.Config{Prefix: "behind"}
-	if err := streams.Provision(ctx, env.JS, behindCfg); err != nil {
-		t.Fatal(err)
-	}
-	behind, err := kv.Open(ctx, env.JS, behindCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	behind := behindStore(t, env)
 	now := time.Now().UTC()
 	r := &jetflow.Run{ID: "unread-1", Name: "x", Kind: jetflow.AtMostOnce, Args: []byte(`"x"`),
 		State: jetflow.Pending, ScheduledTime: now, CreationTime: now}
@@ -48,10 +40,7 @@ func TestClaimAgainUnreadIsNoConflict(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Every read after a refusal is answered by the replica behind.
-	w.readConfirmed = func(ctx context.Context, id string) (*jetflow.Run, bool, error) {
-		r, err := behind.Get(ctx, id)
-		return r, false, err
-	}
+	readsBehind(w, behind)
 	again := claim
 	_, err = w.claimAgain(ctx, jetflow.Pending, &again, rev, errors.New("timeout"))
 	if err == nil || errors.Is(err, kv.ErrConflict) {

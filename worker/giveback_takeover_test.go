@@ -2,7 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,8 +14,6 @@ import (
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A takeover's claim (of a run whose worker is gone) that lands unanswered
@@ -48,36 +45,12 @@ func TestTakeoverClaimLandedUnansweredIsNotGivenBack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	gate := testserver.NewGate(t, ts.Port)
-	nc, err := nats.Connect(gate.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &testserver.Buffer{}
-	w, err := worker.New(ctx, js, worker.Config{
-		ID: "gated", AckWait: 2 * time.Second, LostAfter: 4 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ran atomic.Int32
-	worker.Handle(w, fn, func(ctx context.Context, j *worker.Job[string]) error {
-		ran.Add(1)
-		return nil
-	}, worker.Options{ClaimAfter: -1})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
+	gate, logs := gatedWorker(t, ts, 4*time.Second, func(w *worker.Worker) {
+		worker.Handle(w, fn, func(ctx context.Context, j *worker.Job[string]) error {
+			ran.Add(1)
+			return nil
+		}, worker.Options{ClaimAfter: -1})
 	})
 
 	gate.HoldRepliesAfter([]byte("PUB " + streams.KVSubject(scfg.RunsBucket(), id)))

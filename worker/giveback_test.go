@@ -36,37 +36,13 @@ func TestClaimLandedUnansweredIsGivenBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gate := testserver.NewGate(t, ts.Port)
-			nc, err := nats.Connect(gate.URL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			logs := &testserver.Buffer{}
-			w, err := worker.New(ctx, js, worker.Config{
-				ID: "gated", AckWait: 2 * time.Second, LostAfter: 10 * time.Minute,
-				Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
 			fn := jetflow.Define[string]("giveback."+string(kind), jetflow.WithKind(kind))
 			var ran atomic.Int32
-			worker.Handle(w, fn, func(ctx context.Context, j *worker.Job[string]) error {
-				ran.Add(1)
-				return nil
-			}, worker.Options{ClaimAfter: -1}) // claimed before it starts
-			if err := w.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = w.Stop(sctx)
+			gate, logs := gatedWorker(t, ts, 10*time.Minute, func(w *worker.Worker) {
+				worker.Handle(w, fn, func(ctx context.Context, j *worker.Job[string]) error {
+					ran.Add(1)
+					return nil
+				}, worker.Options{ClaimAfter: -1}) // claimed before it starts
 			})
 
 			id := "giveback-" + string(kind)
@@ -109,4 +85,41 @@ func waitTerminal(t *testing.T, p *producer.Producer, id string, within time.Dur
 		return err == nil && r.State.Terminal()
 	})
 	return r
+}
+
+// gatedWorker starts a worker "gated" (AckWait 2 s, LostAfter lostAfter,
+// its debug log in logs) connected to ts through a gate, with what
+// register adds to it; it stops when the test ends.
+func gatedWorker(t *testing.T, ts *testserver.Env, lostAfter time.Duration, register func(*worker.Worker)) (*testserver.Gate, *testserver.Buffer) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	gate := testserver.NewGate(t, ts.Port)
+	nc, err := nats.Connect(gate.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &testserver.Buffer{}
+	w, err := worker.New(ctx, js, worker.Config{
+		ID: "gated", AckWait: 2 * time.Second, LostAfter: lostAfter,
+		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register(w)
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	return gate, logs
 }

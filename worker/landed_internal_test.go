@@ -167,15 +167,8 @@ func TestOutcomeConflictReadByAReplicaBehindIsNoConflict(t *testing.T) {
 			env, w := provisionedWorker(t)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			// The replica behind: a store whose buckets hold an older state.
-			behindCfg := streams.Config{Prefix: "behind"}
-			if err := streams.Provision(ctx, env.JS, behindCfg); err != nil {
-				t.Fatal(err)
-			}
-			behind, err := kv.Open(ctx, env.JS, behindCfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			behind := behindStore(t, env)
+			var err error
 			now := time.Now().UTC()
 			r := &jetflow.Run{ID: "behind-1", Name: "outcome.behind", Kind: jetflow.Retryable, Args: []byte(`"x"`),
 				State: jetflow.Pending, ScheduledTime: now, CreationTime: now}
@@ -206,11 +199,7 @@ func TestOutcomeConflictReadByAReplicaBehindIsNoConflict(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			// Its answer comes by a direct get: the leader did not answer.
-			w.readConfirmed = func(ctx context.Context, id string) (*jetflow.Run, bool, error) {
-				r, err := behind.Get(ctx, id)
-				return r, false, err
-			}
+			readsBehind(w, behind)
 			w.mu.Lock()
 			w.stopping = true // one try, then the worker gives up
 			w.mu.Unlock()
@@ -228,5 +217,31 @@ func TestOutcomeConflictReadByAReplicaBehindIsNoConflict(t *testing.T) {
 				t.Fatalf("a replica behind's read not taken as unread (a conflict would discard the outcome and acknowledge its message): %v", err)
 			}
 		})
+	}
+}
+
+// behindStore is a store for a replica behind: buckets of their own
+// (prefix "behind"), for the test to write an older state in.
+func behindStore(t *testing.T, env *testserver.Env) *kv.Store {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := streams.Config{Prefix: "behind"}
+	if err := streams.Provision(ctx, env.JS, cfg); err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Open(ctx, env.JS, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// readsBehind makes w's reads after a refused write answered by behind, by
+// a direct get, as when the leader cannot answer.
+func readsBehind(w *Worker, behind *kv.Store) {
+	w.readConfirmed = func(ctx context.Context, id string) (*jetflow.Run, bool, error) {
+		r, err := behind.Get(ctx, id)
+		return r, false, err
 	}
 }
