@@ -179,8 +179,7 @@ func TestUnreadableJournalFailsTheWorkflow(t *testing.T) {
 		return workflow.AwaitEvent[string](wf, "go", 0)
 	})
 	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	ctx := testCtx(t)
-	kvb, err := e.JS.KeyValue(ctx, streams.Config{}.WithDefaults().JournalBucket())
+	kvb, err := e.JS.KeyValue(testCtx(t), streams.Config{}.WithDefaults().JournalBucket())
 	must(t, err)
 	for _, c := range []struct {
 		name, key, val string
@@ -196,6 +195,9 @@ func TestUnreadableJournalFailsTheWorkflow(t *testing.T) {
 		{"cursor at a segment that never ran", "wf", `{"seg":99}`, false, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			// A deadline of its own: seven cases one after the other
+			// under one test's 45 s could outlast it on a loaded machine.
+			ctx := testCtx(t)
 			id, err := workflow.Start(ctx, e.P, def, struct{}{})
 			must(t, err)
 			e.waiting(t, id)
