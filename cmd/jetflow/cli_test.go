@@ -135,8 +135,12 @@ func compact(t *testing.T, raw json.RawMessage) string {
 	return b.String()
 }
 
+// testCtx is the context of one test's commands: long enough for a test's
+// every step on a loaded machine (the outage tests alone wait out a 25 s
+// outage, then up to 30 s for each of several steps, all under it), short
+// enough that a command that hangs fails the test.
 func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
