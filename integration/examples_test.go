@@ -34,8 +34,10 @@ var exampleSpecs = map[string]exampleSpec{
 		want: []string{"job: pending", "job: inProgress", "6/6", `done: success, result {"imported":6}, attempts 1`},
 	},
 	// Alice's event is sent once her workflow sleeps, and must come
-	// before the sleep ends: 3 s leave a loaded machine a wide margin.
-	"onboarding": {args: []string{"--wait", "3s"}, url: true, want: []string{"alice activated her account", "alice: acct-alice@example.com activated via email link; no follow-up", "bob: acct-bob@example.com not activated; follow-up sent", "emails sent: 3"}},
+	// before the sleep ends: the polls of its state and the event's
+	// writes in between can take seconds on a loaded machine; 10 s leave
+	// a wide margin.
+	"onboarding": {args: []string{"--wait", "10s"}, url: true, want: []string{"alice activated her account", "alice: acct-alice@example.com activated via email link; no follow-up", "bob: acct-bob@example.com not activated; follow-up sent", "emails sent: 3"}},
 	"ordersaga":  {url: true, want: []string{"order A done: res-A, ch-A", "order B canceled: card declined; compensated 1 step(s)", "release          done"}},
 	"nightlyny": {url: true, want: []string{"daily 02:00 (America/New_York), next fires:", "Sun 02:00 EST",
 		`success, result "report-demo.pdf (1200 rows)"`, "definition paused: fire cron-demo-report-", "definition active again"}},
@@ -61,14 +63,16 @@ var exampleSpecs = map[string]exampleSpec{
 		},
 	},
 	"selfdestruct": {
-		// The list "before" is printed a few milliseconds after the
-		// message is stored; 2 s leave a wide margin before it goes.
-		args: []string{"--after", "2s"},
+		// The list "before" is printed after the sending run's outcome
+		// is written, two waits see it and the messages are listed (a
+		// watch each, a consumer for the list): a loaded machine can take
+		// seconds; 10 s leave a wide margin before the message goes.
+		args: []string{"--after", "10s"},
 		url:  true,
 		want: []string{
-			"messages.send: success; messages.destruct scheduled in 2s",
+			"messages.send: success; messages.destruct scheduled in 10s",
 			"messages before: 2",
-			"  alice: this message self-destructs in 2s",
+			"  alice: this message self-destructs in 10s",
 			"  bob: this message stays",
 			"messages.destruct run: success",
 			"messages after: 1",
@@ -102,13 +106,15 @@ var exampleSpecs = map[string]exampleSpec{
 		},
 	},
 	"orderpayment": {
-		// Order 1 is paid a few milliseconds after it is created; 2 s
-		// leaves its check a wide margin before it is due.
-		args: []string{"--after", "2s"},
+		// Order 1 is paid after order 2 is created and a check scheduled
+		// again, a dozen reads and writes that a loaded machine can
+		// stretch to seconds; 10 s leave its check a wide margin before
+		// it is due.
+		args: []string{"--after", "10s"},
 		url:  true,
 		want: []string{
-			"order-1 created (a book, pending); order-1-payment-check scheduled in 2s",
-			"order-2 created (a lamp, pending); order-2-payment-check scheduled in 2s",
+			"order-1 created (a book, pending); order-1-payment-check scheduled in 10s",
+			"order-2 created (a lamp, pending); order-2-payment-check scheduled in 10s",
 			"(errors.Is ErrAlreadyExists: true)",
 			"order-1 paid; order-1-payment-check is canceled",
 			"orders.paymentCheck order-2: no payment, order expired",
