@@ -104,13 +104,20 @@ func (tr *tracker) handle(ctx context.Context, j *worker.Job[WorkArgs]) error {
 	if tr.onStart != nil {
 		tr.onStart(j.Args.Key)
 	}
+	// The gate and the hold wait for the other handlers to start, however
+	// long a loaded machine takes to start them: a wait that gave up
+	// after 10 s could let the first handlers end before the last one
+	// started, and the test then found fewer at once than the limit
+	// allows. The minute only bounds a test whose dispatcher never starts
+	// that many (it then fails on the concurrency it counted, or in
+	// waitFinished).
 	if tr.gateAt > 0 {
 		if c >= tr.gateAt {
 			tr.gateOne.Do(func() { close(tr.gate) })
 		}
 		select {
 		case <-tr.gate:
-		case <-time.After(10 * time.Second):
+		case <-time.After(time.Minute):
 		}
 	}
 	if j.Args.Hold > 0 {
@@ -120,7 +127,7 @@ func (tr *tracker) handle(ctx context.Context, j *worker.Job[WorkArgs]) error {
 		select {
 		case <-g.hold:
 		case <-ctx.Done():
-		case <-time.After(10 * time.Second):
+		case <-time.After(time.Minute):
 		}
 	}
 	if j.Args.Block {
@@ -336,7 +343,7 @@ func (e *env) waitFinished(t *testing.T, pl *pool.Pool, ids []string) map[string
 	t.Helper()
 	ctx := context.Background()
 	out := map[string]*pool.Item{}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		done := e.tr.completions()
 		missing := 0
