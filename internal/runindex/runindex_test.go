@@ -652,10 +652,12 @@ func TestPageWhenRecordsGoBetweenCountAndFetch(t *testing.T) {
 	slices.Reverse(failed)
 	runsStream := streams.KVStream(e.cfg.WithDefaults().RunsBucket())
 	removed := 0
+	var hook time.Duration // spent in the hook, inside the page's time
 	runindex.SetCounted(func(st jetstream.Stream, lo, hi uint64) {
 		if st.CachedInfo().Config.Name != runsStream || removed > 0 {
 			return
 		}
+		defer func(start time.Time) { hook += time.Since(start) }(time.Now())
 		// Remove the window's pending records (none is a match), as their
 		// expiry would: a purge of their subjects, which writes nothing.
 		for seq := lo; seq < hi; seq++ {
@@ -672,7 +674,10 @@ func TestPageWhenRecordsGoBetweenCountAndFetch(t *testing.T) {
 	t.Cleanup(func() { runindex.SetCounted(nil) })
 	start := time.Now()
 	p, err := runindex.NewReader(e.st).List(context.Background(), runindex.Query{State: jetflow.Failed, Limit: 10})
-	took := time.Since(start)
+	// The hook's reads and purges (two requests a record of the window)
+	// are the test's, not the page's: a loaded machine can stretch them
+	// to seconds of their own.
+	took := time.Since(start) - hook
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -682,7 +687,7 @@ func TestPageWhenRecordsGoBetweenCountAndFetch(t *testing.T) {
 	if got := ids(p.Runs); fmt.Sprint(got) != fmt.Sprint(failed) {
 		t.Fatalf("page shows %v, want %v", got, failed)
 	}
-	t.Logf("%d records removed; the page took %v", removed, took)
+	t.Logf("%d records removed; the page took %v (and the removal %v)", removed, took, hook)
 	// Not a speed figure: a fetch that waited for the removed records
 	// would take its whole 5 s expiry.
 	if took >= 4*time.Second {
