@@ -31,9 +31,11 @@ func TestSleepResumesThroughDelayedStore(t *testing.T) {
 	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
 	ctx := testCtx(t)
 	// The segment must settle before the sleep ends, which a segment
-	// that slept in its handler could not: 3 s leave a loaded machine a
-	// wide margin for the settle.
-	const sleep = 3 * time.Second
+	// that slept in its handler could not. Between the sleep's start and
+	// the settle come the journal's cursor, the timer's record and the
+	// segment's outcome, writes a loaded machine can stretch to seconds:
+	// 10 s leave a wide margin.
+	const sleep = 10 * time.Second
 	id, err := workflow.Start(ctx, e.P, def, sleep)
 	must(t, err)
 	st := e.waiting(t, id)
