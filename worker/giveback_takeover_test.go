@@ -86,3 +86,79 @@ func TestTakeoverClaimLandedUnansweredIsNotGivenBack(t *testing.T) {
 		t.Fatalf("a takeover's claim was given back:\n%s", logs.String())
 	}
 }
+
+// A run taken over from a lost worker keeps running on its first message
+// (the lost attempt's), while its record counts the new attempt. That
+// message, redelivered meanwhile (its worker's acks held up, a consumer
+// leader change), is the run's only message: it is not acknowledged as
+// "an older attempt's". Before, it was, and when the worker running the
+// run died too the run stayed in progress with no message (for good
+// without a scheduler's repair sweep).
+func TestTakenOverRunKeepsItsMessage(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg := streams.Config{}.WithDefaults()
+	store, err := kv.Open(ctx, ts.JS, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := jetflow.Define[string]("takeover.keeps")
+	id := "takeover-keeps"
+	old := time.Now().Add(-time.Hour).UTC()
+	ghost := &jetflow.Run{ID: id, Name: fn.Name(), Kind: jetflow.Retryable, Args: []byte(`"x"`), State: jetflow.InProgress,
+		ScheduledTime: old, CreationTime: old, Attempts: 1, StartedTime: old, Heartbeat: old, Owner: "ghost"}
+	if _, err := engine.New(store).Write(ctx, engine.Open, engine.None, ghost, 0); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	gate, _ := gatedWorker(t, ts, 4*time.Second, func(w *worker.Worker) {
+		worker.Handle(w, fn, func(ctx context.Context, j *worker.Job[string]) error {
+			<-release // this worker dies first
+			return nil
+		})
+	})
+	m := scfg.Message(streams.Envelope{Function: fn.Name(), ID: id, Attempt: 1, Scheduled: old, Created: old, Args: []byte(`"x"`)})
+	if _, err := ts.JS.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	// Taken over, and heartbeating as attempt 2.
+	testserver.Eventually(t, time.Minute, "the gated worker running attempt 2", func() bool {
+		r, err := p.Get(ctx, id)
+		return err == nil && r.State == jetflow.InProgress && r.Owner == "gated" && r.Attempts == 2
+	})
+	gate.Close() // the worker is cut off for good
+
+	var ran atomic.Int32
+	_, js := ts.Connect()
+	w2, err := worker.New(ctx, js, worker.Config{ID: "second", AckWait: 2 * time.Second, LostAfter: 4 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.Handle(w2, fn, func(ctx context.Context, j *worker.Job[string]) error {
+		ran.Add(1)
+		return nil
+	})
+	if err := w2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w2.Stop(sctx)
+	})
+	var r *jetflow.Run
+	testserver.Eventually(t, time.Minute, "the run ended", func() bool {
+		r, err = p.Get(ctx, id)
+		return err == nil && r.State.Terminal()
+	})
+	if r.State != jetflow.Success || ran.Load() != 1 || r.Owner != "second" && r.History[len(r.History)-1].Worker != "second" {
+		t.Fatalf("run %s at attempt %d, the second worker ran it %d times, history %+v", r.State, r.Attempts, ran.Load(), r.History)
+	}
+}

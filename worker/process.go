@@ -431,8 +431,12 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		w.settle(m, nakAfter(time.Second))
 		return false
 	}
-	if !r.State.Terminal() && env.Attempt < r.Attempts {
+	if r.State == jetflow.Pending && env.Attempt < r.Attempts {
 		// A message of an older attempt (a lost ack): that attempt is over.
+		// Not when the run is in progress: a run taken over from a lost
+		// worker goes on under its lost attempt's message while its
+		// record counts the new attempt, and that message is its only
+		// one. It is looked at again until the run ends.
 		w.settle(m, ackIt)
 		return false
 	}

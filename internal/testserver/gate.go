@@ -21,6 +21,19 @@ type Gate struct {
 	up      bool   // client to server held
 	down    bool   // server to client held
 	trigger []byte // seen from the client: hold server to client
+	conns   []net.Conn
+}
+
+// Close cuts every connection through the gate and stops accepting new
+// ones: to its clients, the server is gone for good (a process cut off).
+func (g *Gate) Close() {
+	_ = g.ln.Close()
+	g.Open()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, c := range g.conns {
+		_ = c.Close()
+	}
 }
 
 // NewGate starts a gate to the server listening on port; it closes when
@@ -33,17 +46,7 @@ func NewGate(t testing.TB, port int) *Gate {
 	}
 	g := &Gate{ln: ln}
 	g.cond = sync.NewCond(&g.mu)
-	var conns []net.Conn
-	var cmu sync.Mutex
-	t.Cleanup(func() {
-		_ = ln.Close()
-		g.Open()
-		cmu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		cmu.Unlock()
-	})
+	t.Cleanup(g.Close)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -55,9 +58,9 @@ func NewGate(t testing.TB, port int) *Gate {
 				_ = c.Close()
 				continue
 			}
-			cmu.Lock()
-			conns = append(conns, c, s)
-			cmu.Unlock()
+			g.mu.Lock()
+			g.conns = append(g.conns, c, s)
+			g.mu.Unlock()
 			go g.pipe(s, c, true)
 			go g.pipe(c, s, false)
 		}
