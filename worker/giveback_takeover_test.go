@@ -24,26 +24,11 @@ import (
 // attempts lost in its history, its handler run once.
 func TestTakeoverClaimLandedUnansweredIsNotGivenBack(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := producer.New(ctx, ts.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scfg := streams.Config{}.WithDefaults()
-	store, err := kv.Open(ctx, ts.JS, scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fn := jetflow.Define[string]("giveback.takeover")
 	id := "takeover-1"
-	old := time.Now().Add(-time.Hour).UTC()
-	ghost := &jetflow.Run{ID: id, Name: fn.Name(), Kind: jetflow.Retryable, Args: []byte(`"x"`), State: jetflow.InProgress,
-		ScheduledTime: old, CreationTime: old, Attempts: 1, StartedTime: old, Heartbeat: old, Owner: "ghost"}
-	if _, err := engine.New(store).Write(ctx, engine.Open, engine.None, ghost, 0); err != nil {
-		t.Fatal(err)
-	}
+	ts, p, redeliver := lostWorkersRun(t, fn, id)
 
 	var ran atomic.Int32
 	gate, logs := gatedWorker(t, ts, 4*time.Second, func(w *worker.Worker) {
@@ -53,13 +38,8 @@ func TestTakeoverClaimLandedUnansweredIsNotGivenBack(t *testing.T) {
 		}, worker.Options{ClaimAfter: -1})
 	})
 
-	gate.HoldRepliesAfter([]byte("PUB " + streams.KVSubject(scfg.RunsBucket(), id)))
-	// The lost attempt's message, redelivered: no revision, not new, so
-	// the worker reads the record, finds the ghost's claim and takes over.
-	m := scfg.Message(streams.Envelope{Function: fn.Name(), ID: id, Attempt: 1, Scheduled: old, Created: old, Args: []byte(`"x"`)})
-	if _, err := ts.JS.PublishMsg(ctx, m); err != nil {
-		t.Fatal(err)
-	}
+	gate.HoldRepliesAfter([]byte("PUB " + streams.KVSubject(streams.Config{}.RunsBucket(), id)))
+	redeliver()
 	testserver.Eventually(t, time.Minute, "the worker giving up its claim", func() bool {
 		return strings.Contains(logs.String(), `msg="claim lost"`)
 	})
@@ -67,17 +47,8 @@ func TestTakeoverClaimLandedUnansweredIsNotGivenBack(t *testing.T) {
 		t.Fatalf("the takeover's claim did not land: %+v, %v", r, err)
 	}
 	gate.Open()
-	var r *jetflow.Run
-	testserver.Eventually(t, time.Minute, "the run ended", func() bool {
-		r, err = p.Get(ctx, id)
-		return err == nil && r.State.Terminal()
-	})
-	lost := 0
-	for _, a := range r.History {
-		if a.Outcome == "lost" {
-			lost++
-		}
-	}
+	r := waitTerminal(t, p, id, time.Minute)
+	lost := lostAttempts(r)
 	if r.State != jetflow.Success || ran.Load() != 1 || lost != 2 || r.Attempts < 2 {
 		t.Fatalf("run %s at attempt %d, handler ran %d times, %d lost attempts in its history %+v; want success, run once, 2 lost\n%s",
 			r.State, r.Attempts, ran.Load(), lost, r.History, logs.String())
@@ -96,26 +67,11 @@ func TestTakeoverClaimLandedUnansweredIsNotGivenBack(t *testing.T) {
 // without a scheduler's repair sweep).
 func TestTakenOverRunKeepsItsMessage(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	p, err := producer.New(ctx, ts.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	scfg := streams.Config{}.WithDefaults()
-	store, err := kv.Open(ctx, ts.JS, scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	fn := jetflow.Define[string]("takeover.keeps")
 	id := "takeover-keeps"
-	old := time.Now().Add(-time.Hour).UTC()
-	ghost := &jetflow.Run{ID: id, Name: fn.Name(), Kind: jetflow.Retryable, Args: []byte(`"x"`), State: jetflow.InProgress,
-		ScheduledTime: old, CreationTime: old, Attempts: 1, StartedTime: old, Heartbeat: old, Owner: "ghost"}
-	if _, err := engine.New(store).Write(ctx, engine.Open, engine.None, ghost, 0); err != nil {
-		t.Fatal(err)
-	}
+	ts, p, redeliver := lostWorkersRun(t, fn, id)
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
 	gate, _ := gatedWorker(t, ts, 4*time.Second, func(w *worker.Worker) {
@@ -124,10 +80,7 @@ func TestTakenOverRunKeepsItsMessage(t *testing.T) {
 			return nil
 		})
 	})
-	m := scfg.Message(streams.Envelope{Function: fn.Name(), ID: id, Attempt: 1, Scheduled: old, Created: old, Args: []byte(`"x"`)})
-	if _, err := ts.JS.PublishMsg(ctx, m); err != nil {
-		t.Fatal(err)
-	}
+	redeliver()
 	// Taken over, and heartbeating as attempt 2.
 	testserver.Eventually(t, time.Minute, "the gated worker running attempt 2", func() bool {
 		r, err := p.Get(ctx, id)
@@ -153,12 +106,55 @@ func TestTakenOverRunKeepsItsMessage(t *testing.T) {
 		defer cancel()
 		_ = w2.Stop(sctx)
 	})
-	var r *jetflow.Run
-	testserver.Eventually(t, time.Minute, "the run ended", func() bool {
-		r, err = p.Get(ctx, id)
-		return err == nil && r.State.Terminal()
-	})
-	if r.State != jetflow.Success || ran.Load() != 1 || r.Owner != "second" && r.History[len(r.History)-1].Worker != "second" {
-		t.Fatalf("run %s at attempt %d, the second worker ran it %d times, history %+v", r.State, r.Attempts, ran.Load(), r.History)
+	// The second worker takes over once the first's heartbeat is LostAfter
+	// old: attempt 3, both earlier attempts lost.
+	r := waitTerminal(t, p, id, time.Minute)
+	if r.State != jetflow.Success || ran.Load() != 1 || r.Attempts != 3 || lostAttempts(r) != 2 {
+		t.Fatalf("run %s at attempt %d, the second worker ran it %d times, history %+v; want success at attempt 3, run once by the second worker, 2 lost",
+			r.State, r.Attempts, ran.Load(), r.History)
 	}
+}
+
+// lostWorkersRun stores run id of fn as a worker that is gone left it (in
+// progress, attempt 1, its heartbeat an hour old) on a server of its own.
+// redeliver publishes the lost attempt's message again, as a redelivery
+// reads: no revision, not new, so the worker reads the record, finds the
+// lost claim and takes over.
+func lostWorkersRun(t *testing.T, fn jetflow.Function[string], id string) (*testserver.Env, *producer.Producer, func()) {
+	t.Helper()
+	ts := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg := streams.Config{}.WithDefaults()
+	store, err := kv.Open(ctx, ts.JS, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour).UTC()
+	ghost := &jetflow.Run{ID: id, Name: fn.Name(), Kind: jetflow.Retryable, Args: []byte(`"x"`), State: jetflow.InProgress,
+		ScheduledTime: old, CreationTime: old, Attempts: 1, StartedTime: old, Heartbeat: old, Owner: "ghost"}
+	if _, err := engine.New(store).Write(ctx, engine.Open, engine.None, ghost, 0); err != nil {
+		t.Fatal(err)
+	}
+	return ts, p, func() {
+		m := scfg.Message(streams.Envelope{Function: fn.Name(), ID: id, Attempt: 1, Scheduled: old, Created: old, Args: []byte(`"x"`)})
+		if _, err := ts.JS.PublishMsg(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// lostAttempts counts the attempts r's history records as lost.
+func lostAttempts(r *jetflow.Run) int {
+	n := 0
+	for _, a := range r.History {
+		if a.Outcome == "lost" {
+			n++
+		}
+	}
+	return n
 }
