@@ -202,8 +202,7 @@ func (w *Worker) giveBackClaim(claim *jetflow.Run, rev uint64) {
 		cur, err := w.store.GetLatest(ctx, claim.ID)
 		if err == nil && ownAttempt(cur, claim.Owner, claim.Attempts, claim.StartedTime) {
 			r := *cur
-			r.State, r.Attempts, r.Owner = jetflow.Pending, claim.Attempts-1, ""
-			r.Heartbeat, r.StartedTime = time.Time{}, time.Time{}
+			unclaimed(&r, claim.Attempts)
 			_, err = w.runs.Write(ctx, engine.Retry, jetflow.InProgress, &r, cur.Revision)
 			cancel()
 			switch {

@@ -668,13 +668,19 @@ func (w *Worker) unclaim(bg context.Context, j *jobCore) {
 	rev := j.rev
 	j.closed = true // no heartbeat may follow
 	j.mu.Unlock()
-	r.State, r.Attempts, r.Owner = jetflow.Pending, j.env.Attempt-1, ""
-	r.Heartbeat, r.StartedTime = time.Time{}, time.Time{}
+	unclaimed(&r, j.env.Attempt)
 	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
 	defer cancel()
 	if _, err := w.runs.Write(ctx, engine.Retry, jetflow.InProgress, &r, rev); err != nil {
 		w.log.Warn("giving back the claim of an interrupted run failed; it is retried after LostAfter", "run_id", r.ID, "error", err)
 	}
+}
+
+// unclaimed makes r, the record of attempt's claim, pending again as
+// before the claim: the attempt does not count.
+func unclaimed(r *jetflow.Run, attempt int) {
+	r.State, r.Attempts, r.Owner = jetflow.Pending, attempt-1, ""
+	r.Heartbeat, r.StartedTime = time.Time{}, time.Time{}
 }
 
 // call runs the handler through the middleware (telemetry's, then
