@@ -946,7 +946,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	}
 	r.Revision = newRev
 	w.releaseHeld(ctx, j, false)
-	if err := w.p.Dispatch(ctx, &r); err != nil {
+	if err := w.p.DispatchAt(ctx, &r, w.clock.Now()); err != nil {
 		w.log.Warn("schedule retry; repair sweep will", "run_id", r.ID, "error", err)
 	}
 	met.Retried.Add(ctx, 1, j.fn.attr)
