@@ -30,6 +30,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/workflow"
 	"github.com/nats-io/nats.go"
@@ -567,6 +568,148 @@ func compareWrites(t *testing.T, got, want []write) {
 		}
 		if (w.Ack != nil || g.Ack != nil) && !jsonEqual(g.Ack, w.Ack) {
 			t.Errorf("%s: ack %s, vector has %s", where, g.Ack, w.Ack)
+		}
+	}
+}
+
+type decodeFile struct {
+	Format  int            `json:"format"`
+	Vectors []decodeVector `json:"vectors"`
+}
+
+type decodeVector struct {
+	Name        string            `json:"name"`
+	Description string            `json:"description"`
+	Source      string            `json:"source"`
+	Key         string            `json:"key,omitempty"`
+	Revision    uint64            `json:"revision,omitempty"`
+	Subject     string            `json:"subject,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	BodyText    string            `json:"bodyText"`
+	StreamTime  string            `json:"streamTime,omitempty"`
+	Expect      json.RawMessage   `json:"expect,omitempty"`
+	Error       string            `json:"error,omitempty"`
+}
+
+// TestVectorsDecode decodes every record of decode.json with kv.Decode and
+// reads every waiting message of it with the producer's Get, from a real
+// server.
+func TestVectorsDecode(t *testing.T) {
+	var f decodeFile
+	readJSON(t, "decode.json", &f)
+	if f.Format != 1 {
+		t.Fatalf("decode.json: format %d", f.Format)
+	}
+	ts := testserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := ts.JS.Stream(ctx, "JETFLOW_FN")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	for i := range f.Vectors {
+		v := &f.Vectors[i]
+		if names[v.Name] {
+			t.Fatalf("vector %s twice", v.Name)
+		}
+		names[v.Name] = true
+		t.Run(v.Name, func(t *testing.T) {
+			var r *jetflow.Run
+			var err error
+			stored := "" // the stream's time of a message, as streamTime is
+			switch v.Source {
+			case "kv":
+				r, err = kv.Decode([]byte(v.BodyText), v.Revision)
+			case "message":
+				m := &nats.Msg{Subject: v.Subject, Header: nats.Header{}, Data: []byte(v.BodyText)}
+				for k, hv := range v.Headers {
+					m.Header[k] = []string{hv}
+				}
+				if _, err := ts.JS.PublishMsg(ctx, m); err != nil {
+					t.Fatal(err)
+				}
+				sm, err2 := fn.GetLastMsgForSubject(ctx, v.Subject)
+				if err2 != nil {
+					t.Fatal(err2)
+				}
+				stored = sm.Time.UTC().Format(time.RFC3339Nano)
+				r, err = p.Get(ctx, v.Subject[strings.LastIndexByte(v.Subject, '.')+1:])
+			default:
+				t.Fatalf("source %q", v.Source)
+			}
+			if kind := errorKind(err); kind != v.Error {
+				t.Fatalf("error: got %q (%v), vector has %q", kind, err, v.Error)
+			}
+			if err != nil {
+				return
+			}
+			got := decodedJSON(t, r)
+			if stored != "" {
+				got = json.RawMessage(strings.ReplaceAll(string(got), `"`+stored+`"`, `"`+v.StreamTime+`"`))
+			}
+			if updating() {
+				v.Expect = got
+				return
+			}
+			compareDecoded(t, got, v.Expect)
+		})
+	}
+	if updating() && !t.Failed() {
+		writeJSON(t, "decode.json", f)
+	}
+}
+
+// decodedJSON is run r as decode.json's expect writes it: the record's
+// fields, times in UTC, and its revision.
+func decodedJSON(t *testing.T, r *jetflow.Run) json.RawMessage {
+	t.Helper()
+	c := *r
+	for _, tp := range []*time.Time{&c.ScheduledTime, &c.CreationTime, &c.StartedTime, &c.Heartbeat, &c.CompletedTime} {
+		*tp = tp.UTC()
+	}
+	if c.Progress != nil {
+		pr := *c.Progress
+		pr.Updated = pr.Updated.UTC()
+		c.Progress = &pr
+	}
+	c.History = slices.Clone(c.History)
+	for i := range c.History {
+		c.History[i].StartedTime = c.History[i].StartedTime.UTC()
+		c.History[i].CompletedTime = c.History[i].CompletedTime.UTC()
+	}
+	b, err := json.Marshal(&c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev, _ := json.Marshal(r.Revision)
+	return append(append(b[:len(b)-1], `,"revision":`...), append(rev, '}')...)
+}
+
+// compareDecoded fails t naming each field where got and want differ.
+func compareDecoded(t *testing.T, got, want json.RawMessage) {
+	t.Helper()
+	var g, w map[string]any
+	if err := json.Unmarshal(got, &g); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(want, &w); err != nil {
+		t.Fatalf("expect: %v", err)
+	}
+	for _, k := range slices.Sorted(maps.Keys(w)) {
+		if gv, ok := g[k]; !ok {
+			t.Errorf("field %s: not decoded, vector has %s", k, mustJSON(w[k]))
+		} else if !reflect.DeepEqual(gv, w[k]) {
+			t.Errorf("field %s: decoded %s, vector has %s", k, mustJSON(gv), mustJSON(w[k]))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(g)) {
+		if _, ok := w[k]; !ok {
+			t.Errorf("field %s: decoded %s, not in the vector", k, mustJSON(g[k]))
 		}
 	}
 }
