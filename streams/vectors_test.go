@@ -108,20 +108,21 @@ type runOptions struct {
 // errorKinds maps the vectors' error kinds to Go's sentinels, the most
 // specific first (limits.json lists them too).
 var errorKinds = []struct {
-	kind string
-	err  error
+	kind   string
+	err    error
+	goName string
 }{
-	{"alreadyExists", producer.ErrAlreadyExists},
-	{"tooManyRuns", producer.ErrTooManyRuns},
-	{"argsTooLarge", producer.ErrArgsTooLarge},
-	{"invalidEventName", producer.ErrInvalidEventName},
-	{"notWorkflow", producer.ErrNotWorkflow},
-	{"workflowEnded", producer.ErrWorkflowEnded},
-	{"invalidName", jetflow.ErrInvalidName},
-	{"invalidRunId", jetflow.ErrInvalidRunID},
-	{"badArgs", jetflow.ErrBadArgs},
-	{"notFound", jetflow.ErrNotFound},
-	{"badRecord", jetflow.ErrBadRecord},
+	{"alreadyExists", producer.ErrAlreadyExists, "producer.ErrAlreadyExists"},
+	{"tooManyRuns", producer.ErrTooManyRuns, "producer.ErrTooManyRuns"},
+	{"argsTooLarge", producer.ErrArgsTooLarge, "producer.ErrArgsTooLarge"},
+	{"invalidEventName", producer.ErrInvalidEventName, "producer.ErrInvalidEventName"},
+	{"notWorkflow", producer.ErrNotWorkflow, "producer.ErrNotWorkflow"},
+	{"workflowEnded", producer.ErrWorkflowEnded, "producer.ErrWorkflowEnded"},
+	{"invalidName", jetflow.ErrInvalidName, "jetflow.ErrInvalidName"},
+	{"invalidRunId", jetflow.ErrInvalidRunID, "jetflow.ErrInvalidRunID"},
+	{"badArgs", jetflow.ErrBadArgs, "jetflow.ErrBadArgs"},
+	{"notFound", jetflow.ErrNotFound, "jetflow.ErrNotFound"},
+	{"badRecord", jetflow.ErrBadRecord, "jetflow.ErrBadRecord"},
 }
 
 func errorKind(err error) string {
@@ -710,6 +711,153 @@ func compareDecoded(t *testing.T, got, want json.RawMessage) {
 	for _, k := range slices.Sorted(maps.Keys(g)) {
 		if _, ok := w[k]; !ok {
 			t.Errorf("field %s: decoded %s, not in the vector", k, mustJSON(g[k]))
+		}
+	}
+}
+
+type limitsFile struct {
+	Format        int               `json:"format"`
+	MaxBatch      int               `json:"maxBatch"`
+	MaxBatchArgs  int               `json:"maxBatchArgs"`
+	RecordRoom    int               `json:"recordRoom"`
+	FunctionNames []limitValue      `json:"functionNames"`
+	RunIDs        []limitValue      `json:"runIds"`
+	EventNames    []limitValue      `json:"eventNames"`
+	Args          []limitArgs       `json:"args"`
+	Batches       []limitBatch      `json:"batches"`
+	ErrorKinds    map[string]string `json:"errorKinds"`
+}
+
+type limitValue struct {
+	Value json.RawMessage `json:"value"` // a string, or {"prefix", "repeat", "times"}
+	Valid bool            `json:"valid,omitempty"`
+	Error string          `json:"error,omitempty"`
+}
+
+func (v limitValue) text(t *testing.T) string {
+	t.Helper()
+	var s string
+	if json.Unmarshal(v.Value, &s) == nil {
+		return s
+	}
+	var r struct {
+		Prefix string `json:"prefix"`
+		Repeat string `json:"repeat"`
+		Times  int    `json:"times"`
+	}
+	if err := json.Unmarshal(v.Value, &r); err != nil || r.Repeat == "" || r.Times <= 0 {
+		t.Fatalf("value %s: neither a string nor a repeat", v.Value)
+	}
+	return r.Prefix + strings.Repeat(r.Repeat, r.Times)
+}
+
+type limitArgs struct {
+	MaxPayload int32  `json:"maxPayload"`
+	ArgsBytes  int    `json:"argsBytes"`
+	Error      string `json:"error,omitempty"`
+}
+
+type limitBatch struct {
+	MaxPayload    int32  `json:"maxPayload"`
+	Items         int    `json:"items"`
+	ArgsBytesEach int    `json:"argsBytesEach"`
+	Error         string `json:"error,omitempty"`
+}
+
+// argsOf is args that encode to n bytes: a JSON string of n-2 'a's.
+func argsOf(n int) json.RawMessage {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = 'a'
+	}
+	b[0], b[n-1] = '"', '"'
+	return b
+}
+
+// TestVectorsLimits checks limits.json against jetflow.ValidateName,
+// jetflow.ValidateRunID, the producer's SendEvent, Enqueue and Batch on
+// servers of the max payloads it names.
+func TestVectorsLimits(t *testing.T) {
+	var f limitsFile
+	readJSON(t, "limits.json", &f)
+	if f.Format != 1 || f.MaxBatch != producer.MaxBatch || f.MaxBatchArgs != producer.MaxBatchArgs || f.RecordRoom != 4096 {
+		t.Fatalf("limits.json: format %d maxBatch %d maxBatchArgs %d recordRoom %d; Go has 1, %d, %d, 4096",
+			f.Format, f.MaxBatch, f.MaxBatchArgs, f.RecordRoom, producer.MaxBatch, producer.MaxBatchArgs)
+	}
+	kinds := map[string]string{}
+	for _, k := range errorKinds {
+		kinds[k.kind] = k.goName
+	}
+	if !maps.Equal(f.ErrorKinds, kinds) {
+		t.Errorf("errorKinds: %v, Go's are %v", f.ErrorKinds, kinds)
+	}
+	check := func(what string, vs []limitValue, validate func(string) error) {
+		for _, v := range vs {
+			s := v.text(t)
+			err := validate(s)
+			if got := errorKind(err); got != v.Error || v.Valid != (err == nil) {
+				t.Errorf("%s %.40q (%d bytes): error %q (%v), vector has valid %t error %q", what, s, len(s), got, err, v.Valid, v.Error)
+			}
+		}
+	}
+	check("function name", f.FunctionNames, jetflow.ValidateName)
+	check("run id", f.RunIDs, jetflow.ValidateRunID)
+
+	servers := map[int32]*producer.Producer{}
+	envs := map[int32]*testserver.Env{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	prod := func(max int32) (*producer.Producer, *testserver.Env) {
+		if p := servers[max]; p != nil {
+			return p, envs[max]
+		}
+		ts := testserver.StartMaxPayload(t, max)
+		p, err := producer.New(ctx, ts.JS, producer.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		servers[max], envs[max] = p, ts
+		return p, ts
+	}
+	p, _ := prod(1 << 20)
+	check("event name", f.EventNames, func(name string) error {
+		err := p.SendEvent(ctx, "wf-none", name, 1)
+		if errors.Is(err, jetflow.ErrNotFound) {
+			return nil // the name passed; no such workflow
+		}
+		return err
+	})
+	stored := func(ts *testserver.Env) uint64 {
+		return ts.StreamMsgs(t, "JETFLOW_FN")
+	}
+	for _, a := range f.Args {
+		p, ts := prod(a.MaxPayload)
+		before := stored(ts)
+		_, err := p.Enqueue(ctx, jetflow.RawCall("limits.args", argsOf(a.ArgsBytes)))
+		if got := errorKind(err); got != a.Error {
+			t.Errorf("args of %d bytes, max payload %d: error %q (%v), vector has %q", a.ArgsBytes, a.MaxPayload, got, err, a.Error)
+		}
+		if n, want := stored(ts)-before, map[bool]uint64{true: 0, false: 1}[a.Error != ""]; n != want {
+			t.Errorf("args of %d bytes, max payload %d: %d runs stored, want %d", a.ArgsBytes, a.MaxPayload, n, want)
+		}
+	}
+	for _, b := range f.Batches {
+		p, ts := prod(b.MaxPayload)
+		before := stored(ts)
+		items := make([]producer.Item, b.Items)
+		for i := range items {
+			items[i] = producer.Item{Call: jetflow.RawCall("limits.batch", argsOf(b.ArgsBytesEach))}
+		}
+		_, err := p.Batch(ctx, items)
+		if got := errorKind(err); got != b.Error {
+			t.Errorf("batch of %d × %d bytes, max payload %d: error %q (%v), vector has %q", b.Items, b.ArgsBytesEach, b.MaxPayload, got, err, b.Error)
+		}
+		want := uint64(b.Items)
+		if b.Error != "" {
+			want = 0
+		}
+		if n := stored(ts) - before; n != want {
+			t.Errorf("batch of %d × %d bytes, max payload %d: %d runs stored, want %d", b.Items, b.ArgsBytesEach, b.MaxPayload, n, want)
 		}
 	}
 }
