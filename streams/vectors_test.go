@@ -716,16 +716,29 @@ func compareDecoded(t *testing.T, got, want json.RawMessage) {
 }
 
 type limitsFile struct {
-	Format        int               `json:"format"`
-	MaxBatch      int               `json:"maxBatch"`
-	MaxBatchArgs  int               `json:"maxBatchArgs"`
-	RecordRoom    int               `json:"recordRoom"`
-	FunctionNames []limitValue      `json:"functionNames"`
-	RunIDs        []limitValue      `json:"runIds"`
-	EventNames    []limitValue      `json:"eventNames"`
-	Args          []limitArgs       `json:"args"`
-	Batches       []limitBatch      `json:"batches"`
-	ErrorKinds    map[string]string `json:"errorKinds"`
+	Format        int          `json:"format"`
+	MaxBatch      int          `json:"maxBatch"`
+	MaxBatchArgs  int          `json:"maxBatchArgs"`
+	RecordRoom    int          `json:"recordRoom"`
+	FunctionNames []limitValue `json:"functionNames"`
+	RunIDs        []limitValue `json:"runIds"`
+	EventNames    []limitValue `json:"eventNames"`
+	Args          []limitArgs  `json:"args"`
+	Batches       []limitBatch `json:"batches"`
+	EventRoom     int          `json:"eventRoom"`
+	Events        []struct {
+		MaxPayload   int32  `json:"maxPayload"`
+		PayloadBytes int    `json:"payloadBytes"`
+		Error        string `json:"error"`
+	} `json:"events"`
+	WorkflowInputs []struct {
+		MaxPayload int32  `json:"maxPayload"`
+		ID         string `json:"id"`
+		Now        string `json:"now"`
+		InputBytes int    `json:"inputBytes"`
+		Error      string `json:"error,omitempty"`
+	} `json:"workflowInputs"`
+	ErrorKinds map[string]string `json:"errorKinds"`
 }
 
 type limitValue struct {
@@ -780,9 +793,9 @@ func argsOf(n int) json.RawMessage {
 func TestVectorsLimits(t *testing.T) {
 	var f limitsFile
 	readJSON(t, "limits.json", &f)
-	if f.Format != 1 || f.MaxBatch != producer.MaxBatch || f.MaxBatchArgs != producer.MaxBatchArgs || f.RecordRoom != 4096 {
-		t.Fatalf("limits.json: format %d maxBatch %d maxBatchArgs %d recordRoom %d; Go has 1, %d, %d, 4096",
-			f.Format, f.MaxBatch, f.MaxBatchArgs, f.RecordRoom, producer.MaxBatch, producer.MaxBatchArgs)
+	if f.Format != 1 || f.MaxBatch != producer.MaxBatch || f.MaxBatchArgs != producer.MaxBatchArgs || f.RecordRoom != 4096 || f.EventRoom != 1024 {
+		t.Fatalf("limits.json: format %d maxBatch %d maxBatchArgs %d recordRoom %d eventRoom %d; Go has 1, %d, %d, 4096, 1024",
+			f.Format, f.MaxBatch, f.MaxBatchArgs, f.RecordRoom, f.EventRoom, producer.MaxBatch, producer.MaxBatchArgs)
 	}
 	kinds := map[string]string{}
 	for _, k := range errorKinds {
@@ -858,6 +871,30 @@ func TestVectorsLimits(t *testing.T) {
 		}
 		if n := stored(ts) - before; n != want {
 			t.Errorf("batch of %d × %d bytes, max payload %d: %d runs stored, want %d", b.Items, b.ArgsBytesEach, b.MaxPayload, n, want)
+		}
+	}
+	for _, e := range f.Events {
+		p, _ := prod(e.MaxPayload)
+		err := p.SendEvent(ctx, "wf-none", "approve", argsOf(e.PayloadBytes))
+		if got := errorKind(err); got != e.Error {
+			t.Errorf("event payload of %d bytes, max payload %d: error %q (%v), vector has %q", e.PayloadBytes, e.MaxPayload, got, err, e.Error)
+		}
+	}
+	for _, w := range f.WorkflowInputs {
+		ts := testserver.StartMaxPayload(t, w.MaxPayload)
+		now := instant(t, w.Now)
+		p, err := producer.New(ctx, ts.JS, producer.Config{Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		def := workflow.Define("limits.flow", func(*workflow.Context, json.RawMessage) (json.RawMessage, error) { return nil, nil })
+		_, err = workflow.Start(ctx, p, def, argsOf(w.InputBytes), workflow.WithID(w.ID))
+		if got := errorKind(err); got != w.Error {
+			t.Errorf("workflow input of %d bytes, max payload %d: error %q (%v), vector has %q", w.InputBytes, w.MaxPayload, got, err, w.Error)
+		}
+		_, gerr := p.Get(ctx, w.ID)
+		if stored := gerr == nil; stored != (w.Error == "") {
+			t.Errorf("workflow input of %d bytes, max payload %d: stored %t (%v)", w.InputBytes, w.MaxPayload, stored, gerr)
 		}
 	}
 }
