@@ -458,29 +458,27 @@ func (c *capture) stop(t *testing.T) []write {
 	if err := c.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	n, _, err := c.sub.Pending()
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgs := make([]*nats.Msg, n)
-	for i := range msgs {
-		if msgs[i], err = c.sub.NextMsg(time.Second); err != nil {
-			t.Fatal(err)
+	defer func() { _ = c.sub.Unsubscribe() }()
+	out := []write{}
+	waiting := map[string]int{}     // reply subject -> write
+	early := map[string]*nats.Msg{} // replies seen before their request
+	reply := func(i int, m *nats.Msg) {
+		if out[i].Kind == "publish" {
+			out[i].Ack = normJSON(t, m.Data)
 		}
 	}
-	_ = c.sub.Unsubscribe()
-	out := []write{}
-	waiting := map[string]int{} // reply subject -> write
-	for _, m := range msgs {
+	add := func(m *nats.Msg) {
 		if i, ok := waiting[m.Subject]; ok {
 			delete(waiting, m.Subject)
-			if out[i].Kind == "publish" {
-				out[i].Ack = normJSON(t, m.Data)
-			}
-			continue
+			reply(i, m)
+			return
 		}
 		if !kept(m.Subject) {
-			continue
+			// Maybe a reply that overtook its request: JetStream's ack
+			// is sent from another goroutine than the one that hands the
+			// request to each subscriber.
+			early[m.Subject] = m
+			return
 		}
 		w := write{Subject: m.Subject, Headers: map[string]string{}, BodyText: string(m.Data)}
 		switch {
@@ -503,10 +501,38 @@ func (c *capture) stop(t *testing.T) []write {
 		if json.Valid(m.Data) {
 			w.Body = normJSON(t, m.Data)
 		}
-		if m.Reply != "" {
-			waiting[m.Reply] = len(out)
-		}
 		out = append(out, w)
+		if m.Reply == "" {
+			return
+		}
+		if r, ok := early[m.Reply]; ok {
+			delete(early, m.Reply)
+			reply(len(out)-1, r)
+			return
+		}
+		waiting[m.Reply] = len(out) - 1
+	}
+	n, _, err := c.sub.Pending()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		m, err := c.sub.NextMsg(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add(m)
+	}
+	// The server may deliver a reply to this connection a moment after the
+	// producer had it (an ack goes to each subscriber in turn): every
+	// request the producer made was answered, so wait for the answers.
+	deadline := time.Now().Add(5 * time.Second)
+	for len(waiting) > 0 {
+		m, err := c.sub.NextMsg(time.Until(deadline))
+		if err != nil {
+			t.Fatalf("replies to %d writes not seen: %v", len(waiting), err)
+		}
+		add(m)
 	}
 	return out
 }
