@@ -9,6 +9,8 @@ Environment:
   JETFLOW_VECTORS      the shared test vectors (default:
                        ../../streams/testdata/vectors from this package)
   JETFLOW_REQUIRE_VECTORS=1  fail, not skip, when they are missing
+  JETFLOW_PEER_REPO    a jetflow checkout to build the peer from when this
+                       one has no integration/internal/clientpeer yet
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def free_port() -> int:
 _built: dict[str, Path] = {}
 
 
-def go_binary(name: str, pkg: str) -> Path:
+def go_binary(name: str, pkg: str, repo: Path = REPO) -> Path:
     """Builds a Go program of this repository (or of its module cache) once
     per test session."""
     if name in _built:
@@ -54,7 +56,7 @@ def go_binary(name: str, pkg: str) -> Path:
         pytest.skip("go is not installed: the tests need a nats-server and the Go peer")
     BIN.mkdir(parents=True, exist_ok=True)
     out = BIN / name
-    r = subprocess.run(["go", "build", "-o", str(out), pkg], cwd=REPO, capture_output=True, text=True)
+    r = subprocess.run(["go", "build", "-o", str(out), pkg], cwd=repo, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"go build {pkg}: {r.stderr}")
     _built[name] = out
@@ -144,3 +146,76 @@ async def nc(server: Server) -> AsyncIterator[nats.aio.client.Client]:
     c = await nats.connect(server.url)
     yield c
     await c.close()
+
+
+PEER_PKG = "./integration/internal/clientpeer"
+
+
+def peer_binary() -> Path:
+    repo = REPO
+    if not (REPO / PEER_PKG).is_dir() and os.environ.get("JETFLOW_PEER_REPO"):
+        repo = Path(os.environ["JETFLOW_PEER_REPO"])
+    if not (repo / PEER_PKG).is_dir():
+        pytest.fail(f"no Go peer at {repo / PEER_PKG} (set JETFLOW_PEER_REPO to a checkout that has it)")
+    return go_binary("clientpeer", PEER_PKG, repo)
+
+
+class Peer:
+    """The Go peer (integration/internal/clientpeer): a worker and a
+    scheduler serving demo.echo, demo.sleep, demo.fail and the workflow
+    demo.flow, as a process of its own."""
+
+    def __init__(self, url: str, *args: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="jetflow-py-peer-"))
+        self.err = open(self.dir / "stderr.log", "wb")
+        self.proc = subprocess.Popen([str(peer_binary()), "-url", url, "-quiet", *args],
+                                     stdout=subprocess.PIPE, stderr=self.err)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + 60
+        import selectors
+
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        buf = b""
+        while b"READY" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or self.proc.poll() is not None:
+                raise RuntimeError(f"clientpeer did not start: {buf!r}\n{self.stderr()}")
+            if sel.select(left):
+                chunk = os.read(self.proc.stdout.fileno(), 4096)
+                if not chunk:
+                    continue
+                buf += chunk
+        sel.close()
+
+    def stderr(self) -> str:
+        try:
+            return (self.dir / "stderr.log").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.err.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def peer_server() -> Iterator[Server]:
+    """A server (1 MB max payload, as nats-server's default) with the Go
+    peer running against it; the peer provisions it."""
+    s = Server(max_payload=1 << 20)
+    peer = None
+    try:
+        peer = Peer(s.url)
+        yield s
+    finally:
+        if peer is not None:
+            peer.stop()
+        s.stop()
