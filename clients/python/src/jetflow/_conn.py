@@ -15,7 +15,9 @@ import asyncio
 import json
 import re
 import time
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar
+
+T = TypeVar("T")
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -267,16 +269,16 @@ def parse_ack(msg: Msg) -> dict[str, Any]:
         if transient_api(e):
             raise Transient(str(e))
         raise e
-    return resp
+    out: dict[str, Any] = resp
+    return out
 
 
-async def ride(op: Callable[[bool], Awaitable[Any]], deadline: float) -> Any:
+async def ride(op: Callable[[bool], Awaitable[T]], deadline: float, retried: bool = False) -> T:
     """Runs op until it succeeds, fails for good, or the deadline (a
     loop.time()) passes, trying again after Transient errors; op is told
     whether an earlier try may have landed (producer.ride)."""
     loop = asyncio.get_running_loop()
     delay = 0.025
-    retried = False
     while True:
         try:
             return await op(retried)

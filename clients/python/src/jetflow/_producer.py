@@ -71,22 +71,30 @@ class Pending:
     """A run scheduled by ``enqueue_async``: its id at once, durable once
     awaited (``await pending`` or ``await pending.wait()``) without error."""
 
-    __slots__ = ("id", "_wait", "_done", "_err")
+    __slots__ = ("id", "_fut", "_slow", "_done", "_err")
 
-    def __init__(self, run_id: str, wait: Callable[[], Awaitable[None]] | None = None,
-                 err: BaseException | None = None) -> None:
+    def __init__(self, run_id: str, fut: "asyncio.Future[Msg] | None" = None,
+                 slow: Callable[[], Awaitable[None]] | None = None, err: BaseException | None = None) -> None:
         self.id = run_id
-        self._wait = wait
-        self._done = wait is None
+        self._fut = fut
+        self._slow = slow
+        self._done = fut is None and slow is None
         self._err = err
 
     async def wait(self) -> str:
         """Returns the id once the run is durable; raises what scheduling
         it raised (a run that failed was not scheduled)."""
         if not self._done:
-            assert self._wait is not None
             try:
-                await self._wait()
+                if self._fut is not None:
+                    fut, self._fut = self._fut, None
+                    try:
+                        if ack_ok(await fut):
+                            self._slow = None
+                    except Transient:
+                        pass
+                if self._slow is not None:
+                    await self._slow()
             except BaseException as e:
                 self._err = e
             self._done = True
@@ -98,13 +106,29 @@ class Pending:
         return self.wait().__await__()
 
 
-class _Plan:
-    __slots__ = ("run_id", "name", "kind", "args", "sched", "created", "max_attempts", "timeout", "parent",
-                 "direct", "trace")
+def ack_ok(msg: Msg) -> bool:
+    """True for a plain acknowledgement of a stored message (read without a
+    JSON decoder); anything else (an error, a duplicate, no responders) is
+    for parse_ack and the confirming path."""
+    d = msg.data
+    return d[:11] == b'{"stream":"' and b'"error"' not in d and b'"duplicate"' not in d
 
-    def __init__(self, **kw: Any) -> None:
-        for k, v in kw.items():
-            setattr(self, k, v)
+
+@dataclass(slots=True)
+class _Plan:
+    """One run about to be scheduled: what prepare made of a call."""
+
+    run_id: str
+    name: str
+    kind: str
+    args: bytes
+    sched: int
+    created: int
+    max_attempts: int
+    timeout: int
+    parent: str
+    direct: bool
+    trace: dict[str, str] | None = None
 
     def envelope(self, rev: int = 0, new: bool = False) -> w.Envelope:
         return w.Envelope(self.name, self.run_id, rev=rev, attempt=1, max_attempts=self.max_attempts,
@@ -172,13 +196,7 @@ class Producer:
         self.retention = w.format_duration(w.to_duration_ns(retention))
         self.timeout = timeout
         self._now = now or time.time_ns
-        if new_id is None:
-            nuid = NUID()
-
-            def new_id() -> str:
-                return nuid.next().decode()
-
-        self._new_id = new_id
+        self._new_id: Callable[[], str] = new_id or w.IDs()
         self._wire = Wire(nc)
         up = prefix.upper()
         self.fn_stream = up + "_FN"
@@ -321,10 +339,12 @@ class Producer:
         fut = await self._wire.send(subject, body, headers, window=True)
         deadline = self._deadline()
 
-        async def wait() -> None:
-            await self._publish_direct(plan, subject, headers, body, deadline, first=fut)
+        async def slow() -> None:
+            # The first try failed or was answered otherwise than stored:
+            # confirmed with the leaders' reads, tried again if need be.
+            await self._publish_direct(plan, subject, headers, body, deadline, first=None, retried=True)
 
-        return Pending(plan.run_id, wait)
+        return Pending(plan.run_id, fut, slow)
 
     async def _run_at(self, at: int | None, call: Call, id: str | None, max_attempts: int | None,
                       timeout: Any, parent: str | None) -> str:
@@ -381,14 +401,19 @@ class Producer:
         return plan.run_id
 
     def _direct_message(self, plan: _Plan) -> tuple[str, dict[str, str], bytes]:
-        subject, headers, body = w.message(self.prefix, plan.envelope(new=True))
+        if plan.max_attempts or plan.timeout or plan.parent or plan.trace or plan.sched != plan.created:
+            subject, headers, body = w.message(self.prefix, plan.envelope(new=True))
+        else:  # the common case, as w.message makes it
+            subject = f"{self.prefix}.fn.{plan.name}.{plan.run_id}"
+            headers, body = {w.H_CREATED: w.format_time(plan.created), w.H_NEW: "1"}, plan.args
         headers[w.H_EXPECT_SUBJ_SEQ] = "0"
         return subject, headers, body
 
     # ------------------------------------------------ stored, and confirmed
 
     async def _publish_direct(self, plan: _Plan, subject: str, headers: dict[str, str], body: bytes,
-                              deadline: float, first: asyncio.Future[Msg] | None = None) -> None:
+                              deadline: float, first: asyncio.Future[Msg] | None = None,
+                              retried: bool = False) -> None:
         """Publishes a run due now without a record (its message is its
         pending record). Every try expects no message on the run's subject;
         one refused, or a later one answered "duplicate", is confirmed with
@@ -420,7 +445,16 @@ class Producer:
                     return
                 raise Transient(f"run {plan.run_id}: answered duplicate and not stored: trying again")
 
-        await ride(op, deadline)
+        if first is None and not retried:
+            # The common case without a coroutine per step: sent, stored.
+            fut = await self._wire.send(subject, body, headers, window=True)
+            try:
+                if ack_ok(await fut):
+                    return
+            except Transient:
+                retried = True
+            first = fut if not retried else None
+        await ride(op, deadline, retried=retried)
 
     async def _stored_direct(self, plan: _Plan) -> bool:
         if await self._leader_last(self.fn_stream, w.function_subject(self.prefix, plan.name, plan.run_id)) is not None:

@@ -69,9 +69,20 @@ def _valid_token(tok: str) -> bool:
     return bool(tok) and tok.isascii() and _TOKEN.match(tok) is not None
 
 
+_VALID_NAMES: set[str] = set()
+
+
 def validate_name(name: str) -> None:
     """Raises InvalidName unless name is what jetflow.ValidateName accepts:
     1-128 bytes of dot-separated tokens of ASCII letters, digits, '_', '-'."""
+    if name in _VALID_NAMES:
+        return
+    _check_name(name)
+    if len(_VALID_NAMES) < 4096:
+        _VALID_NAMES.add(name)
+
+
+def _check_name(name: str) -> None:
     if not isinstance(name, str):
         raise InvalidName(f"jetflow: invalid function name: {name!r} is not a string")
     if name == "" or len(name.encode()) > 128:
@@ -119,13 +130,35 @@ def segment_id(workflow_id: str, n: int) -> str:
     return derived_id(f"{workflow_id}-seg{n}")
 
 
+class IDs:
+    """Run ids: 22 characters of [0-9A-Za-z], unique without coordination
+    (a random prefix and a sequence from a random start, as nuid makes them;
+    cheaper than nats-py's NUID)."""
+
+    _ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        import secrets
+
+        self._prefix = "".join(secrets.choice(self._ALPHABET) for _ in range(10))
+        self._seq = secrets.randbelow(16**12 // 2)
+        self._inc = 33 + secrets.randbelow(333)
+
+    def __call__(self) -> str:
+        self._seq += self._inc
+        if self._seq >= 16**12:
+            self._reset()
+        return f"{self._prefix}{self._seq:012x}"
+
+
 # -------------------------------------------------------------------- times
 # Times are integers: nanoseconds since the Unix epoch, UTC. They cover the
 # years 0 through 9999, which Python's datetime does not (it starts at 1).
 
 NS = 1_000_000_000
-_FIRST_NS = None  # set below
-_LAST_NS = None
 
 
 def _days_from_civil(y: int, m: int, d: int) -> int:
@@ -150,8 +183,8 @@ def _civil_from_days(z: int) -> tuple[int, int, int]:
     return y + (m <= 2), m, d
 
 
-_FIRST_NS = _days_from_civil(0, 1, 1) * 86400 * NS
-_LAST_NS = (_days_from_civil(9999, 12, 31) * 86400 + 86399) * NS + NS - 1
+_FIRST_NS: int = _days_from_civil(0, 1, 1) * 86400 * NS
+_LAST_NS: int = (_days_from_civil(9999, 12, 31) * 86400 + 86399) * NS + NS - 1
 
 
 def time_fits(ns: int) -> bool:
@@ -159,15 +192,22 @@ def time_fits(ns: int) -> bool:
     return _FIRST_NS <= ns <= _LAST_NS
 
 
+_last_second: list[Any] = [None, ""]
+
+
 def format_time(ns: int) -> str:
     """Go's time.RFC3339Nano of a UTC time: trailing zeros of the fraction
     removed, and the dot with them when nothing is left."""
     secs, frac = divmod(ns, NS)
-    days, sod = divmod(secs, 86400)
-    y, m, d = _civil_from_days(days)
-    hh, rem = divmod(sod, 3600)
-    mm, ss = divmod(rem, 60)
-    out = f"{y:04d}-{m:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}"
+    if _last_second[0] == secs:
+        out = _last_second[1]
+    else:
+        days, sod = divmod(secs, 86400)
+        y, m, d = _civil_from_days(days)
+        hh, rem = divmod(sod, 3600)
+        mm, ss = divmod(rem, 60)
+        out = f"{y:04d}-{m:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}"
+        _last_second[0], _last_second[1] = secs, out
     if frac:
         out += "." + f"{frac:09d}".rstrip("0")
     return out + "Z"
