@@ -192,22 +192,24 @@ def time_fits(ns: int) -> bool:
     return _FIRST_NS <= ns <= _LAST_NS
 
 
-_last_second: list[Any] = [None, ""]
+_last_sec = -1 << 80
+_last_text = ""
 
 
 def format_time(ns: int) -> str:
     """Go's time.RFC3339Nano of a UTC time: trailing zeros of the fraction
     removed, and the dot with them when nothing is left."""
+    global _last_sec, _last_text
     secs, frac = divmod(ns, NS)
-    if _last_second[0] == secs:
-        out = _last_second[1]
+    if _last_sec == secs:
+        out = _last_text
     else:
         days, sod = divmod(secs, 86400)
         y, m, d = _civil_from_days(days)
         hh, rem = divmod(sod, 3600)
         mm, ss = divmod(rem, 60)
         out = f"{y:04d}-{m:02d}-{d:02d}T{hh:02d}:{mm:02d}:{ss:02d}"
-        _last_second[0], _last_second[1] = secs, out
+        _last_sec, _last_text = secs, out
     if frac:
         out += "." + f"{frac:09d}".rstrip("0")
     return out + "Z"
