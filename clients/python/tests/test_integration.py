@@ -163,9 +163,10 @@ async def test_cancel_pending_and_running(producer: Producer) -> None:
     assert not again.canceled and again.run.state is State.CANCELED
     # A running handler is stopped.
     rid = await producer.enqueue(sleep(SleepArgs(ms=20000)))
-    async for r in producer.watch(rid):
-        if r.state is State.IN_PROGRESS:
-            break
+    async with producer.watch(rid) as changes:
+        async for r in changes:
+            if r.state is State.IN_PROGRESS:
+                break
     t0 = time.monotonic()
     res = await producer.cancel(rid)
     assert res.canceled

@@ -18,7 +18,8 @@ from jetflow import Item, Producer, State
 
 from conftest import REPO, Peer, Server, provision
 
-PASSWORDS = {r: f"{r}-pass-0123" for r in ("admin", "producer", "worker", "scheduler", "dashboard", "cli", "nobody")}
+PASSWORDS = {r: f"{r}-pass-0123" for r in ("admin", "producer", "worker", "scheduler", "dashboard", "cli", "nobody",
+                                            "deaf")}
 
 
 def permissions_conf() -> str:
@@ -30,7 +31,9 @@ def permissions_conf() -> str:
     conf = m.group(1)
     i = conf.rstrip().rfind("]")
     nobody = ('    { user: nobody, password: $NOBODY_PASSWORD, permissions: {\n'
-              '      publish: { allow: ["nothing.here"] }, subscribe: { allow: ["_INBOX.>"] } } }\n  ')
+              '      publish: { allow: ["nothing.here"] }, subscribe: { allow: ["_INBOX.>"] } } }\n'
+              '    { user: deaf, password: $DEAF_PASSWORD, permissions: {\n'
+              '      publish: { allow: [">"] }, subscribe: { allow: ["nothing.here"] } } }\n  ')
     return conf[:i] + nobody + conf[i:]
 
 
@@ -130,5 +133,15 @@ async def test_without_the_role_the_error_comes_at_once(secured: Server) -> None
         with pytest.raises(jetflow.PermissionDenied):
             await Producer.create(nc)
         assert time.monotonic() - t0 < 1.0
+    finally:
+        await nc.close()
+
+    # A user who may not subscribe to its inbox gets no answers at all.
+    nc = await connect(secured, "deaf")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(jetflow.PermissionDenied) as ei:
+            await Producer.create(nc)
+        assert time.monotonic() - t0 < 1.0 and ei.value.subject.startswith("_inbox."), ei.value
     finally:
         await nc.close()

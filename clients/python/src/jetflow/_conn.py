@@ -115,13 +115,28 @@ class Wire:
         self._closed = False
         self._hook = _hook(nc)
         self._listener = self._on_permission
+        # Subscriptions the server refused (lower-cased subjects): replies
+        # on them never come, so what needs them fails at once.
+        self.denied_subs: dict[str, PermissionDenied] = {}
 
     async def start(self) -> None:
         self._prefix = self.nc.new_inbox()
         self._plen = len(self._prefix) + 1
-        self._sub = await self.nc.subscribe(self._prefix + ".*", cb=self._on_reply)
         self._hook.listeners.append(self._listener)
+        self._sub = await self.nc.subscribe(self._prefix + ".*", cb=self._on_reply)
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        await self.check_subscription(self._prefix + ".*")
+
+    async def check_subscription(self, subject: str) -> None:
+        """Raises PermissionDenied if the server refused the subscription to
+        subject (its error comes before the answer to a flush)."""
+        try:
+            await self.nc.flush(timeout=self.attempt_timeout * 2)
+        except Exception:
+            return  # no answer yet: a refusal would still be heard later
+        err = self.denied_subs.get(subject.lower())
+        if err is not None:
+            raise err
 
     async def close(self) -> None:
         if self._closed:
@@ -155,6 +170,9 @@ class Wire:
     def _on_permission(self, op: str, subject: str) -> None:
         # A refused subscription to our inbox fails everything waiting; a
         # refused publish fails the requests sent on that subject.
+        if op == "subscription":
+            self.denied_subs[subject] = PermissionDenied(
+                f"nats: permissions violation: Permissions Violation for Subscription to {subject!r}", subject=subject)
         every = op == "subscription" and subject.startswith(self._prefix.lower())
         for tok, p in list(self._pending.items()):
             if every or p.subject == subject:
@@ -193,6 +211,10 @@ class Wire:
         reply. window: count it in the pipelined window (waits when full)."""
         if self._closed:
             raise JetflowError("jetflow: producer closed")
+        if self.denied_subs:
+            err = self.denied_subs.get(self._prefix.lower() + ".*")
+            if err is not None:
+                raise err
         if window:
             await self._window.acquire()
         self._next += 1

@@ -1162,6 +1162,7 @@ class RunWatch:
         if self._sub is None:
             self._inbox = p.nc.new_inbox()
             self._sub = await p.nc.subscribe(self._inbox, cb=self._on_msg)
+            await p._wire.check_subscription(self._inbox)
         await self._stop_consumer()
         name = "jfw" + _NUID.next().decode()
         filt = f"$KV.{p.runs_bucket}.{self._id}"
