@@ -316,6 +316,27 @@ def test_limits() -> None:
         except jetflow.JetflowError as e:
             err = e.kind
         assert err == case.get("error"), case
+    assert lim.get("eventRoom", w.EVENT_ROOM) == w.EVENT_ROOM
+    for case in lim.get("events", []):
+        raw = jetflow._wire.encode_args("e" * (case["payloadBytes"] - 2))
+        assert len(raw) == case["payloadBytes"]
+        try:
+            w.check_event_size(len(raw), case["maxPayload"])
+            err = "notFound"  # within the limit: the workflow is read next, and there is none
+        except jetflow.JetflowError as e:
+            err = e.kind
+        assert err == case["error"], case
+    for case in lim.get("workflowInputs", []):
+        raw = jetflow._wire.encode_args("i" * (case["inputBytes"] - 2))
+        now = w.parse_time(case["now"])
+        seg = w.segment_args(case["id"], raw, now, now)
+        assert len(seg) == len(raw) + 92 + len(case["id"])  # {"wf":"<id>","n":1,"input":…,"scheduled":…,"created":…}
+        try:
+            w.check_workflow_args(len(raw), len(seg), case["maxPayload"])
+            err = None
+        except jetflow.JetflowError as e:
+            err = e.kind
+        assert err == case.get("error"), case
     kinds = lim.get("errorKinds", {})
     for kind, sentinel in kinds.items():
         cls = jetflow._errors.ERROR_KINDS.get(kind)

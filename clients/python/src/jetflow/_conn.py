@@ -131,7 +131,7 @@ class Wire:
         """Raises PermissionDenied if the server refused the subscription to
         subject (its error comes before the answer to a flush)."""
         try:
-            await self.nc.flush(timeout=self.attempt_timeout * 2)
+            await self.nc.flush(timeout=max(1, int(self.attempt_timeout * 2)))
         except Exception:
             return  # no answer yet: a refusal would still be heard later
         err = self.denied_subs.get(subject.lower())

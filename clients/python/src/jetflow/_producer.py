@@ -1013,13 +1013,11 @@ class Producer:
         if when is not None and not w.time_fits(when):
             raise BadArgs(f"jetflow: bad arguments: time {when}: a run record holds years 0 through 9999")
         sched = now if when is None or when < now else when
-        seg_args = ('{"wf":' + w.go_string(id) + ',"n":1,"input":' + raw.decode() + ',"scheduled":"' +
-                    w.format_time(sched) + '","created":"' + w.format_time(now) + '"}').encode()
-        limit = w.args_limit(self.max_payload) if self.max_payload > 0 else None
-        if limit is not None and len(seg_args) > limit:
-            raise ArgsTooLarge(f"producer: arguments too large (jetflow: bad arguments): workflow {name}: "
-                                 f"{len(raw)} bytes of input, {len(seg_args)} with its first segment's args, "
-                                 f"more than a run holds ({limit})")
+        seg_args = w.segment_args(id, raw, sched, now)
+        try:
+            w.check_workflow_args(len(raw), len(seg_args), self.max_payload)
+        except ArgsTooLarge as e:
+            raise ArgsTooLarge(f"workflow {name}: {e}") from None
         state = await self._direct_get(self.journal_stream, f"$KV.{self.journal_bucket}.=def.{name}")
         if state is not None and not _is_marker(state.headers) and state.data in (b"deprecated", b"deleted"):
             raise DefinitionInactive(f"workflow: definition not active: {name} is {state.data.decode()}")
@@ -1071,10 +1069,10 @@ class Producer:
         ArgsTooLarge, PermissionDenied."""
         w.validate_event_name(name)
         raw = w.encode_args(payload)
-        limit = w.event_limit(self.max_payload)
-        if limit is not None and len(raw) > limit:
-            raise ArgsTooLarge(f"producer: arguments too large: event {name}: {len(raw)} bytes of payload, "
-                                 f"more than an await's journal entry holds ({limit})")
+        try:
+            w.check_event_size(len(raw), self.max_payload)
+        except ArgsTooLarge as e:
+            raise ArgsTooLarge(f"event {name}: {e}") from None
         r = await self.get(workflow_id)
         if w.segment_id(workflow_id, 1) not in r.children:
             raise NotAWorkflow(f"run {workflow_id} ({r.name}): workflow: not a workflow")

@@ -851,3 +851,28 @@ def check_batch(count: int) -> None:
 def check_batch_args(total: int) -> None:
     if total > MAX_BATCH_ARGS:
         raise ArgsTooLarge(f"producer: arguments too large: {total} bytes in one call, limit {MAX_BATCH_ARGS}")
+
+
+def check_event_size(n: int, max_payload: int) -> None:
+    """An event's payload must fit the journal entry of the await that
+    consumes it (wfwire.EventLimit)."""
+    limit = event_limit(max_payload)
+    if limit is not None and n > limit:
+        raise ArgsTooLarge(f"producer: arguments too large: {n} bytes of payload, more than an await's "
+                           f"journal entry holds ({limit})")
+
+
+def segment_args(workflow_id: str, input_json: bytes, scheduled: int, created: int) -> bytes:
+    """The args of a workflow's first segment (wfwire.SegArgs): what the
+    worker needs to start it, the input among them."""
+    return ('{"wf":' + go_string(workflow_id) + ',"n":1,"input":' + input_json.decode() + ',"scheduled":"' +
+            format_time(scheduled) + '","created":"' + format_time(created) + '"}').encode()
+
+
+def check_workflow_args(input_len: int, seg_args_len: int, max_payload: int) -> None:
+    """A workflow's input must fit its first segment's args within a run's
+    args limit."""
+    if max_payload > 0 and seg_args_len > args_limit(max_payload):
+        raise ArgsTooLarge(f"producer: arguments too large (jetflow: bad arguments): {input_len} bytes of input, "
+                           f"{seg_args_len} with its first segment's args, more than a run holds "
+                           f"({args_limit(max_payload)})")
