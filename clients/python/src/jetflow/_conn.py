@@ -21,6 +21,7 @@ T = TypeVar("T")
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import MaxPayloadError
 
 from ._errors import JetflowError, PermissionDenied, ServerError, Timeout
 
@@ -115,6 +116,10 @@ class Wire:
         self._closed = False
         self._hook = _hook(nc)
         self._listener = self._on_permission
+        # nats-py's internals the fast publish uses (_hpub); without them,
+        # its public publish.
+        self._fast = all(hasattr(nc, a) for a in ("_send_command", "_flush_pending", "_flush_queue", "stats",
+                                                   "_max_payload"))
         # Subscriptions the server refused (lower-cased subjects): replies
         # on them never come, so what needs them fails at once.
         self.denied_subs: dict[str, PermissionDenied] = {}
@@ -222,12 +227,33 @@ class Wire:
         fut: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
         self._pending[tok] = _Pending(fut, subject.lower(), time.monotonic(), window)
         try:
-            await self.nc.publish(subject, payload, reply=self._prefix + "." + tok, headers=headers or None)
+            nc = self.nc
+            if headers and self._fast and nc.is_connected and not nc.is_draining_pubs:
+                await self._hpub(subject, self._prefix + "." + tok, headers, payload)
+            else:
+                await nc.publish(subject, payload, reply=self._prefix + "." + tok, headers=headers or None)
         except Exception as e:
             if self._pending.pop(tok, None) is not None and window:
                 self._window.release()
             raise _conn_error(e) from e
         return fut
+
+    async def _hpub(self, subject: str, reply: str, headers: dict[str, str], payload: bytes) -> None:
+        """nats-py's publish with headers, without its per-header checks
+        (the headers here are jetflow's own: names and values without line
+        breaks), which cost a publish about a third of its time."""
+        nc = self.nc
+        if len(payload) > nc._max_payload:
+            raise MaxPayloadError
+        hdr = ("NATS/1.0\r\n" + "".join([f"{k}: {v}\r\n" for k, v in headers.items()]) + "\r\n").encode()
+        n = len(hdr)
+        cmd = b"".join((b"HPUB ", subject.encode(), b" ", reply.encode(), b" %d %d\r\n" % (n, n + len(payload)),
+                        hdr, payload, b"\r\n"))
+        nc.stats["out_msgs"] += 1
+        nc.stats["out_bytes"] += len(payload)
+        await nc._send_command(cmd)
+        if nc._flush_queue is not None and nc._flush_queue.empty():
+            await nc._flush_pending()
 
     async def request(self, subject: str, payload: bytes = b"", headers: dict[str, str] | None = None) -> Msg:
         """A request: its reply, PermissionDenied at once, NoResponders, or
