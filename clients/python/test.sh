@@ -36,6 +36,7 @@ venv=${JETFLOW_PY_VENV:-.venv}
 "$venv/bin/python" -m pip install -q -e ".[test]"
 
 "$venv/bin/python" -m mypy --strict src/jetflow
+"$venv/bin/python" -m ruff check -q src tests bench ../../examples/python-producer
 
 export JETFLOW_REQUIRE_VECTORS=${JETFLOW_REQUIRE_VECTORS:-1}
 exec "$venv/bin/python" -m pytest -q -rs "$@"

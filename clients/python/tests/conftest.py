@@ -15,7 +15,6 @@ Environment:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -25,7 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
+from collections.abc import AsyncIterator, Iterator
 
 import nats
 import pytest
@@ -84,7 +84,7 @@ class Server:
                 break
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("nats-server did not start:\n" + self.tail())
+                    raise RuntimeError("nats-server did not start:\n" + self.tail()) from None
                 time.sleep(0.02)
 
     @property

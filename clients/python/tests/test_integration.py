@@ -8,7 +8,8 @@ import datetime as dt
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, TypedDict
+from typing import TypedDict
+from collections.abc import AsyncIterator
 
 import nats
 import pytest
@@ -94,7 +95,7 @@ async def test_run_after_fires(producer: Producer) -> None:
 
 
 async def test_run_at(producer: Producer) -> None:
-    when = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1.5)
+    when = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=1.5)
     rid = await producer.run_at(when, sleep(SleepArgs(ms=1)), id=uid("at"), max_attempts=2, timeout="5s")
     pending = await producer.get(rid)
     assert pending.state is State.PENDING and pending.max_attempts == 2

@@ -13,7 +13,7 @@ import tempfile
 import venv
 import zipfile
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

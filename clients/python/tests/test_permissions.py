@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Any, AsyncIterator, Iterator
+from typing import Any
+from collections.abc import Iterator
 
 import nats
 import pytest

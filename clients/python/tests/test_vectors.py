@@ -14,7 +14,6 @@ decode.json and limits.json need no server.
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 from typing import Any
 
@@ -221,7 +220,7 @@ async def test_produce(fresh: Fresh, vec: dict[str, Any]) -> None:
         want = vec["writes"]
         got_w = [(_kind(m), m.subject) for m in writes]
         assert got_w == [(x["kind"], x["subject"]) for x in want], f"{vec['name']}: writes"
-        for m, x in zip(writes, want):
+        for m, x in zip(writes, want, strict=True):
             where = f"{vec['name']}: {x['subject']}"
             assert dict(m.headers or {}) == x["headers"], where + ": headers"
             text = m.data.decode()

@@ -15,15 +15,16 @@ import asyncio
 import json
 import re
 import time
-from typing import Any, Awaitable, Callable, TypeVar
-
-T = TypeVar("T")
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import MaxPayloadError
 
 from ._errors import JetflowError, PermissionDenied, ServerError, Timeout
+
+T = TypeVar("T")
 
 _PERM_RE = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"', re.IGNORECASE)
 

@@ -10,7 +10,8 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Generator, Mapping, Sequence
+from typing import Any
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -36,7 +37,7 @@ from ._errors import (
     Timeout,
 )
 from ._function import Call, Function
-from ._run import BadMessage, Run, State, decode_message, decode_record
+from ._run import BadMessage, Run, decode_message, decode_record
 
 log = logging.getLogger("jetflow")
 
@@ -73,7 +74,7 @@ class Pending:
 
     __slots__ = ("id", "_fut", "_slow", "_done", "_err")
 
-    def __init__(self, run_id: str, fut: "asyncio.Future[Msg] | None" = None,
+    def __init__(self, run_id: str, fut: asyncio.Future[Msg] | None = None,
                  slow: Callable[[], Awaitable[None]] | None = None, err: BaseException | None = None) -> None:
         self.id = run_id
         self._fut = fut
@@ -186,7 +187,8 @@ class Producer:
     and tried again when nothing is there.
     """
 
-    def __init__(self, nc: NATS, *, prefix: str = "jetflow", retention: dt.timedelta | float | str = dt.timedelta(days=7),
+    def __init__(self, nc: NATS, *, prefix: str = "jetflow",
+                 retention: dt.timedelta | float | str = dt.timedelta(days=7),
                  timeout: float = 30.0, now: Callable[[], int] | None = None,
                  new_id: Callable[[], str] | None = None) -> None:
         if not w.valid_run_id(prefix) or len(prefix) > 32:
@@ -214,7 +216,7 @@ class Producer:
     @classmethod
     async def create(cls, nc: NATS, *, prefix: str = "jetflow", check: bool = True,
                      retention: dt.timedelta | float | str = dt.timedelta(days=7), timeout: float = 30.0,
-                     now: Callable[[], int] | None = None, new_id: Callable[[], str] | None = None) -> "Producer":
+                     now: Callable[[], int] | None = None, new_id: Callable[[], str] | None = None) -> Producer:
         """A producer on nc (a connected ``nats.aio.client.Client``).
 
         prefix: the deployment's prefix (``streams.Config.Prefix``).
@@ -243,7 +245,7 @@ class Producer:
         """Stops the producer's subscription (not the connection)."""
         await self._wire.close()
 
-    async def __aenter__(self) -> "Producer":
+    async def __aenter__(self) -> Producer:
         await self._start()
         return self
 
@@ -481,7 +483,7 @@ class Producer:
                                   plan.run_id, deadline, over_marker=headers)
 
     @staticmethod
-    def _ours(s: "_Stored", plan: _Plan) -> bool:
+    def _ours(s: _Stored, plan: _Plan) -> bool:
         """The stored record is the one plan wrote (an earlier try)."""
         try:
             cur = decode_record(s.data, s.seq)
@@ -949,7 +951,7 @@ class Producer:
 
     # ------------------------------------------------------- watch and wait
 
-    def watch(self, run_id: str) -> "RunWatch":
+    def watch(self, run_id: str) -> RunWatch:
         """An async iterator of run id's record as it changes: the current
         record first (a run not taken by a worker yet: its waiting message,
         as pending), then every new revision; it ends after a terminal
@@ -1122,10 +1124,10 @@ class RunWatch:
         self._sent = False
         self._done = False
 
-    def __aiter__(self) -> "RunWatch":
+    def __aiter__(self) -> RunWatch:
         return self
 
-    async def __aenter__(self) -> "RunWatch":
+    async def __aenter__(self) -> RunWatch:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -1205,7 +1207,7 @@ class RunWatch:
         while True:
             try:
                 msg = await asyncio.wait_for(self._q.get(), timeout=self.HEARTBEAT * 2.5)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 await self._consume()  # heartbeats stopped: the consumer is gone
                 continue
             assert msg is not None

@@ -6,13 +6,14 @@ import datetime as dt
 import enum
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from . import _wire as w
 from ._errors import BadRecord
 
 
-class State(str, enum.Enum):
+class State(enum.StrEnum):
     """The state of a run. The last three are terminal."""
 
     PENDING = "pending"
@@ -25,9 +26,6 @@ class State(str, enum.Enum):
     def terminal(self) -> bool:
         """True for success, failed and canceled: nothing changes it after."""
         return self.value in w.TERMINAL
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from ._errors import (
     ArgsTooLarge,
@@ -90,7 +91,8 @@ def _check_name(name: str) -> None:
     for tok in name.split("."):
         if not _valid_token(tok):
             raise InvalidName(
-                f"jetflow: invalid function name: {name!r}: tokens are letters, digits, '_' and '-' separated by single dots"
+                f"jetflow: invalid function name: {name!r}: tokens are letters, digits, '_' and '-' "
+                "separated by single dots"
             )
 
 
@@ -233,7 +235,9 @@ def parse_time(s: str) -> int:
     if not (1 <= d <= mdays[mo - 1]):
         raise ValueError(f"day out of range: {s!r}")
     frac = mt.group(7) or ""
-    ns = ((_days_from_civil(y, mo, d) * 86400 + hh * 3600 + mi * 60 + ss) * NS) + (int(frac.ljust(9, "0")) if frac else 0)
+    ns = (_days_from_civil(y, mo, d) * 86400 + hh * 3600 + mi * 60 + ss) * NS
+    if frac:
+        ns += int(frac.ljust(9, "0"))
     if mt.group(8) is None:
         oh, om = int(mt.group(10)), int(mt.group(11))
         if oh > 23 or om > 59:
@@ -425,9 +429,11 @@ def go_json(v: Any) -> str:
             try:
                 out = json.dumps(v, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
             except TypeError:
-                out = json.dumps(_to_jsonable(v), separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default)
+                out = json.dumps(_to_jsonable(v), separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                                 default=_default)
         else:
-            out = json.dumps(_to_jsonable(v), separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_default)
+            out = json.dumps(_to_jsonable(v), separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                             default=_default)
     except (TypeError, ValueError, RecursionError) as e:
         raise BadArgs(f"jetflow: bad arguments: {e}") from None
     if _MAYBE_FLOAT.search(out):
@@ -441,7 +447,7 @@ _MAYBE_FLOAT = re.compile(r"[0-9][.eE]")
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)')
 
 
-def _go_number(m: "re.Match[str]") -> str:
+def _go_number(m: re.Match[str]) -> str:
     tok = m.group(1)
     if tok is None or ("." not in tok and "e" not in tok and "E" not in tok):
         return m.group(0)
@@ -610,7 +616,7 @@ def plain(v: Any) -> Any:
 
 import datetime as _dt  # noqa: E402
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 
 
 def datetime_to_ns(t: _dt.datetime) -> int:
