@@ -56,7 +56,7 @@ async def main(url: str) -> int:
         # A run due later (a scheduler publishes it when due), watched.
         later = await producer.run_after(timedelta(seconds=1), sleep(SleepArgs(ms=300)))
         async for r in producer.watch(later):
-            pct = f" {r.progress.percent:.0f}%" if r.progress else ""
+            pct = f" {r.progress.percent:.0f}%" if r.progress and not r.terminal else ""
             print(f"watch: {later} {r.state}{pct}")
 
         # A batch, all or none.

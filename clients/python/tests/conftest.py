@@ -23,9 +23,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-from collections.abc import AsyncIterator, Iterator
 
 import nats
 import pytest

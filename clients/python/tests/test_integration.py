@@ -7,17 +7,16 @@ import asyncio
 import datetime as dt
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TypedDict
-from collections.abc import AsyncIterator
 
 import nats
 import pytest
 
 import jetflow
-from jetflow import Item, Producer, State
-
 from conftest import Server
+from jetflow import Item, Producer, State
 
 
 @dataclass

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 from collections.abc import AsyncIterator
+from typing import Any
 
 import nats
 import pytest
 
 import jetflow
-from jetflow import Item, Producer
-
 from conftest import Server, free_port
+from jetflow import Item, Producer
 
 
 class CutProxy:

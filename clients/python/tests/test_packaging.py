@@ -12,8 +12,8 @@ import tarfile
 import tempfile
 import venv
 import zipfile
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 

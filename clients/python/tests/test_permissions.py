@@ -8,16 +8,15 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from typing import Any
 from collections.abc import Iterator
+from typing import Any
 
 import nats
 import pytest
 
 import jetflow
-from jetflow import Item, Producer, State
-
 from conftest import REPO, Peer, Server, provision
+from jetflow import Item, Producer, State
 
 PASSWORDS = {r: f"{r}-pass-0123" for r in ("admin", "producer", "worker", "scheduler", "dashboard", "cli", "nobody",
                                             "deaf")}

@@ -21,10 +21,9 @@ import nats
 import pytest
 
 import jetflow
+from conftest import Server, load_vectors, provision
 from jetflow import _wire as w
 from jetflow._run import BadMessage, decode_message, decode_record
-
-from conftest import Server, load_vectors, provision
 
 
 def _ids(vec: dict[str, Any]) -> list[str]:

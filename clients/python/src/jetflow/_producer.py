@@ -9,9 +9,9 @@ import datetime as dt
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -22,12 +22,12 @@ from ._conn import APIError, NoResponders, Transient, Wire, parse_ack, ride
 from ._errors import (
     AlreadyExists,
     ArgsTooLarge,
-    InvalidName,
     BadArgs,
     BadRecord,
     BatchFailed,
     DefinitionInactive,
     Ended,
+    InvalidName,
     JetflowError,
     NotAWorkflow,
     NotFound,
@@ -96,7 +96,7 @@ class Pending:
                         pass
                 if self._slow is not None:
                     await self._slow()
-            except BaseException as e:
+            except Exception as e:  # (a cancel of the waiter leaves it to wait again)
                 self._err = e
             self._done = True
         if self._err is not None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping
 
 from . import _wire as w
 from ._errors import BadRecord

@@ -10,8 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ._errors import (
     ArgsTooLarge,
