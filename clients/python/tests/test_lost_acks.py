@@ -102,6 +102,8 @@ async def count(admin: Any, stream: str, subject: str) -> int:
 
 
 async def revisions(admin: Any, bucket: str, key: str) -> int:
+    """The key's messages in the bucket's stream: 1 for a record (a bucket
+    keeps one per key; a second create could only have been refused)."""
     r = await admin.request(f"$JS.API.STREAM.INFO.KV_{bucket}",
                             json.dumps({"subjects_filter": f"$KV.{bucket}.{key}"}).encode(), timeout=5)
     return int((json.loads(r.data)["state"].get("subjects") or {}).get(f"$KV.{bucket}.{key}", 0))
@@ -171,3 +173,19 @@ async def test_a_deleted_records_marker_is_written_over(proxied: tuple[Producer,
     assert await p.enqueue(jetflow.raw_call("lost.marker", 2), id=rid) == rid
     run = await p.get(rid)
     assert run.args == 2 and run.revision > 0
+
+
+async def test_cancel_whose_ack_is_lost_is_this_calls(proxied: tuple[Producer, CutProxy, Any]) -> None:
+    """The canceled record stored, its answer lost: the call finds its own
+    write (not a run that had ended) and goes on to remove the delayed
+    entry and tell the workers."""
+    p, proxy, admin = proxied
+    rid = await p.run_after(3600, jetflow.raw_call("lost.cancel", 1), id="lost-cancel-1")
+    proxy.armed = b"PUB $KV.jetflow_runs.lost-cancel-1 "
+    res = await p.cancel(rid)
+    assert proxy.cuts == 1
+    assert res.canceled and res.run.state is jetflow.State.CANCELED
+    assert (await p.get(rid)).state is jetflow.State.CANCELED
+    r = await admin.request("$JS.API.STREAM.INFO.KV_jetflow_delayed",
+                            json.dumps({"subjects_filter": f"$KV.jetflow_delayed.*.{rid}"}).encode(), timeout=5)
+    assert not json.loads(r.data)["state"].get("subjects"), "the delayed entry was removed"

@@ -680,6 +680,7 @@ class Producer:
         subject = f"$KV.{self.runs_bucket}.{run_id}"
         leader = False
         deadline = self._deadline()
+        tried: dict[str, str] = {}  # completedTime written -> the state it replaced
         for _ in range(64):
             if leader:
                 s = await self._confirm_last(self.runs_stream, subject)
@@ -714,6 +715,7 @@ class Producer:
                 rec["error"] = _CANCELED_ERROR
                 if q.parent:
                     rec["parent"] = q.parent
+                tried[rec["completedTime"]] = "pending"
                 try:
                     await self._write(rec, q, 0, "", now, deadline)
                 except _Conflict:
@@ -726,10 +728,14 @@ class Producer:
                 raise BadRecord(f"jetflow: unreadable run record {run_id} (revision {s.seq}): {e}") from None
             prev = run.state.value
             if run.terminal:
+                mine = tried.get(run.to_dict().get("completedTime", ""))
+                if run.state.value == "canceled" and run.error == _CANCELED_ERROR and mine is not None:
+                    return rec, run, mine, False  # this call's write, whose answer was lost
                 return rec, run, prev, True
             rec["state"] = "canceled"
             rec["completedTime"] = w.format_time(now)
             rec["error"] = _CANCELED_ERROR
+            tried[rec["completedTime"]] = prev
             try:
                 rev = await self._write(rec, run, s.seq, prev, now, deadline)
             except _Conflict:
