@@ -66,14 +66,15 @@ def go_binary(name: str, pkg: str, repo: Path = REPO) -> Path:
 class Server:
     """A nats-server process with JetStream, on a port of its own."""
 
-    def __init__(self, conf: str = "", max_payload: int = 8 << 20, env: dict[str, str] | None = None) -> None:
+    def __init__(self, conf: str = "", max_payload: int = 8 << 20, env: dict[str, str] | None = None,
+                 js: str = "") -> None:
         self.bin = go_binary("nats-server", "github.com/nats-io/nats-server/v2")
         self.dir = Path(tempfile.mkdtemp(prefix="jetflow-py-nats-"))
         self.port = free_port()
         path = self.dir / "server.conf"
         path.write_text(f'listen: "127.0.0.1:{self.port}"\nserver_name: py{self.port}\n'
                         f'max_payload: {max_payload}\n'
-                        f'jetstream {{ store_dir: "{self.dir / "js"}" }}\n' + conf)
+                        f'jetstream {{\n  store_dir: "{self.dir / "js"}"\n  {js}\n}}\n' + conf)
         self.log = open(self.dir / "server.log", "wb")
         self.proc = subprocess.Popen([str(self.bin), "-c", str(path)], stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})})

@@ -189,3 +189,4 @@ async def test_cancel_whose_ack_is_lost_is_this_calls(proxied: tuple[Producer, C
     r = await admin.request("$JS.API.STREAM.INFO.KV_jetflow_delayed",
                             json.dumps({"subjects_filter": f"$KV.jetflow_delayed.*.{rid}"}).encode(), timeout=5)
     assert not json.loads(r.data)["state"].get("subjects"), "the delayed entry was removed"
+

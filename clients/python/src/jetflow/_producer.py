@@ -190,10 +190,14 @@ class Producer:
     def __init__(self, nc: NATS, *, prefix: str = "jetflow",
                  retention: dt.timedelta | float | str = dt.timedelta(days=7),
                  timeout: float = 30.0, now: Callable[[], int] | None = None,
-                 new_id: Callable[[], str] | None = None) -> None:
+                 new_id: Callable[[], str] | None = None, domain: str | None = None) -> None:
         if not w.valid_run_id(prefix) or len(prefix) > 32:
             raise InvalidName(f"jetflow: invalid prefix {prefix!r}: one token of letters, digits, '_' or '-'")
+        if domain is not None and not w.valid_run_id(domain):
+            raise InvalidName(f"jetflow: invalid JetStream domain {domain!r}")
         self.nc = nc
+        # The JetStream API's prefix: $JS.API, or $JS.<domain>.API.
+        self.api = f"$JS.{domain}.API" if domain else "$JS.API"
         self.prefix = prefix
         self.retention = w.format_duration(w.to_duration_ns(retention))
         self.timeout = timeout
@@ -216,7 +220,8 @@ class Producer:
     @classmethod
     async def create(cls, nc: NATS, *, prefix: str = "jetflow", check: bool = True,
                      retention: dt.timedelta | float | str = dt.timedelta(days=7), timeout: float = 30.0,
-                     now: Callable[[], int] | None = None, new_id: Callable[[], str] | None = None) -> Producer:
+                     domain: str | None = None, now: Callable[[], int] | None = None,
+                     new_id: Callable[[], str] | None = None) -> Producer:
         """A producer on nc (a connected ``nats.aio.client.Client``).
 
         prefix: the deployment's prefix (``streams.Config.Prefix``).
@@ -226,11 +231,12 @@ class Producer:
         user without the producer role of docs/permissions.md.
         retention: ``streams.Config.Retention`` (the ``Nats-TTL`` of the
         records ``cancel`` ends). timeout: how long one call rides out an
-        election or a reconnect before Timeout. now (nanoseconds since the
+        election or a reconnect before Timeout. domain: a JetStream domain
+        (its API is $JS.<domain>.API), as nats.go's jetstream.WithDomain. now (nanoseconds since the
         epoch) and new_id (run ids) replace the clock and the id generator
         (tests).
         """
-        p = cls(nc, prefix=prefix, retention=retention, timeout=timeout, now=now, new_id=new_id)
+        p = cls(nc, prefix=prefix, retention=retention, timeout=timeout, now=now, new_id=new_id, domain=domain)
         await p._start()
         if check:
             await p.check()
@@ -268,7 +274,7 @@ class Producer:
         async def info(stream: str) -> str | None:
             async def op(_: bool) -> str | None:
                 try:
-                    await self._wire.api(f"$JS.API.STREAM.INFO.{stream}")
+                    await self._wire.api(f"{self.api}.STREAM.INFO.{stream}")
                 except APIError as e:
                     if e.err_code == 10059 or e.code == 404:
                         return stream
@@ -546,7 +552,7 @@ class Producer:
         """The last message on subject by a direct get (any replica)."""
 
         async def op(_: bool) -> _Stored | None:
-            msg = await self._wire.request(f"$JS.API.DIRECT.GET.{stream}.{subject}")
+            msg = await self._wire.request(f"{self.api}.DIRECT.GET.{stream}.{subject}")
             h = msg.headers or {}
             status = h.get("Status", "")
             if status == "404":
@@ -565,7 +571,7 @@ class Producer:
 
         async def op(_: bool) -> _Stored | None:
             try:
-                resp = await self._wire.api(f"$JS.API.STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
+                resp = await self._wire.api(f"{self.api}.STREAM.MSG.GET.{stream}", {"last_by_subj": subject})
             except APIError as e:
                 if e.err_code == w_ERR_NOT_FOUND or e.code == 404:
                     return None
@@ -787,7 +793,7 @@ class Producer:
         body["filter"] = subject
 
         async def op(_: bool) -> None:
-            await self._wire.api(f"$JS.API.STREAM.PURGE.{stream}", body)
+            await self._wire.api(f"{self.api}.STREAM.PURGE.{stream}", body)
 
         await ride(op, self._deadline())
 
@@ -1154,7 +1160,7 @@ class RunWatch:
         if self._consumer:
             name, self._consumer = self._consumer, ""
             try:
-                await self._p._wire.api(f"$JS.API.CONSUMER.DELETE.{self._p.runs_stream}.{name}")
+                await self._p._wire.api(f"{self._p.api}.CONSUMER.DELETE.{self._p.runs_stream}.{name}")
             except Exception:
                 pass  # it expires on its own (inactive threshold)
 
@@ -1185,7 +1191,7 @@ class RunWatch:
         self._last_cseq = 0
 
         async def op(_: bool) -> dict[str, Any]:
-            return await p._wire.api(f"$JS.API.CONSUMER.CREATE.{p.runs_stream}.{name}.{filt}",
+            return await p._wire.api(f"{p.api}.CONSUMER.CREATE.{p.runs_stream}.{name}.{filt}",
                                      {"stream_name": p.runs_stream, "config": cfg, "action": "create"})
 
         info = await ride(op, p._deadline())
