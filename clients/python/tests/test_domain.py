@@ -6,9 +6,8 @@ from __future__ import annotations
 import nats
 
 import jetflow
-from jetflow import Producer
-
 from conftest import Server, provision
+from jetflow import Producer
 
 
 async def test_a_jetstream_domain() -> None:
