@@ -7,8 +7,9 @@ the same size, from the same nats-py client in the same run.
 Prints, per payload size, runs/s of ``enqueue_async`` (pipelined, each run
 awaited until stored) and of ``js.publish_async`` (pipelined, each ack
 awaited) of the same bytes on the function stream, and their ratio, then of
-``enqueue`` called concurrently against ``js.publish`` likewise. Rounds
-alternate (raw, client, raw, client, ...); the best round of each is kept.
+``enqueue`` called concurrently against ``js.publish`` likewise. Each round
+is a pair run back to back (raw then client, then client then raw, ...);
+the medians of the rates and of the pairs' ratios are printed.
 Target (issue 28): a ratio of at least 0.5.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -85,15 +87,25 @@ async def bench(url: str, n: int, sizes: list[int], rounds: int, concurrency: in
             for label, raw, cli in (("async", raw_async, client_async), ("concurrent", raw_conc, client_conc)):
                 await raw(min(n, 2000))  # warm up
                 await cli(min(n, 2000))
-                best_raw = best_cli = 0.0
-                for _ in range(rounds):
-                    best_raw = max(best_raw, await rate(n, raw))
-                    best_cli = max(best_cli, await rate(n, cli))
+                raws, clis, ratios = [], [], []
+                for i in range(rounds):
+                    # Pairs run back to back, in alternating order: the ratio
+                    # of each pair sees the same machine load.
+                    if i % 2 == 0:
+                        r, c = await rate(n, raw), await rate(n, cli)
+                    else:
+                        c, r = await rate(n, cli), await rate(n, raw)
+                    raws.append(r)
+                    clis.append(c)
+                    ratios.append(c / r)
                     await purge(nc)
-                row = {"size": size, "mode": label, "raw": best_raw, "enqueue": best_cli, "ratio": best_cli / best_raw}
+                row = {"size": size, "mode": label, "raw": statistics.median(raws),
+                       "enqueue": statistics.median(clis), "ratio": statistics.median(ratios),
+                       "ratios": [round(x, 2) for x in ratios]}
                 out.append(row)
-                print(f"{size:>6} B  {label:<10}  raw JetStream publish {best_raw:>9.0f}/s   "
-                      f"jetflow enqueue {best_cli:>9.0f}/s   ratio {row['ratio']:.2f}", flush=True)
+                print(f"{size:>6} B  {label:<10}  raw JetStream publish {row['raw']:>9.0f}/s   "
+                      f"jetflow enqueue {row['enqueue']:>9.0f}/s   ratio {row['ratio']:.2f} "
+                      f"(median of {rounds} pairs: {' '.join(f'{x:.2f}' for x in ratios)})", flush=True)
     finally:
         await p.close()
         await nc.close()
@@ -108,9 +120,9 @@ async def purge(nc: Any) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--url", default="", help="a provisioned NATS server (default: start one)")
-    ap.add_argument("-n", type=int, default=20000, help="runs per round")
+    ap.add_argument("-n", type=int, default=10000, help="runs per round")
     ap.add_argument("--sizes", default="128,1024", help="payload sizes in bytes, comma separated")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--concurrency", type=int, default=1000, help="callers at once in the concurrent mode")
     ap.add_argument("--min-ratio", type=float, default=0.0, help="exit 1 if an async ratio is below this")
     a = ap.parse_args()
