@@ -53,3 +53,27 @@ func TestBugsAreFound(t *testing.T) {
 		})
 	}
 }
+
+var ratesFlag = flag.Bool("sim.rates", false, "print how many of the seeds find each bug")
+
+// TestBugRates (with -sim.rates) counts, per bug, the seeds of 1..n that
+// find it: the figures of docs/design/simulation.md.
+func TestBugRates(t *testing.T) {
+	if !*ratesFlag {
+		t.Skip("no -sim.rates")
+	}
+	n := seeds()
+	for _, c := range bugCases {
+		found, first := 0, uint64(0)
+		for s := uint64(1); s <= uint64(n); s++ {
+			if r := Run(Config{Seed: s, Bugs: c.bugs}); r.Violation != "" {
+				found++
+				if first == 0 {
+					first = s
+					t.Logf("%s: seed %d: %s", c.name, s, r.Violation)
+				}
+			}
+		}
+		t.Logf("%s: found by %d of %d seeds (first: %d)", c.name, found, n, first)
+	}
+}
