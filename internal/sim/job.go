@@ -25,6 +25,9 @@ func (k *worker) advance(j *job) {
 }
 
 func (k *worker) lateClaim(j *job) {
+	if j.pending != nil && j.pending.step != engine.Claim {
+		return // its outcome is under way: no claim after it
+	}
 	if j.pending == nil {
 		j.pending = &op{rec: record{ID: j.id, State: jetflow.InProgress, Attempts: j.attempt, Owner: k.name, AMO: j.amo,
 			Beat: k.wall(), Token: k.w.token()}, step: engine.Claim, from: jetflow.Pending, expect: j.rev}

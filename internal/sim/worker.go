@@ -143,8 +143,11 @@ func (k *worker) reconnect() {
 		return
 	}
 	k.replay, k.replayBefore, k.graceUntil = true, k.w.now, k.w.now+replayGrace
-	for _, j := range k.jobs {
-		j.claimNow = true
+	for _, id := range sortedKeys(k.jobs) {
+		if j := k.jobs[id]; !j.claimed {
+			j.claimNow = true
+			k.lateClaim(j)
+		}
 	}
 }
 
@@ -153,6 +156,12 @@ func (k *worker) act() {
 		return
 	}
 	ids := sortedKeys(k.jobs)
+	for _, id := range ids {
+		if j := k.jobs[id]; j.claimNow && !j.claimed && (j.pending == nil || j.pending.step == engine.Claim) {
+			k.advance(j) // claims after a reconnect come first
+			return
+		}
+	}
 	if len(k.socket) > 0 && (len(ids) == 0 || k.w.rng.IntN(2) == 0) {
 		d := k.socket[0]
 		k.socket = k.socket[1:]
