@@ -109,7 +109,7 @@ func (s *Scheduler) repair(ctx context.Context, seed bool) (int, error) {
 		if h.State == jetflow.InProgress {
 			running = append(running, h)
 		}
-		if h.State.Terminal() && !h.Notify.IsZero() && h.Notify.Before(cut) && h.Notify.After(recent) {
+		if h.State.Terminal() && notifyDue(h.Notify, cut, recent) {
 			notify = append(notify, h)
 		}
 	})
@@ -341,4 +341,14 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		}
 	}
 	return n
+}
+
+// notifyDue reports whether a terminal record's completion time, notify,
+// falls in the sweep's window for on-complete callbacks: after recent and
+// before cut (zero: no callback).
+func notifyDue(notify, cut, recent time.Time) bool {
+	if notify.IsZero() {
+		return false
+	}
+	return notify.Before(cut) && notify.After(recent)
 }

@@ -710,6 +710,9 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// A stop of the worker's work (StopAndCancel, or Stop past its ctx)
+	// cancels this handler too, with its cause.
+	defer context.AfterFunc(w.work, func() { cancel(context.Cause(w.work)) })()
 	timeout := e.opts.Timeout
 	if env.Timeout > 0 {
 		timeout = env.Timeout
@@ -778,7 +781,7 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 // lost). A failed write leaves the claim to LostAfter.
 func (w *Worker) unclaim(bg context.Context, j *jobCore) {
 	j.mu.Lock()
-	if j.fn.kind != jetflow.Retryable || j.rec == nil || j.rec.State != jetflow.InProgress || j.rev == 0 {
+	if !j.claimedRetryable() {
 		j.mu.Unlock()
 		return
 	}
@@ -946,8 +949,27 @@ func (w *Worker) writeRecord(ctx context.Context, step engine.Step, from jetflow
 }
 
 func sameOutcome(a, b *jetflow.Run) bool {
-	return a.State == b.State && a.Attempts == b.Attempts && a.CompletedTime.Equal(b.CompletedTime) &&
-		a.ScheduledTime.Equal(b.ScheduledTime) && a.Error == b.Error
+	return outcomeOf(a) == outcomeOf(b)
+}
+
+// outcome is what an outcome write sets, comparable.
+type outcome struct {
+	state                jetflow.State
+	attempts             int
+	completed, scheduled instant
+	err                  string
+}
+
+// instant is a time, comparable with == across locations.
+type instant struct {
+	sec  int64
+	nsec int
+}
+
+func instantOf(t time.Time) instant { return instant{t.Unix(), t.Nanosecond()} }
+
+func outcomeOf(r *jetflow.Run) outcome {
+	return outcome{r.State, r.Attempts, instantOf(r.CompletedTime), instantOf(r.ScheduledTime), r.Error}
 }
 
 // outcomeLost handles a terminal write that lost its compare-and-swap: the
@@ -1083,4 +1105,13 @@ func (w *Worker) complete(ctx context.Context, r *jetflow.Run) {
 	if err := w.p.Complete(ctx, r); err != nil {
 		w.log.Warn("on-complete; repair sweep will", "run_id", r.ID, "error", err)
 	}
+}
+
+// claimedRetryable reports whether j is a retryable run whose claim this
+// worker wrote (an inProgress record at a known revision). j.mu is held.
+func (j *jobCore) claimedRetryable() bool {
+	if j.fn.kind != jetflow.Retryable || j.rec == nil {
+		return false
+	}
+	return j.rec.State == jetflow.InProgress && j.rev != 0
 }
