@@ -36,7 +36,7 @@ import {
   parseRFC3339,
   timeFits,
 } from "./time.js";
-import { argsLimit, isValidRunID, MAX_BATCH, MAX_CALL_ARGS, RECORD_ROOM, validateEventName, validateName, validateRunID } from "./validate.js";
+import { argsLimit, checkRunArgs, isValidRunID, MAX_BATCH, MAX_CALL_ARGS, validateEventName, validateName, validateRunID } from "./validate.js";
 import {
   compactGo,
   decodeRecord,
@@ -329,7 +329,7 @@ export class Client {
             await c.api(`$JS.API.STREAM.INFO.${s}`, undefined, 5000);
           } catch (e) {
             if (e instanceof ApiError && e.status === 404) {
-              throw new JetflowError("not_provisioned", "streams: not provisioned", `stream ${s} is missing: start a jetflow worker or run \`jetflow provision\` first`);
+              throw new JetflowError("notProvisioned", "streams: not provisioned", `stream ${s} is missing: start a jetflow worker or run \`jetflow provision\` first`);
             }
             throw e;
           }
@@ -432,10 +432,7 @@ export class Client {
 
   /** checkSize is producer.checkSize: one run's args fit a record on this server. */
   private checkSize(n: number): void {
-    const max = this.maxPayload;
-    if (max > 0 && n + RECORD_ROOM > max) {
-      throw new ArgsTooLargeError(`${n} bytes of args, server max payload ${max}`);
-    }
+    checkRunArgs(n, this.maxPayload);
   }
 
   /**
@@ -885,7 +882,7 @@ export class Client {
         }
       }
     }
-    if (errs.length > 0) throw new JetflowError("cancel_incomplete", "producer: cancel incomplete", errs.join("; "));
+    if (errs.length > 0) throw new JetflowError("cancelIncomplete", "producer: cancel incomplete", errs.join("; "));
     return { canceled: true, run: marked.run };
   }
 

@@ -4,7 +4,7 @@
 
 /** The base class of every error this package throws on purpose. */
 export class JetflowError extends Error {
-  /** A stable, machine-readable code (e.g. "already_exists"). */
+  /** A stable, machine-readable code (e.g. "alreadyExists"). */
   readonly code: string;
   /** The text of the Go sentinel error this one matches. */
   readonly sentinel: string;
@@ -24,7 +24,7 @@ export class JetflowError extends Error {
 export class AlreadyExistsError extends JetflowError {
   readonly id: string;
   constructor(id: string, detail?: string) {
-    super("already_exists", "producer: run already exists", detail ?? `run ${id}`);
+    super("alreadyExists", "producer: run already exists", detail ?? `run ${id}`);
     this.id = id;
   }
 }
@@ -32,35 +32,35 @@ export class AlreadyExistsError extends JetflowError {
 /** Arguments above a limit: 8 MB per call, or one run's server limit. */
 export class ArgsTooLargeError extends JetflowError {
   constructor(detail?: string) {
-    super("args_too_large", "producer: arguments too large", detail);
+    super("argsTooLarge", "producer: arguments too large", detail);
   }
 }
 
 /** Arguments (or an event payload, or a time) that cannot be encoded. */
 export class BadArgsError extends JetflowError {
   constructor(detail?: string, options?: { cause?: unknown }) {
-    super("bad_args", "jetflow: bad arguments", detail, options);
+    super("badArgs", "jetflow: bad arguments", detail, options);
   }
 }
 
 /** No run with that id. */
 export class NotFoundError extends JetflowError {
   constructor(detail?: string) {
-    super("not_found", "jetflow: not found", detail);
+    super("notFound", "jetflow: not found", detail);
   }
 }
 
 /** sendEvent to a run that is not a durable workflow. */
 export class NotAWorkflowError extends JetflowError {
   constructor(detail?: string) {
-    super("not_a_workflow", "workflow: not a workflow", detail);
+    super("notWorkflow", "workflow: not a workflow", detail);
   }
 }
 
 /** sendEvent to a workflow that has ended; the event was not stored. */
 export class EndedError extends JetflowError {
   constructor(detail?: string) {
-    super("ended", "workflow: workflow has ended", detail);
+    super("workflowEnded", "workflow: workflow has ended", detail);
   }
 }
 
@@ -72,7 +72,7 @@ export class EndedError extends JetflowError {
 export class PermissionDeniedError extends JetflowError {
   readonly subject: string;
   constructor(subject: string, detail?: string, options?: { cause?: unknown }) {
-    super("permission_denied", "nats: permissions violation", detail ?? `Permissions Violation for Publish to "${subject}"`, options);
+    super("permissionDenied", "nats: permissions violation", detail ?? `Permissions Violation for Publish to "${subject}"`, options);
     this.subject = subject;
   }
 }
@@ -80,49 +80,49 @@ export class PermissionDeniedError extends JetflowError {
 /** A function (or workflow) name that is not 1-128 bytes of dot-separated tokens. */
 export class InvalidNameError extends JetflowError {
   constructor(detail?: string) {
-    super("invalid_name", "jetflow: invalid function name", detail);
+    super("invalidName", "jetflow: invalid function name", detail);
   }
 }
 
 /** A run id that is not 1-200 letters, digits, '_' or '-'. */
 export class InvalidRunIDError extends JetflowError {
   constructor(detail?: string) {
-    super("invalid_run_id", "jetflow: invalid run id", detail);
+    super("invalidRunId", "jetflow: invalid run id", detail);
   }
 }
 
 /** An event name that is not 1-64 letters, digits, '_' or '-'. */
 export class InvalidEventNameError extends JetflowError {
   constructor(detail?: string) {
-    super("invalid_event_name", "workflow: invalid event name", detail);
+    super("invalidEventName", "workflow: invalid event name", detail);
   }
 }
 
 /** More than 1,000 runs in one batch. */
 export class TooManyRunsError extends JetflowError {
   constructor(detail?: string) {
-    super("too_many_runs", "producer: too many runs in one call", detail);
+    super("tooManyRuns", "producer: too many runs in one call", detail);
   }
 }
 
 /** The server refused a batch; none of it was written. */
 export class BatchFailedError extends JetflowError {
   constructor(detail?: string, options?: { cause?: unknown }) {
-    super("batch_failed", "producer: batch not written", detail, options);
+    super("batchFailed", "producer: batch not written", detail, options);
   }
 }
 
 /** A stored record that is not one jetflow wrote. */
 export class BadRecordError extends JetflowError {
   constructor(detail?: string) {
-    super("bad_record", "jetflow: unreadable run record", detail);
+    super("badRecord", "jetflow: unreadable run record", detail);
   }
 }
 
 /** startWorkflow of a definition that is deprecated or deleted. */
 export class DefinitionInactiveError extends JetflowError {
   constructor(detail?: string) {
-    super("definition_inactive", "workflow: definition not active", detail);
+    super("definitionInactive", "workflow: definition not active", detail);
   }
 }
 

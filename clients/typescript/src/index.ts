@@ -20,7 +20,7 @@ export {
   TooManyRunsError,
 } from "./errors.js";
 export { RawJSON, rawJSON } from "./json.js";
-export { isValidName, isValidRunID, MAX_BATCH, MAX_CALL_ARGS, RECORD_ROOM, validateEventName, validateName, validateRunID } from "./validate.js";
+export { checkBatchArgs, checkRunArgs, isValidName, isValidRunID, MAX_BATCH, MAX_CALL_ARGS, RECORD_ROOM, validateEventName, validateName, validateRunID } from "./validate.js";
 export { isTerminal } from "./wire.js";
 export type { Attempt, Kind, Progress, Run, State } from "./wire.js";
 /** The wire format's pure encoders and decoders (what the shared test vectors check). */

@@ -1,7 +1,7 @@
 // Names and ids as jetflow.ValidateName, ValidateRunID and the workflow
 // package's event names accept them.
 
-import { InvalidEventNameError, InvalidNameError, InvalidRunIDError } from "./errors.js";
+import { ArgsTooLargeError, InvalidEventNameError, InvalidNameError, InvalidRunIDError, TooManyRunsError } from "./errors.js";
 
 /** The most runs one batch holds (producer.MaxBatch). */
 export const MAX_BATCH = 1000;
@@ -59,4 +59,34 @@ export function validateEventName(name: string): void {
 /** argsLimit is kv.ArgsLimit: the most bytes of args one run's record holds. */
 export function argsLimit(maxPayload: number): number {
   return maxPayload > 8192 ? maxPayload - RECORD_ROOM : 1 << 20;
+}
+
+/**
+ * checkRunArgs is producer.checkSize: one run's args (n bytes of JSON)
+ * fit a record on a server whose max payload is maxPayload (0: unknown).
+ */
+export function checkRunArgs(n: number, maxPayload: number): void {
+  if (maxPayload > 0 && n + RECORD_ROOM > maxPayload) {
+    throw new ArgsTooLargeError(`${n} bytes of args, server max payload ${maxPayload}`);
+  }
+}
+
+/**
+ * checkBatchArgs checks a batch's args sizes as producer.Batch does before
+ * anything is written: at most 1,000 runs, each within checkRunArgs, and
+ * at most 8 MB in total.
+ */
+export function checkBatchArgs(sizes: number[], maxPayload: number): void {
+  if (sizes.length > MAX_BATCH) throw new TooManyRunsError(`${sizes.length} > ${MAX_BATCH}`);
+  let total = 0;
+  sizes.forEach((n, i) => {
+    try {
+      checkRunArgs(n, maxPayload);
+    } catch (e) {
+      (e as { message: string }).message = `item ${i}: ${(e as Error).message}`;
+      throw e;
+    }
+    total += n;
+  });
+  if (total > MAX_CALL_ARGS) throw new ArgsTooLargeError(`${total} bytes in one call, limit ${MAX_CALL_ARGS}`);
 }

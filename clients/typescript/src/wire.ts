@@ -440,7 +440,7 @@ export function decodeRecord(text: string, rev: number): Run {
   const r: Run = {
     id: String(o.id ?? ""),
     name: String(o.name ?? ""),
-    args: o.args ?? null,
+    args: undefined,
     state: o.state as State,
     scheduledTime: new Date(0),
     creationTime: new Date(0),
@@ -454,7 +454,10 @@ export function decodeRecord(text: string, rev: number): Run {
       (r as unknown as Record<string, Date>)[f] = new Date("0001-01-01T00:00:00Z"); // Go's zero time
     }
   }
-  if (raw.has("args")) r.argsJSON = raw.get("args");
+  if (raw.has("args")) {
+    r.args = o.args;
+    r.argsJSON = raw.get("args");
+  } else delete r.args;
   if (o.kind !== undefined) r.kind = o.kind as Kind;
   if (o.owner) r.owner = String(o.owner);
   if (o.maxAttempts) r.maxAttempts = Number(o.maxAttempts);
