@@ -208,6 +208,16 @@ function isNoResponders(e: unknown): boolean {
   return x?.name === "NoResponders" || (x?.name === "RequestError" && x.cause?.name === "NoResponders");
 }
 
+/** asPermission is the PermissionDeniedError of a request nats.js failed for a permissions violation. */
+function asPermission(e: unknown): PermissionDeniedError | null {
+  if (e instanceof PermissionDeniedError) return e;
+  const x = e as { name?: string; message?: string; cause?: { name?: string; subject?: string; message?: string } };
+  const pv = x?.name === "PermissionViolationError" ? (x as { subject?: string; message?: string }) : x?.cause?.name === "PermissionViolationError" ? x.cause : null;
+  if (pv) return new PermissionDeniedError(pv.subject ?? "", pv.message, { cause: e });
+  const m = /Permissions Violation for Publish to "([^"]+)"/.exec(x?.message ?? "");
+  return m ? new PermissionDeniedError(m[1], x.message, { cause: e }) : null;
+}
+
 function transient(e: unknown): boolean {
   if (e instanceof Again) return true;
   if (e instanceof ApiError) return e.errCode === 10008 || /temporarily unavailable/i.test(e.message) || e.status === 503;
@@ -650,7 +660,7 @@ export class Client {
     try {
       await this.ride(() => this.dispatchOnce(rec, rev));
     } catch (e) {
-      if (e instanceof PermissionDeniedError) throw e;
+      if (asPermission(e)) throw asPermission(e);
       this.warn(`dispatch of run ${rec.id} failed; the scheduler's repair sweep will publish it: ${(e as Error).message}`);
     }
   }
@@ -711,7 +721,7 @@ export class Client {
     try {
       return await Promise.race([this.leaderLast(stream, this.names.kvSubject(this.names.runsBucket, id)), denied]);
     } catch (e) {
-      if (e instanceof PermissionDeniedError) {
+      if (asPermission(e)) {
         // A user without leader reads: the direct get's word, as Go's GetConfirmed.
         this.deniedLeaderReads.set(stream, Date.now() + 5 * 60_000);
         return this.directRecordMsg(id);
@@ -866,8 +876,8 @@ export class Client {
       try {
         await this.unschedule(marked);
       } catch (e) {
-        if (e instanceof PermissionDeniedError) {
-          errs.push(`run ${id} is canceled and will not start, but its waiting entry was not removed: ${e.message}`);
+        if (asPermission(e)) {
+          errs.push(`run ${id} is canceled and will not start, but its waiting entry was not removed: ${(e as Error).message}`);
         } else throw e;
       }
     }
@@ -1112,7 +1122,10 @@ export class Client {
       this.guards.add(g);
     });
     denied.catch(() => {});
-    return Promise.race([op(), denied]).finally(() => this.guards.delete(g!));
+    const run = op().catch((e) => {
+      throw asPermission(e) ?? e;
+    });
+    return Promise.race([run, denied]).finally(() => this.guards.delete(g!));
   }
 
   private watchStatus(): void {
