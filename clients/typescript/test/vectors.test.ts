@@ -101,6 +101,60 @@ describe("vectors: limits.json", { skip: !present }, () => {
   });
 });
 
+describe("vectors: limits.json on servers of each max payload", { skip: !present }, () => {
+  const L = present ? load("limits.json") : {};
+  const payloads = [...new Set<number>([...(L.args ?? []), ...(L.batches ?? []), ...(L.events ?? []), ...(L.workflowInputs ?? [])].map((c: any) => c.maxPayload))];
+  const jsonString = (n: number) => new RawJSON('"' + "x".repeat(n - 2) + '"');
+  const call = (n: number) => ({ name: "limits.fn", kind: "retryable" as const, args: jsonString(n) });
+  for (const max of payloads) {
+    test(`max payload ${max}`, async () => {
+      const srv = await NatsServer.start({ conf: `max_payload: ${max}` });
+      provision(srv.url);
+      const nc = await connect({ servers: srv.url });
+      try {
+        let now = time.nowNanos();
+        const c = await Client.connect(nc, { now: () => now });
+        const count = async () => {
+          const out: number[] = [];
+          for (const st of ["JETFLOW_FN", "KV_jetflow_runs", "KV_jetflow_delayed", "KV_jetflow_journal"]) {
+            out.push((await nc.request(`$JS.API.STREAM.INFO.${st}`, undefined, { timeout: 5000 })).json<any>().state.messages);
+          }
+          return out;
+        };
+        const attempt = async (what: string, want: string | undefined, op: () => Promise<unknown>) => {
+          const before = await count();
+          let got = "ok";
+          try {
+            await op();
+          } catch (e) {
+            got = kindOf(e);
+          }
+          assert.equal(got, want ?? "ok", what);
+          if (want) assert.deepStrictEqual(await count(), before, `${what}: nothing stored`);
+        };
+        assert.equal(c.maxPayload, max);
+        for (const a of (L.args ?? []).filter((x: any) => x.maxPayload === max)) {
+          await attempt(`args ${a.argsBytes}`, a.error, () => c.enqueue(call(a.argsBytes)));
+        }
+        for (const b of (L.batches ?? []).filter((x: any) => x.maxPayload === max)) {
+          await attempt(`batch ${b.items} x ${b.argsBytesEach}`, b.error, () =>
+            c.batch(Array.from({ length: b.items }, () => ({ call: call(b.argsBytesEach) }))));
+        }
+        for (const e of (L.events ?? []).filter((x: any) => x.maxPayload === max)) {
+          await attempt(`event ${e.payloadBytes}`, e.error, () => c.sendEvent("wf-none", "approve", jsonString(e.payloadBytes)));
+        }
+        for (const w of (L.workflowInputs ?? []).filter((x: any) => x.maxPayload === max)) {
+          now = time.parseRFC3339(w.now);
+          await attempt(`workflow input ${w.inputBytes}`, w.error, () => c.startWorkflow("demo.flow", jsonString(w.inputBytes), { id: w.id }));
+        }
+      } finally {
+        await nc.close();
+        await srv.stop();
+      }
+    });
+  }
+});
+
 // ------------------------------------------------------------------ decode
 
 const timeKeys = new Set(["scheduledTime", "creationTime", "startedTime", "heartbeat", "completedTime", "updated"]);
@@ -330,4 +384,3 @@ describe("vectors: produce.json (a real nats-server)", { skip: !present }, () =>
 });
 
 void rawCall;
-void RawJSON;
