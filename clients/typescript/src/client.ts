@@ -3,8 +3,8 @@
 // Named after the Go producer (package producer) and doing what it does on
 // the wire (docs/wire-format.md).
 
-import { headers as natsHeaders, nuid } from "@nats-io/nats-core";
-import type { Msg, MsgHdrs, NatsConnection } from "@nats-io/nats-core";
+import { createInbox, headers as natsHeaders, nuid } from "@nats-io/nats-core";
+import type { Msg, MsgHdrs, NatsConnection, Subscription } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import type { JetStreamClient } from "@nats-io/jetstream";
 import { Kvm } from "@nats-io/kv";
@@ -283,6 +283,89 @@ interface Guard {
   fail: (e: PermissionDeniedError) => void;
 }
 
+/** An error a JetStream publish got: no stream listens (NATS's 503). */
+class NoResponders extends Error {
+  constructor(subject: string) {
+    super(`no responders: '${subject}': no stream stores it (are jetflow's streams provisioned?)`);
+    this.name = "NoResponders";
+  }
+}
+
+/** A publish waiting for its ack in the window. */
+interface Waiting {
+  subject: string;
+  at: number;
+  resolve: (m: Msg) => void;
+  reject: (e: Error) => void;
+}
+
+/**
+ * Window is the client's pipelined JetStream publishes: each publish
+ * carries a reply subject of the window's own subscription, and its caller
+ * waits for its own acknowledgement. It costs less per publish than a
+ * request (no per-request timer or error object), which is how concurrent
+ * enqueues reach raw JetStream's publish rate (the Go producer's window).
+ */
+class Window {
+  private readonly nc: NatsConnection;
+  private readonly prefix: string;
+  private readonly waiting = new Map<number, Waiting>();
+  private next = 1;
+  private sub?: Subscription;
+  private sweeper?: ReturnType<typeof setInterval>;
+
+  constructor(nc: NatsConnection) {
+    this.nc = nc;
+    this.prefix = createInbox((nc as { options?: { inboxPrefix?: string } }).options?.inboxPrefix) + ".";
+  }
+
+  private start(): void {
+    this.sub = this.nc.subscribe(this.prefix + "*", {
+      callback: (_err, m) => {
+        const tok = Number(m.subject.slice(this.prefix.length));
+        const w = this.waiting.get(tok);
+        if (!w) return;
+        this.waiting.delete(tok);
+        if (m.data.length === 0 && m.headers?.code === 503) w.reject(new NoResponders(w.subject));
+        else w.resolve(m);
+      },
+    });
+    // One timer for every publish: each waits ATTEMPT_MS at most.
+    this.sweeper = setInterval(() => {
+      const now = Date.now();
+      for (const [tok, w] of this.waiting) {
+        if (now - w.at < ATTEMPT_MS) break; // in the order they were sent
+        this.waiting.delete(tok);
+        w.reject(Object.assign(new Error(`no acknowledgement within ${ATTEMPT_MS} ms`), { name: "TimeoutError" }));
+      }
+      if (this.waiting.size === 0) this.stop();
+    }, 100);
+    this.sweeper.unref?.();
+  }
+
+  private stop(): void {
+    clearInterval(this.sweeper);
+    this.sweeper = undefined;
+    this.sub?.unsubscribe();
+    this.sub = undefined;
+  }
+
+  publish(subject: string, data: Uint8Array, headers: MsgHdrs | undefined): Promise<Msg> {
+    if (this.nc.isClosed()) return Promise.reject(Object.assign(new Error("connection closed"), { name: "ClosedConnectionError" }));
+    if (!this.sub) this.start();
+    const tok = this.next++;
+    return new Promise<Msg>((resolve, reject) => {
+      this.waiting.set(tok, { subject, at: Date.now(), resolve, reject });
+      try {
+        this.nc.publish(subject, data, { headers, reply: this.prefix + tok });
+      } catch (e) {
+        this.waiting.delete(tok);
+        reject(e as Error);
+      }
+    });
+  }
+}
+
 // ---------------------------------------------------------------- client
 
 /**
@@ -303,6 +386,7 @@ export class Client {
   /** Leader reads a denial must not fail the call of (the runs stream's: Go's GetConfirmed). */
   private readonly tolerant = new Map<string, Set<(e: PermissionDeniedError) => void>>();
   private runsKV?: Promise<KV>;
+  private readonly window: Window;
   private statusLoop?: Promise<void>;
 
   private constructor(nc: NatsConnection, opts: ClientOptions) {
@@ -321,6 +405,7 @@ export class Client {
       : nowNanos;
     this.newId = opts.newId ?? (() => nuid.next());
     this.warn = opts.onWarning ?? (() => {});
+    this.window = new Window(nc);
     this.watchStatus();
   }
 
@@ -548,8 +633,8 @@ export class Client {
   // ------------------------------------------------------------ writes
 
   /** jsPublish is a JetStream publish: the stream's ack, or ApiError. */
-  private async jsPublish(m: WireMsg, timeout = ATTEMPT_MS): Promise<{ stream: string; seq: number; duplicate?: boolean }> {
-    const reply = await this.nc.request(m.subject, enc.encode(m.data), { timeout, headers: hdrs(m.headers) });
+  private async jsPublish(m: WireMsg): Promise<{ stream: string; seq: number; duplicate?: boolean }> {
+    const reply = await this.window.publish(m.subject, enc.encode(m.data), hdrs(m.headers));
     const ack = JSON.parse(dec.decode(reply.data) || "{}");
     if (ack.error) throw new ApiError(ack.error, m.subject);
     if (!ack.stream) throw new ApiError({ description: "invalid ack" }, m.subject);

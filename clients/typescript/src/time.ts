@@ -56,6 +56,15 @@ function pad(n: number, w: number): string {
 /** formatRFC3339Nano formats ns in UTC as Go's time.RFC3339Nano does. */
 export function formatRFC3339Nano(ns: Nanos): string {
   if (!timeFits(ns)) throw new BadArgsError("time outside years 0 through 9999");
+  if (ns >= 0n) {
+    // The common case, by the native formatter: whole milliseconds from
+    // Date, the rest of the fraction from ns.
+    const ms = ns / NS_PER_MS;
+    const iso = new Date(Number(ms)).toISOString(); // YYYY-MM-DDTHH:MM:SS.mmmZ
+    const frac = Number(ns % NS_PER_S);
+    const head = iso.slice(0, 19);
+    return frac === 0 ? head + "Z" : head + "." + String(frac).padStart(9, "0").replace(/0+$/, "") + "Z";
+  }
   const secs = floorDiv(ns, NS_PER_S);
   const frac = Number(ns - secs * NS_PER_S);
   let days = Number(floorDiv(secs, 86400n));
