@@ -21,24 +21,12 @@ import {
   TooManyRunsError,
 } from "../src/index.js";
 import type { Run } from "../src/index.js";
-import { goBuild, NatsServer, Proc, repoRoot } from "./harness.js";
+import { NatsServer, Proc, repoRoot } from "./harness.js";
+import { startPeer } from "./peer.js";
 
 const echo = defineFunction<unknown>("demo.echo");
 const sleep = defineFunction<{ ms: number }>("demo.sleep");
 const fail = defineFunction<{ message?: string; permanent?: boolean; times?: number }>("demo.fail");
-
-export function peerBin(): string {
-  return goBuild("clientpeer", "./integration/internal/clientpeer", "CLIENTPEER_BIN");
-}
-
-/** startPeer runs the Go peer against url and waits until it serves and its scheduler leads. */
-export async function startPeer(url: string, user?: { user: string; password: string }): Promise<Proc> {
-  const args = ["-url", url, "-quiet"];
-  if (user) args.push("-user", user.user, "-password", user.password);
-  const p = new Proc(peerBin(), args);
-  await p.waitLine(/^READY /m, 60_000);
-  return p;
-}
 
 async function streamMsgs(nc: NatsConnection, stream: string): Promise<number> {
   const m = await nc.request(`$JS.API.STREAM.INFO.${stream}`, undefined, { timeout: 5000 });
