@@ -16,14 +16,22 @@ export const pkgRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url))
 export const repoRoot = path.resolve(pkgRoot, "../..");
 const binDir = path.join(pkgRoot, "build", "bin");
 
-/** goBuild builds a Go main package of the repository (or its module cache) once per test run. */
+const built = new Set<string>();
+
+/**
+ * goBuild builds a Go main package of the repository (or of its module
+ * cache) into build/bin, once per process: Go's build cache makes a build
+ * of unchanged sources a fraction of a second, and a binary is never
+ * older than the sources it tests. envVar names a prebuilt binary instead.
+ */
 export function goBuild(name: string, pkg: string, envVar: string): string {
   const given = process.env[envVar];
   if (given) return given;
   const out = path.join(binDir, name);
-  if (!existsSync(out) || process.env.JETFLOW_REBUILD === "1") {
+  if (!built.has(out)) {
     mkdirSync(binDir, { recursive: true });
     execFileSync("go", ["build", "-o", out, pkg], { cwd: repoRoot, stdio: ["ignore", "inherit", "inherit"] });
+    built.add(out);
   }
   return out;
 }

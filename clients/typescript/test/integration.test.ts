@@ -22,7 +22,7 @@ import {
 } from "../src/index.js";
 import type { Run } from "../src/index.js";
 import { NatsServer, Proc, repoRoot } from "./harness.js";
-import { startPeer } from "./peer.js";
+import { peerMissing, startPeer } from "./peer.js";
 
 const echo = defineFunction<unknown>("demo.echo");
 const sleep = defineFunction<{ ms: number }>("demo.sleep");
@@ -37,7 +37,7 @@ async function counts(nc: NatsConnection): Promise<number[]> {
   return Promise.all(["JETFLOW_FN", "KV_jetflow_runs", "KV_jetflow_delayed"].map((s) => streamMsgs(nc, s)));
 }
 
-describe("integration: a Go worker and scheduler (the peer)", () => {
+describe("integration: a Go worker and scheduler (the peer)", { skip: peerMissing() || false }, () => {
   let srv: NatsServer;
   let peer: Proc;
   let nc: NatsConnection;
@@ -282,7 +282,7 @@ function permissionsConf(): string {
   return conf;
 }
 
-describe("integration: docs/permissions.md's users", () => {
+describe("integration: docs/permissions.md's users", { skip: peerMissing() || false }, () => {
   let srv: NatsServer;
   let peer: Proc;
 

@@ -9,9 +9,9 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { after, before, describe, test } from "node:test";
 import { NatsServer, pkgRoot, Proc, repoRoot } from "./harness.js";
-import { startPeer } from "./peer.js";
+import { peerMissing, startPeer } from "./peer.js";
 
-describe("the npm package, installed from its tarball", () => {
+describe("the npm package, installed from its tarball", { skip: peerMissing() || false }, () => {
   let dir: string;
   let srv: NatsServer;
   let peer: Proc;
