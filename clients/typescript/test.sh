@@ -13,9 +13,10 @@ done
 echo "node $(node --version), npm $(npm --version)"
 
 npm ci --no-audit --no-fund --loglevel=error
+rm -rf dist build/src build/test build/bench   # no stale output (build/bin keeps the Go binaries)
 npm run --silent build
 npm run --silent build:test
 
-node --test --test-concurrency=1 build/test/
+node --test --test-concurrency=1 build/test/*.test.js
 
 node build/bench/bench.js --n 5000 --rounds 3 --min-ratio 0.5
