@@ -345,8 +345,15 @@ describe("vectors: produce.json (a real nats-server)", { skip: !present }, () =>
           if (e && typeof e === "object" && "id" in e) result.id = (e as { id: string }).id;
         }
         await nc.flush();
-        await new Promise((r) => setTimeout(r, 50));
-        await cap.flush();
+        // Until every reply of a request seen has been seen too (JetStream
+        // answers from another goroutine: an ack may overtake or trail its
+        // request), 5 s at most.
+        for (let i = 0; i < 100; i++) {
+          await cap.flush();
+          const replies = new Set(seen.filter((m) => m.subject.startsWith("_INBOX.")).map((m) => m.subject));
+          if (seen.every((m) => !isWrite(m.subject) || !m.reply || replies.has(m.reply))) break;
+          await new Promise((r) => setTimeout(r, 50));
+        }
       } finally {
         sub.unsubscribe();
         await nc.close();
