@@ -393,7 +393,8 @@ export class Client {
     this.nc = nc;
     this.names = new Names(opts.prefix ?? "jetflow");
     if (!isValidRunID(this.names.prefix)) throw new InvalidNameError(`prefix ${JSON.stringify(this.names.prefix)}: one token of letters, digits, '_' and '-'`);
-    this.js = jetstream(nc);
+    // checkAPI off: no $JS.API.INFO before the first KV watch (a read-only user need not have it).
+    this.js = jetstream(nc, { checkAPI: false });
     this.callTimeout = opts.callTimeout ?? 30_000;
     this.ttl = formatGoDuration(opts.retention === undefined ? 7n * 24n * 3600n * 1_000_000_000n : toNanos(opts.retention, "retention"));
     const now = opts.now;

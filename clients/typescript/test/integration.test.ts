@@ -316,6 +316,23 @@ describe("integration: docs/permissions.md's users", { skip: peerMissing() || fa
     }
   });
 
+  test("the read-only CLI user reads runs: get, wait, watch", async () => {
+    const pc = await connect({ servers: srv.url, user: "producer", pass: "producer-pw" });
+    const nc = await connect({ servers: srv.url, user: "cli", pass: "cli-pw" });
+    try {
+      const id = await (await Client.connect(pc)).enqueue(sleep.with({ ms: 300 }), { id: "read-only-1" });
+      const jf = await Client.connect(nc);
+      const states: string[] = [];
+      for await (const r of jf.watch(id, { timeout: 15_000 })) states.push(r.state);
+      assert.equal(states[states.length - 1], "success");
+      assert.equal((await jf.wait(id, { timeout: 5000 })).state, "success");
+      assert.equal((await jf.get(id)).state, "success");
+    } finally {
+      await nc.close();
+      await pc.close();
+    }
+  });
+
   test("a user without the rights gets the permission error at once", async () => {
     // The read-only CLI user may look the streams up, not publish runs.
     const nc = await connect({ servers: srv.url, user: "cli", pass: "cli-pw" });
