@@ -13,7 +13,6 @@ import {
   AlreadyExistsError,
   ArgsTooLargeError,
   BadArgsError,
-  BadRecordError,
   BatchFailedError,
   DefinitionInactiveError,
   EndedError,
@@ -38,7 +37,6 @@ import {
 } from "./time.js";
 import { argsLimit, checkRunArgs, isValidRunID, MAX_BATCH, MAX_CALL_ARGS, validateEventName, validateName, validateRunID } from "./validate.js";
 import {
-  compactGo,
   decodeRecord,
   delayedKey,
   delayedMsg,
@@ -387,7 +385,6 @@ export class Client {
   private readonly tolerant = new Map<string, Set<(e: PermissionDeniedError) => void>>();
   private runsKV?: Promise<KV>;
   private readonly window: Window;
-  private statusLoop?: Promise<void>;
 
   private constructor(nc: NatsConnection, opts: ClientOptions) {
     this.nc = nc;
@@ -578,7 +575,12 @@ export class Client {
         try {
           await this.atomicBatch(msgs);
         } catch (e) {
-          if (e instanceof JetflowError && !(e instanceof TimeoutError)) throw e;
+          if (transient(e) || e instanceof TimeoutError) {
+            // No answer: all or none landed. Its ids only once the leader has them.
+            if (await this.directStored(prepared[0].rec)) return ids;
+            throw new TimeoutError(`batch of ${msgs.length} runs: no answer, and none is stored yet; its outcome is unknown`, { cause: e });
+          }
+          if (e instanceof JetflowError || asPermission(e)) throw e;
           throw new BatchFailedError((e as Error).message, { cause: e });
         }
         return ids;
@@ -595,17 +597,48 @@ export class Client {
             if (m) throw new AlreadyExistsError(p.rec.id);
           }
         }
-        if (e instanceof JetflowError && !(e instanceof TimeoutError)) throw e;
+        if (transient(e) || e instanceof TimeoutError) {
+          // No answer: all or none landed. The records, if the leader has them as this call wrote them.
+          const revs = await this.batchLanded(prepared);
+          if (!revs) throw new TimeoutError(`batch of ${msgs.length} runs: no answer, and none is stored yet; its outcome is unknown`, { cause: e });
+          await this.dispatchBatch(prepared, revs);
+          return ids;
+        }
+        if (e instanceof JetflowError || asPermission(e)) throw e;
         throw new BatchFailedError((e as Error).message, { cause: e });
       }
       const first = last - (prepared.length - 1);
-      const acks = prepared.map((p, i) => this.dispatchOnce(p.rec, first + i).catch((e) => e as Error));
+      await this.dispatchBatch(prepared, prepared.map((_, i) => first + i));
+      return ids;
+    });
+  }
+
+  /** batchLanded reads a batch's records from the runs leader: their revisions if this call stored them. */
+  private async batchLanded(prepared: Prepared[]): Promise<number[] | null> {
+    const revs: number[] = [];
+    for (const p of prepared) {
+      const m = await this.leaderRecord(p.rec.id);
+      if (!m) return null;
+      try {
+        const cur = JSON.parse(m.data);
+        if (cur.name !== p.rec.name || cur.creationTime !== formatRFC3339Nano(p.rec.creationTime)) return null;
+      } catch {
+        return null;
+      }
+      revs.push(m.seq);
+    }
+    return revs;
+  }
+
+  /** dispatchBatch publishes a stored batch's runs, pipelined; what fails is left to the repair sweep. */
+  private async dispatchBatch(prepared: Prepared[], revs: number[]): Promise<void> {
+    {
+      const acks = prepared.map((p, i) => this.dispatchOnce(p.rec, revs[i]).catch((e) => e as Error));
       const errs = (await Promise.all(acks)).filter((e): e is Error => e instanceof Error);
       if (errs.length > 0) {
         this.warn(`batch dispatch incomplete (${errs.length} runs); the scheduler's repair sweep will publish them: ${errs[0].message}`);
       }
-      return ids;
-    });
+    }
   }
 
   /** atomicBatch publishes msgs as one JetStream atomic batch; the commit's ack seq. */
@@ -621,9 +654,6 @@ export class Client {
     const reply = await this.nc.request(m.subject, enc.encode(m.data), {
       timeout: 10_000,
       headers: hdrs([...m.headers, ["Nats-Batch-Id", id], ["Nats-Batch-Sequence", String(lastIdx + 1)], ["Nats-Batch-Commit", "1"]]),
-    }).catch((e) => {
-      if ((e as Error).name === "TimeoutError") throw new TimeoutError("batch: no answer; its outcome is unknown", { cause: e });
-      throw e;
     });
     const ack = JSON.parse(dec.decode(reply.data) || "{}");
     if (ack.error) throw new ApiError(ack.error, m.subject);
@@ -1215,7 +1245,7 @@ export class Client {
   }
 
   private watchStatus(): void {
-    this.statusLoop = (async () => {
+    void (async () => {
       try {
         for await (const s of this.nc.status()) {
           if (s.type !== "error") continue;
