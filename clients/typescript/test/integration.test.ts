@@ -166,6 +166,37 @@ describe("integration: a Go worker and scheduler (the peer)", { skip: peerMissin
     await assert.rejects(jf.cancel("nobody-here"), NotFoundError);
   });
 
+  test("a run no worker serves waits as pending in its message; cancel removes it", async () => {
+    const unserved = defineFunction<number>("nobody.serves.this");
+    const id = await jf.enqueue(unserved.with(7));
+    const r = await jf.get(id);
+    assert.equal(r.state, "pending");
+    assert.equal(r.revision, 0, "read from its waiting message");
+    assert.equal(r.args, 7);
+    const first: Run[] = [];
+    for await (const x of jf.watch(id, { timeout: 5000 })) {
+      first.push(x);
+      break;
+    }
+    assert.equal(first[0]?.state, "pending");
+    const before = await streamMsgs(nc, "JETFLOW_FN");
+    const c = await jf.cancel(id);
+    assert.equal(c.canceled, true);
+    assert.equal(await streamMsgs(nc, "JETFLOW_FN"), before - 1, "its message purged");
+    assert.equal((await jf.get(id)).state, "canceled");
+  });
+
+  test("wait and watch stop at their timeout or signal", async () => {
+    const t0 = Date.now();
+    await assert.rejects(jf.wait("never-made-1", { timeout: 300 }), (e: unknown) => (e as Error).name === "TimeoutError");
+    assert.ok(Date.now() - t0 < 3000);
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(new Error("stop")), 200);
+    await assert.rejects(async () => {
+      for await (const _ of jf.watch("never-made-2", { signal: ac.signal })) void _;
+    }, /stop/);
+  });
+
   test("cancel of a running run ends its handler", async () => {
     const id = await jf.enqueue(sleep.with({ ms: 20_000 }));
     for await (const r of jf.watch(id, { timeout: 15_000 })) if (r.state === "inProgress") break;
