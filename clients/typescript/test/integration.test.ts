@@ -33,8 +33,24 @@ async function streamMsgs(nc: NatsConnection, stream: string): Promise<number> {
   return m.json<any>().state.messages;
 }
 
+/** lastSeqs are the streams' last sequences: unchanged when nothing was written (a worker taking a message changes counts, not these). */
 async function counts(nc: NatsConnection): Promise<number[]> {
-  return Promise.all(["JETFLOW_FN", "KV_jetflow_runs", "KV_jetflow_delayed"].map((s) => streamMsgs(nc, s)));
+  return Promise.all(["JETFLOW_FN", "KV_jetflow_runs", "KV_jetflow_delayed", "KV_jetflow_journal"].map(async (s) => {
+    const m = await nc.request(`$JS.API.STREAM.INFO.${s}`, undefined, { timeout: 5000 });
+    return m.json<any>().state.last_seq as number;
+  }));
+}
+
+/** quiet waits until nothing is written for 300 ms (runs of earlier tests finishing) and returns the last sequences. */
+async function quiet(nc: NatsConnection): Promise<number[]> {
+  let a = await counts(nc);
+  for (let i = 0; i < 20; i++) {
+    await new Promise((r) => setTimeout(r, 300));
+    const b = await counts(nc);
+    if (b.every((x, j) => x === a[j])) return b;
+    a = b;
+  }
+  return a;
 }
 
 describe("integration: a Go worker and scheduler (the peer)", { skip: peerMissing() || false }, () => {
@@ -118,14 +134,14 @@ describe("integration: a Go worker and scheduler (the peer)", { skip: peerMissin
   });
 
   test("batch: 1,001 runs refused, nothing stored", async () => {
-    const before = await counts(nc);
+    const before = await quiet(nc);
     const items = Array.from({ length: 1001 }, (_, i) => ({ call: echo.with(i) }));
     await assert.rejects(jf.batch(items), TooManyRunsError);
     assert.deepEqual(await counts(nc), before);
   });
 
   test("batch: one bad item refuses the whole batch", async () => {
-    const before = await counts(nc);
+    const before = await quiet(nc);
     const items = [
       { call: echo.with(1), id: "batch-good-1" },
       { call: echo.with(2), id: "batch-good-2", after: 60_000 },
@@ -281,7 +297,7 @@ describe("integration: a Go worker and scheduler (the peer)", { skip: peerMissin
   test("args just over the limit: ArgsTooLargeError, nothing stored", async () => {
     const max = jf.maxPayload;
     assert.equal(max, 1024 * 1024);
-    const before = await counts(nc);
+    const before = await quiet(nc);
     const over = "x".repeat(max - 4096 - 2 + 1); // a JSON string: 2 quotes
     await assert.rejects(jf.enqueue(echo.with(over)), ArgsTooLargeError);
     await assert.rejects(jf.enqueue(echo.with(over), { id: "too-big-1" }), ArgsTooLargeError);

@@ -117,7 +117,7 @@ describe("vectors: limits.json on servers of each max payload", { skip: !present
         const count = async () => {
           const out: number[] = [];
           for (const st of ["JETFLOW_FN", "KV_jetflow_runs", "KV_jetflow_delayed", "KV_jetflow_journal"]) {
-            out.push((await nc.request(`$JS.API.STREAM.INFO.${st}`, undefined, { timeout: 5000 })).json<any>().state.messages);
+            out.push((await nc.request(`$JS.API.STREAM.INFO.${st}`, undefined, { timeout: 5000 })).json<any>().state.last_seq);
           }
           return out;
         };
