@@ -348,6 +348,22 @@ class Window {
     this.sub = undefined;
   }
 
+  /**
+   * denied fails the oldest publish waiting on subject: the server refused
+   * it for lack of permission (one "Permissions Violation" per publish), as
+   * nats.js does for its requests. False when none waits on it.
+   */
+  denied(subject: string, err: PermissionDeniedError): boolean {
+    for (const [tok, w] of this.waiting) {
+      if (w.subject === subject) {
+        this.waiting.delete(tok);
+        w.reject(err);
+        return true;
+      }
+    }
+    return false;
+  }
+
   publish(subject: string, data: Uint8Array, headers: MsgHdrs | undefined): Promise<Msg> {
     if (this.nc.isClosed()) return Promise.reject(Object.assign(new Error("connection closed"), { name: "ClosedConnectionError" }));
     if (!this.sub) this.start();
@@ -470,11 +486,8 @@ export class Client {
   private async schedule(at: Nanos | undefined, call: Call<unknown>, options: RunOptions): Promise<string> {
     const p = this.prepare(at, call, options);
     this.checkSize(p.argsBytes);
+    if (p.direct) return this.enqueueDirect(p.rec);
     return this.guarded(async () => {
-      if (p.direct) {
-        await this.publishDirect(p.rec);
-        return p.rec.id;
-      }
       const rev = await this.createRecord(p.rec);
       await this.dispatch(p.rec, rev);
       return p.rec.id;
@@ -703,9 +716,12 @@ export class Client {
    * duplicate or unanswered is checked with reads the streams' leaders
    * answer, and made again if nothing is there.
    */
-  private async publishDirect(rec: NewRecord): Promise<void> {
+  private async publishDirect(rec: NewRecord, triedBefore = false): Promise<void> {
     const e = envelopeOf(rec, 0);
-    await this.ride(async (retried) => {
+    let first = true;
+    await this.ride(async (retriedHere) => {
+      const retried = retriedHere || (first && triedBefore);
+      first = false;
       const m = directMessage(this.names, e);
       if (retried) {
         if (await this.directStored(rec)) return;
@@ -726,6 +742,28 @@ export class Client {
         throw new Again(`run ${rec.id}: a duplicate, and nothing is stored`);
       }
     });
+  }
+
+  /**
+   * enqueueDirect is the hot path of a run due now with a generated id: one
+   * pipelined publish in the window (a permissions violation fails it at
+   * once there), and only a try that was not plainly stored goes through
+   * publishDirect's confirmation.
+   */
+  private async enqueueDirect(rec: NewRecord): Promise<string> {
+    const m = directMessage(this.names, envelopeOf(rec, 0));
+    try {
+      const reply = await this.window.publish(m.subject, enc.encode(m.data), hdrs(m.headers));
+      const text = dec.decode(reply.data);
+      // A plain ack, neither refused nor a duplicate: stored.
+      if (text.startsWith('{"stream":') && !text.includes('"error"') && !text.includes('"duplicate"')) return rec.id;
+    } catch (e) {
+      const pe = asPermission(e);
+      if (pe) throw pe;
+      if (!transient(e)) throw e;
+    }
+    await this.guarded(() => this.publishDirect(rec, true));
+    return rec.id;
   }
 
   /** directStored reports whether a run's message waits, or its record exists, by the leaders' word. */
@@ -1252,6 +1290,8 @@ export class Client {
           const err = (s as { error: Error & { operation?: string; subject?: string } }).error;
           if (err?.name !== "PermissionViolationError" || err.operation !== "publish") continue;
           const subject = err.subject ?? "";
+          // A publish of the window: its caller fails at once (guards, below, too).
+          this.window.denied(subject, new PermissionDeniedError(subject, err.message, { cause: err }));
           const t = this.tolerant.get(subject);
           if (t) {
             for (const f of t) f(new PermissionDeniedError(subject, err.message, { cause: err }));

@@ -53,17 +53,28 @@ function pad(n: number, w: number): string {
   return String(n).padStart(w, "0");
 }
 
+let lastSec = -1n;
+let lastHead = "";
+
 /** formatRFC3339Nano formats ns in UTC as Go's time.RFC3339Nano does. */
 export function formatRFC3339Nano(ns: Nanos): string {
   if (!timeFits(ns)) throw new BadArgsError("time outside years 0 through 9999");
   if (ns >= 0n) {
-    // The common case, by the native formatter: whole milliseconds from
-    // Date, the rest of the fraction from ns.
-    const ms = ns / NS_PER_MS;
-    const iso = new Date(Number(ms)).toISOString(); // YYYY-MM-DDTHH:MM:SS.mmmZ
-    const frac = Number(ns % NS_PER_S);
-    const head = iso.slice(0, 19);
-    return frac === 0 ? head + "Z" : head + "." + String(frac).padStart(9, "0").replace(/0+$/, "") + "Z";
+    // The common case, by the native formatter: the whole seconds from
+    // Date (kept for the next call of the same second), the fraction
+    // from ns.
+    const sec = ns / NS_PER_S;
+    if (sec !== lastSec) {
+      lastSec = sec;
+      lastHead = new Date(Number(sec) * 1000).toISOString().slice(0, 19); // YYYY-MM-DDTHH:MM:SS
+    }
+    const frac = Number(ns - sec * NS_PER_S);
+    if (frac === 0) return lastHead + "Z";
+    let f = String(frac).padStart(9, "0");
+    let end = 9;
+    while (f.charCodeAt(end - 1) === 48) end--;
+    if (end < 9) f = f.slice(0, end);
+    return lastHead + "." + f + "Z";
   }
   const secs = floorDiv(ns, NS_PER_S);
   const frac = Number(ns - secs * NS_PER_S);
