@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # clients/typescript: installs the dependencies, builds, and runs every test
 # of the package against real servers (a nats-server process built from
-# this repository's Go module, the Go peer), then a short bench (async
-# enqueue against raw JetStream publishes; fails below a ratio of 0.5).
-# Needs node (20+), npm and go. .ci/run calls it: bash clients/typescript/test.sh
+# this repository's Go module, the Go peer).
+# Needs node (20+), npm and go. clients/clients_test.go runs it (go test ./...).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -19,4 +18,5 @@ npm run --silent build:test
 
 node --test --test-concurrency=1 build/test/*.test.js
 
-node build/bench/bench.js --n 5000 --rounds 3 --min-ratio 0.5
+# The bench (async enqueue beside raw publishes) is measured, not asserted:
+# node build/bench/bench.js --n 20000 --rounds 3
