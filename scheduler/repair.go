@@ -216,8 +216,7 @@ func (s *Scheduler) settleHeld(ctx context.Context, r *jetflow.Run) (done, orpha
 	case err == nil && !parent.State.Terminal() && !heldByEndedAttempt(parent, r.ID):
 		return true, false // the parent's attempt is still running
 	case err == nil || errors.Is(err, jetflow.ErrNotFound):
-		r.State, r.Error, r.CompletedTime = jetflow.Canceled, "parent did not succeed", s.now().UTC()
-		_, werr := s.runs.Write(ctx, engine.Orphan, jetflow.Pending, r, r.Revision)
+		_, werr := s.runs.Write(ctx, engine.Orphan, jetflow.Pending, engine.OrphanRun(r, s.now()), r.Revision)
 		return true, werr == nil
 	}
 	return true, false
@@ -327,10 +326,9 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		}
 		s.live.Forget(r.ID)
 		if r.Kind == jetflow.AtMostOnce {
-			r.State, r.CompletedTime = jetflow.Failed, s.now().UTC()
-			r.Error = jetflow.ErrWorkerLost.Error()
-			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
-				_ = s.d.Complete(ctx, r)
+			lost := engine.LoseRun(r, s.now())
+			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, lost, r.Revision); err == nil {
+				_ = s.d.Complete(ctx, lost)
 				n++
 			}
 			continue

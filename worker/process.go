@@ -494,14 +494,10 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		w.settle(m, nakAfter(w.cfg.AckWait/2))
 		return false
 	case failLost:
-		r.State, r.Error = jetflow.Failed, jetflow.ErrWorkerLost.Error()
-		w.writeLost(ctx, j, m, r)
+		w.writeLost(ctx, j, m, engine.LoseRun(r, w.now()))
 		return false
 	case failNoneLeft:
-		r.AddAttempt(lostAttempt(r, w.now()))
-		r.State = jetflow.Failed
-		r.Error = fmt.Sprintf("%v: attempt %d lost, no attempts left", jetflow.ErrWorkerLost, r.Attempts)
-		w.writeLost(ctx, j, m, r)
+		w.writeLost(ctx, j, m, engine.LoseLastAttempt(r, w.now()))
 		return false
 	case takeOver:
 		// Its attempt counts, so a handler that kills its process every
@@ -509,7 +505,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		// forever.
 		w.live.Forget(r.ID)
 		j.env.Attempt = r.Attempts + 1
-		r.AddAttempt(lostAttempt(r, w.now()))
+		r.AddAttempt(engine.LostAttempt(r, w.now()))
 	}
 	j.rec, j.rev = r, r.Revision
 	return true
@@ -564,10 +560,6 @@ func (w *Worker) recordForeign(ctx context.Context, j *jobCore, m jetstream.Msg)
 // swap on the claim it read) and acknowledges its message.
 func (w *Worker) writeLost(ctx context.Context, j *jobCore, m jetstream.Msg, r *jetflow.Run) {
 	w.live.Forget(r.ID)
-	r.CompletedTime = w.now().UTC()
-	if j.fn.kind == jetflow.AtMostOnce {
-		r.AddAttempt(lostAttempt(r, w.now()))
-	}
 	if _, err := w.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
 		telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
 		w.complete(ctx, r)
@@ -611,12 +603,6 @@ func decideOnRecord(r *jetflow.Run, attempt int, atMostOnce, ownerLost bool, max
 		return failNoneLeft
 	}
 	return takeOver
-}
-
-// lostAttempt is the history entry of r's attempt whose worker is gone.
-func lostAttempt(r *jetflow.Run, now time.Time) jetflow.Attempt {
-	return jetflow.Attempt{Attempt: r.Attempts, Worker: r.Owner, StartedTime: r.StartedTime,
-		CompletedTime: now.UTC(), Outcome: "lost", Error: jetflow.ErrWorkerLost.Error()}
 }
 
 // clip cuts s to at most n bytes (valid UTF-8).
@@ -1015,9 +1001,7 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 			if r.HeldBy == "" {
 				return false
 			}
-			r.State = jetflow.Canceled
-			r.Error = "parent attempt did not succeed"
-			r.CompletedTime = w.now().UTC()
+			*r = *engine.OrphanRun(r, w.now())
 			return true
 		})
 	}
