@@ -388,7 +388,11 @@ func (d *dispatcher) loop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
+	defer func() {
+		if err := w.Stop(); err != nil {
+			s.log.Debug("stop the delayed bucket's watch", "error", err)
+		}
+	}()
 	if err := d.start(ctx); err != nil {
 		return err
 	}
@@ -883,10 +887,6 @@ func (d *dispatcher) retry(_ context.Context, it *item) {
 	}
 	d.mu.Unlock()
 	d.poke()
-}
-
-func itoa(n int64) string {
-	return strconvFormat(n)
 }
 
 // behindEntry reports whether a direct get's answer (r, err) is missing or
