@@ -128,6 +128,7 @@ type dispatcher struct {
 	actSeq    uint64
 	later     timeHeap
 	blocked   bool // no slot or token at the last pass: wait for a wake, the poll or the timer
+	loaded    bool // the queue has been read whole
 	// releases are the slots to give back at the next pass: item id ->
 	// attempt, for attempts seen ending (a finished item, a retry queued).
 	releases map[string]int
@@ -158,114 +159,37 @@ func newDispatcher(pl *Pool) *dispatcher {
 }
 
 func (d *dispatcher) live(e *entry) bool { return d.index[e.id] == e }
+
+// loop is the term's event loop: it follows the queue and the item records,
+// and runs a pass after each change that may let an item start, and at each
+// wake, poll and timer.
 func (d *dispatcher) loop(ctx context.Context) error {
 	pl := d.pl
-	// Item records, from now on: items that end give their slot back.
-	iw, err := pl.st.kv.Watch(ctx, itemKey(pl.name, "*"), jetstream.UpdatesOnly())
+	src, err := d.watch(ctx)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = iw.Stop() }()
-	w, err := pl.st.kv.Watch(ctx, queueKey(pl.name, "*"))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	wake := make(chan struct{}, 1)
-	sub, err := pl.st.nc.Subscribe(wakeSubject(pl.scfg, pl.name), func(*nats.Msg) {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
+	defer src.stop(pl)
 	poll := time.NewTicker(pl.cfg.PollInterval)
 	defer poll.Stop()
 	rec := time.NewTicker(pl.cfg.ReconcileInterval)
 	defer rec.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	loaded, reconciled := false, false
+	reconciled := false
 	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case e, ok := <-w.Updates():
-			if !ok {
-				return errors.New("pool: queue watch closed")
-			}
-			for n := 0; ; n++ {
-				if e == nil {
-					loaded = true
-				} else {
-					d.take(e)
-				}
-				if n == 4096 {
-					break
-				}
-				more := false
-				select {
-				case e, ok = <-w.Updates():
-					if !ok {
-						return errors.New("pool: queue watch closed")
-					}
-					more = true
-				default:
-				}
-				if !more {
-					break
-				}
-			}
-			if d.blocked && (len(d.dirty) == 0 || d.queueOnly()) {
-				d.publishStats(loaded)
-				continue
-			}
-		case e, ok := <-iw.Updates():
-			if !ok {
-				return errors.New("pool: item watch closed")
-			}
-			ended := e != nil && d.ended(e)
-			for n := 0; n < 4096; n++ {
-				more := false
-				select {
-				case e, ok = <-iw.Updates():
-					if !ok {
-						return errors.New("pool: item watch closed")
-					}
-					more = true
-					ended = e != nil && d.ended(e) || ended
-				default:
-				}
-				if !more {
-					break
-				}
-			}
-			if !ended {
-				continue
-			}
-			d.blocked = false
-		case e := <-d.redo:
-			if d.index[e.id] == nil {
-				d.index[e.id] = e
-				d.schedule(e)
-			}
-		case <-wake:
-			d.blocked, d.st = false, nil
-		case <-poll.C:
-			d.blocked, d.st = false, nil
-		case <-timer.C:
-			d.blocked, d.st = false, nil
-		case <-rec.C:
-			if loaded {
-				d.reconcile(ctx, false)
-			}
-			d.st = nil
+		pass, err := d.await(ctx, src, poll.C, rec.C, timer.C)
+		if err != nil {
+			return err
 		}
-		d.publishStats(loaded)
-		if !loaded {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if !pass {
+			continue
+		}
+		d.publishStats()
+		if !d.loaded {
 			continue
 		}
 		if !reconciled {
@@ -282,16 +206,161 @@ func (d *dispatcher) loop(ctx context.Context) error {
 			}
 		}
 		timer.Reset(next)
-		d.publishStats(loaded)
+		d.publishStats()
 	}
 }
 
-func (d *dispatcher) publishStats(loaded bool) {
+// sources are what a term follows: the item records (from now on: items
+// that end give their slot back), the queue entries, and the wakes that
+// Enqueue and the completions send.
+type sources struct {
+	items, queue jetstream.KeyWatcher
+	sub          *nats.Subscription
+	wake         chan struct{}
+}
+
+func (d *dispatcher) watch(ctx context.Context) (*sources, error) {
+	pl := d.pl
+	src := &sources{wake: make(chan struct{}, 1)}
+	var err error
+	if src.items, err = pl.st.kv.Watch(ctx, itemKey(pl.name, "*"), jetstream.UpdatesOnly()); err != nil {
+		return nil, err
+	}
+	if src.queue, err = pl.st.kv.Watch(ctx, queueKey(pl.name, "*")); err != nil {
+		src.stop(pl)
+		return nil, err
+	}
+	src.sub, err = pl.st.nc.Subscribe(wakeSubject(pl.scfg, pl.name), func(*nats.Msg) {
+		select {
+		case src.wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		src.stop(pl)
+		return nil, err
+	}
+	return src, nil
+}
+
+// stop ends the watches and the subscription. Their errors change nothing
+// for the next term, which watches anew: they are logged at debug level.
+func (s *sources) stop(pl *Pool) {
+	var errs []error
+	if s.sub != nil {
+		errs = append(errs, s.sub.Unsubscribe())
+	}
+	if s.queue != nil {
+		errs = append(errs, s.queue.Stop())
+	}
+	errs = append(errs, s.items.Stop())
+	if err := errors.Join(errs...); err != nil {
+		pl.log.Debug("pool dispatcher: stop watching", "pool", pl.name, "error", err)
+	}
+}
+
+var (
+	errQueueWatchClosed = errors.New("pool: queue watch closed")
+	errItemWatchClosed  = errors.New("pool: item watch closed")
+)
+
+// batchMax bounds the watch updates taken in one go before a pass.
+const batchMax = 4096
+
+// await waits for one event and applies it, and reports whether a pass
+// follows.
+func (d *dispatcher) await(ctx context.Context, src *sources, poll, rec, timer <-chan time.Time) (pass bool, err error) {
+	select {
+	case <-ctx.Done():
+		return false, nil
+	case e, ok := <-src.queue.Updates():
+		if !ok {
+			return false, errQueueWatchClosed
+		}
+		if err := d.takeQueue(src.queue, e); err != nil {
+			return false, err
+		}
+		if d.blocked && (len(d.dirty) == 0 || d.queueOnly()) {
+			d.publishStats()
+			return false, nil
+		}
+	case e, ok := <-src.items.Updates():
+		if !ok {
+			return false, errItemWatchClosed
+		}
+		ended, err := d.takeEnded(src.items, e)
+		if err != nil || !ended {
+			return false, err
+		}
+		d.blocked = false
+	case e := <-d.redo:
+		if d.index[e.id] == nil {
+			d.index[e.id] = e
+			d.schedule(e)
+		}
+	case <-src.wake:
+		d.blocked, d.st = false, nil
+	case <-poll:
+		d.blocked, d.st = false, nil
+	case <-timer:
+		d.blocked, d.st = false, nil
+	case <-rec:
+		if d.loaded {
+			d.reconcile(ctx, false)
+		}
+		d.st = nil
+	}
+	return true, nil
+}
+
+// takeQueue applies queue watch update e, and the updates already waiting
+// after it (batchMax at most); a nil update marks the queue loaded.
+func (d *dispatcher) takeQueue(w jetstream.KeyWatcher, e jetstream.KeyValueEntry) error {
+	for n := 0; ; n++ {
+		if e == nil {
+			d.loaded = true
+		} else {
+			d.take(e)
+		}
+		if n == batchMax {
+			return nil
+		}
+		select {
+		case next, ok := <-w.Updates():
+			if !ok {
+				return errQueueWatchClosed
+			}
+			e = next
+		default:
+			return nil
+		}
+	}
+}
+
+// takeEnded applies item watch update e, and the updates already waiting
+// after it (batchMax at most), and reports whether an attempt ended.
+func (d *dispatcher) takeEnded(w jetstream.KeyWatcher, e jetstream.KeyValueEntry) (bool, error) {
+	ended := e != nil && d.ended(e)
+	for n := 0; n < batchMax; n++ {
+		select {
+		case next, ok := <-w.Updates():
+			if !ok {
+				return false, errItemWatchClosed
+			}
+			ended = next != nil && d.ended(next) || ended
+		default:
+			return ended, nil
+		}
+	}
+	return ended, nil
+}
+
+func (d *dispatcher) publishStats() {
 	n, k, c := len(d.index), len(d.keys), 0
 	for _, kq := range d.keys {
 		if kq.deb != nil {
 			c += len(kq.deb.collapsed)
 		}
 	}
-	d.pl.stat(func(s *DispatcherStats) { s.Loaded, s.Queued, s.Keys, s.Collapsed = loaded, n, k, c })
+	d.pl.stat(func(s *DispatcherStats) { s.Loaded, s.Queued, s.Keys, s.Collapsed = d.loaded, n, k, c })
 }
