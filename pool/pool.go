@@ -112,7 +112,8 @@ func (d Debounce) validate() error {
 	if d.IsZero() {
 		return nil
 	}
-	if d.Window < time.Millisecond || d.MaxWait < 0 || d.MaxWait > 0 && d.MaxWait < d.Window {
+	maxWaitOK := d.MaxWait == 0 || d.MaxWait >= d.Window
+	if d.Window < time.Millisecond || !maxWaitOK {
 		return fmt.Errorf("%w: debounce window %s, max wait %s: the window must be at least 1ms and max wait 0 or at least the window",
 			ErrInvalidConfig, d.Window, d.MaxWait)
 	}
@@ -335,12 +336,21 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w: pool name %q must be 1-64 bytes", ErrInvalidConfig, name)
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+		if !nameByte(name[i]) {
 			return fmt.Errorf("%w: pool name %q: letters, digits and '_' only", ErrInvalidConfig, name)
 		}
 	}
 	return nil
+}
+
+// nameByte reports whether c may be in a pool name: an ASCII letter, a
+// digit or '_'.
+func nameByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_':
+		return true
+	}
+	return false
 }
 
 // Pool is a named work pool: a client (Enqueue, Status, Cancel, ...) and,

@@ -141,7 +141,7 @@ func (d *dispatcher) take(e jetstream.KeyValueEntry) {
 	if old := d.index[id]; old != nil && old.seq >= n.seq {
 		return
 	}
-	if q.Attempt == 1 && q.Deb != nil && q.Deb.Window > 0 && !d.debounce(n) {
+	if q.debounced() && !d.debounce(n) {
 		return
 	}
 	d.add(n)
