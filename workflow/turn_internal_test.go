@@ -1,0 +1,54 @@
+package workflow
+
+import "testing"
+
+func TestTurnOf(t *testing.T) {
+	t.Parallel()
+	at := func(seg int, waiting bool) *cursor { return &cursor{Seg: seg, Waiting: waiting} }
+	done := &cursor{Seg: 2, Done: true}
+	for _, tc := range []struct {
+		name string
+		cur  *cursor
+		n    int
+		want segmentTurn
+	}{
+		{"first segment, no cursor", nil, 1, turnFirst},
+		{"first segment again", at(1, false), 1, turnMine},
+		{"first segment again, parked", at(1, true), 1, turnMine},
+		{"first segment, a later one ran", at(2, false), 1, turnAhead},
+		{"first segment, workflow ended", done, 1, turnAhead},
+		{"later segment, no cursor", nil, 3, turnNoCursor},
+		{"segment before parked", at(2, true), 3, turnMine},
+		{"segment again", at(3, false), 3, turnMine},
+		{"segment again, parked", at(3, true), 3, turnMine},
+		{"segment before runs again", at(2, false), 3, turnRedelivered},
+		{"a later segment ran", at(4, false), 3, turnAhead},
+		{"workflow ended", done, 3, turnAhead},
+		{"cursor far behind", at(1, true), 3, turnBehind},
+	} {
+		if got := turnOf(tc.cur, tc.n); got != tc.want {
+			t.Errorf("%s: turnOf(%+v, %d) = %d, want %d", tc.name, tc.cur, tc.n, got, tc.want)
+		}
+	}
+}
+
+func TestCursorReached(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cur  *cursor
+		want bool
+	}{
+		{nil, false},
+		{&cursor{Seg: 1}, false},
+		{&cursor{Seg: 1, Waiting: true}, false},
+		{&cursor{Seg: 2}, false},
+		{&cursor{Seg: 2, Waiting: true}, true},
+		{&cursor{Seg: 3}, true},
+		{&cursor{Seg: 4}, true},
+		{&cursor{Seg: 1, Done: true}, true},
+	} {
+		if got := tc.cur.reached(3); got != tc.want {
+			t.Errorf("reached(3) of %+v = %v, want %v", tc.cur, got, tc.want)
+		}
+	}
+}
