@@ -52,3 +52,29 @@ func TestCursorReached(t *testing.T) {
 		}
 	}
 }
+
+func TestRestartCopies(t *testing.T) {
+	t.Parallel()
+	steps := map[string]*Entry{
+		"1":   {State: StepDone},
+		"2":   {State: StepDone},
+		"2.1": {State: StepDone},
+		"3":   {State: StepFailed},
+		"3.1": {State: StepDone},
+		"4":   {State: StepDone},
+		"10":  {State: StepStarted},
+	}
+	cut := restartCut(steps)
+	if cut != "3" {
+		t.Fatalf("restartCut = %q, want 3", cut)
+	}
+	for step, want := range map[string]bool{"1": true, "2": true, "2.1": true, "3": false, "3.1": false, "4": false, "10": false} {
+		if got := copied(step, steps[step].State, cut); got != want {
+			t.Errorf("copied(%s) = %v, want %v", step, got, want)
+		}
+	}
+	all := map[string]*Entry{"1": {State: StepDone}, "2": {State: StepDone}}
+	if cut := restartCut(all); cut != "" || !copied("2", StepDone, cut) {
+		t.Errorf("all steps done: cut %q, step 2 copied %v", cut, copied("2", StepDone, cut))
+	}
+}
