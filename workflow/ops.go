@@ -246,7 +246,7 @@ func takeOver(ctx context.Context, p *producer.Producer, jr *journal, id string)
 		return nil, fmt.Errorf("workflow %s: cursor: %w", id, err)
 	}
 	c, err := decodeCursor(e.Key(), e.Value())
-	if err != nil || c.Seg != 1 || c.Waiting || c.Done {
+	if err != nil || !c.isClaim() {
 		return nil, taken
 	}
 	st, err := jr.stream(ctx)

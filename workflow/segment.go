@@ -227,7 +227,7 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 	if isBadJournal(err) {
 		return failBroken(ctx, p, name, id, err)
 	}
-	if err != nil || cur == nil || !cur.Waiting || cur.Done {
+	if err != nil || !cur.waits() {
 		return err
 	}
 	n := cur.Seg + 1
@@ -316,7 +316,7 @@ func failBroken(ctx context.Context, p *producer.Producer, name, id string, caus
 // that names a segment that never existed would leave the workflow
 // waiting for it for good.
 func checkAhead(ctx context.Context, p *producer.Producer, id string, cur *cursor) error {
-	if cur == nil || cur.Seg <= 1 || cur.Waiting || cur.Done {
+	if cur == nil || cur.Seg <= 1 || !cur.running() {
 		return nil
 	}
 	seg := SegmentID(id, cur.Seg)
@@ -464,6 +464,18 @@ func turnOf(cur *cursor, n int) segmentTurn {
 	}
 	return turnBehind
 }
+
+// running reports whether a segment holds cursor c: it neither waits nor
+// is done.
+func (c *cursor) running() bool { return !c.Waiting && !c.Done }
+
+// waits reports whether cursor c, nil when there is none, waits for the
+// next segment: a segment parked and the workflow has not ended.
+func (c *cursor) waits() bool { return c != nil && c.Waiting && !c.Done }
+
+// isClaim reports whether cursor c is as a Restart's claim writes it:
+// segment 1, held.
+func (c *cursor) isClaim() bool { return c.Seg == 1 && c.running() }
 
 // parkedAt reports whether segment seg parked: its cursor waits.
 func (c *cursor) parkedAt(seg int) bool { return c.Seg == seg && c.Waiting }

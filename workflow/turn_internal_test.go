@@ -1,6 +1,11 @@
 package workflow
 
-import "testing"
+import (
+	"errors"
+	"testing"
+
+	"github.com/jetflow-dev/jetflow"
+)
 
 func TestTurnOf(t *testing.T) {
 	t.Parallel()
@@ -53,6 +58,35 @@ func TestCursorReached(t *testing.T) {
 	}
 }
 
+func TestCursorStates(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                  string
+		cur                   *cursor
+		running, waits, claim bool
+	}{
+		{"segment 1 running: a claim", &cursor{Seg: 1}, true, false, true},
+		{"segment 2 running", &cursor{Seg: 2}, true, false, false},
+		{"segment 1 parked", &cursor{Seg: 1, Waiting: true}, false, true, false},
+		{"ended", &cursor{Seg: 1, Done: true}, false, false, false},
+		{"ended while waiting", &cursor{Seg: 2, Waiting: true, Done: true}, false, false, false},
+	} {
+		if got := tc.cur.running(); got != tc.running {
+			t.Errorf("%s: running = %v, want %v", tc.name, got, tc.running)
+		}
+		if got := tc.cur.waits(); got != tc.waits {
+			t.Errorf("%s: waits = %v, want %v", tc.name, got, tc.waits)
+		}
+		if got := tc.cur.isClaim(); got != tc.claim {
+			t.Errorf("%s: isClaim = %v, want %v", tc.name, got, tc.claim)
+		}
+	}
+	var none *cursor
+	if none.waits() {
+		t.Error("no cursor waits")
+	}
+}
+
 func TestRestartCopies(t *testing.T) {
 	t.Parallel()
 	steps := map[string]*Entry{
@@ -76,5 +110,47 @@ func TestRestartCopies(t *testing.T) {
 	all := map[string]*Entry{"1": {State: StepDone}, "2": {State: StepDone}}
 	if cut := restartCut(all); cut != "" || !copied("2", StepDone, cut) {
 		t.Errorf("all steps done: cut %q, step 2 copied %v", cut, copied("2", StepDone, cut))
+	}
+}
+
+func TestFirstSegmentRan(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		state jetflow.State
+		steps int
+		want  bool
+	}{
+		{jetflow.Pending, 0, false},
+		{jetflow.Canceled, 0, false},
+		{jetflow.Canceled, 1, true},
+		{jetflow.Pending, 2, true},
+		{jetflow.InProgress, 0, true},
+		{jetflow.Success, 0, true},
+		{jetflow.Failed, 0, true},
+	} {
+		if got := firstSegmentRan(&jetflow.Run{State: tc.state}, tc.steps); got != tc.want {
+			t.Errorf("%s with %d steps: firstSegmentRan = %v, want %v", tc.state, tc.steps, got, tc.want)
+		}
+	}
+}
+
+func TestNoRetry(t *testing.T) {
+	t.Parallel()
+	failed := errors.New("boom")
+	for _, tc := range []struct {
+		name     string
+		err      error
+		attempt  int
+		maxTries int
+		want     bool
+	}{
+		{"succeeded", nil, 1, 3, true},
+		{"failed, attempts left", failed, 1, 3, false},
+		{"failed, last attempt", failed, 3, 3, true},
+		{"permanent", jetflow.Permanent(failed), 1, 3, true},
+	} {
+		if got := noRetry(tc.err, tc.attempt, tc.maxTries); got != tc.want {
+			t.Errorf("%s: noRetry = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
