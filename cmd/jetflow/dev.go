@@ -545,13 +545,13 @@ func (t *runTracker) ended(runs []demo.Scheduled) (bool, string) {
 // notable reports whether r differs from prev in something a person
 // watching cares about: state, attempts, error or progress.
 func notable(prev, r *jetflow.Run) bool {
-	return prev.State != r.State || prev.Attempts != r.Attempts || prev.Error != r.Error ||
-		!sameProgress(prev.Progress, r.Progress)
+	return !sameAttempt(prev, r) || prev.Error != r.Error || !sameProgress(prev.Progress, r.Progress)
 }
 
 // emit writes v as one JSON line (--json).
 func (t *runTracker) emit(v any) {
 	t.jmu.Lock()
 	defer t.jmu.Unlock()
+	// A stdout gone (a closed pipe) leaves nobody to tell: the runs go on.
 	_ = t.json.Encode(v)
 }
