@@ -497,7 +497,10 @@ func (d *dispatcher) cancelWaiting(ctx context.Context, e *entry, why cancelCaus
 		}
 		return
 	}
-	_ = d.pl.st.deleteMsg(ctx, e.seq)
+	if err := d.pl.st.deleteMsg(ctx, e.seq); err != nil {
+		// The entry of a finished item: dropped as stale by whoever finds it.
+		d.pl.log.Debug("remove the queue entry of a superseded item", "pool", d.pl.name, "item", e.id, "error", err)
+	}
 }
 
 // async runs f off the dispatcher's loop (bounded, awaited at the end of

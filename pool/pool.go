@@ -751,7 +751,10 @@ func (pl *Pool) enqueue(ctx context.Context, c jetflow.Call, opts []Option) (str
 		if cur.Enqueued.Equal(it.Enqueued) && cur.Function == it.Function {
 			return it.ID, nil // ours, started already
 		}
-		_ = pl.st.deleteMsg(ctx, seq)
+		if err := pl.st.deleteMsg(ctx, seq); err != nil {
+			// Dropped as stale by the dispatcher when it comes up.
+			pl.log.Debug("remove a duplicate queue entry", "pool", pl.name, "item", it.ID, "error", err)
+		}
 		return it.ID, fmt.Errorf("item %s: %w", it.ID, ErrAlreadyExists)
 	} else if !errors.Is(err, jetflow.ErrNotFound) {
 		// The entry is durable: if the item existed, the dispatcher drops it.
@@ -1006,7 +1009,9 @@ func (pl *Pool) cancel(ctx context.Context, id string, why cancelCause) error {
 	// A retry waiting for its backoff: drop its queue entry (the dispatcher
 	// would drop it too when it comes up).
 	if _, seq, err := pl.st.getQueued(ctx, pl.name, id); err == nil {
-		_ = pl.st.deleteMsg(ctx, seq)
+		if err := pl.st.deleteMsg(ctx, seq); err != nil {
+			pl.log.Debug("remove the queue entry of a canceled retry; the dispatcher drops it", "pool", pl.name, "item", id, "error", err)
+		}
 	}
 	return pl.ensureCallback(ctx, it)
 }

@@ -537,7 +537,7 @@ func Watch(ctx context.Context, p *producer.Producer, id string) (<-chan *Status
 	}
 	runs, err := p.Watch(ctx, id)
 	if err != nil {
-		_ = jw.Stop()
+		_ = jw.Stop() // the error to return is err; the cancel ends the watch anyway
 		cancel()
 		return nil, err
 	}
@@ -545,7 +545,7 @@ func Watch(ctx context.Context, p *producer.Producer, id string) (<-chan *Status
 	// is seen): a plain run, an unknown id, is the caller's error.
 	first, err := Get(ctx, p, id)
 	if err != nil {
-		_ = jw.Stop()
+		_ = jw.Stop() // the error to return is err; the cancel ends the watch anyway
 		cancel()
 		return nil, err
 	}

@@ -805,6 +805,9 @@ func (s *segment) leaving() {
 	}
 	ctx, cancel := s.detached()
 	defer cancel()
+	// Best effort on the way out: the segment's own outcome (canceled, or
+	// retried) is what its run records, and a retried segment arms the
+	// janitor when it parks.
 	_ = armJanitor(ctx, s.d.p, s.def.Name(), s.wf, time.Now().Add(engine.Of(s.d.p).Streams().Retention))
 }
 
@@ -1007,7 +1010,11 @@ func (s *segment) adopt(id string) {
 		err = s.addChild(ctx, id)
 	}
 	if errors.Is(err, kv.ErrTerminal) {
-		_ = s.d.p.Cancel(ctx, id)
+		if cerr := s.d.p.Cancel(ctx, id); cerr != nil {
+			// The segment's error says so: the run goes on uncanceled.
+			s.abort(fmt.Errorf("%w (run %s it started: not canceled: %v)", jetflow.ErrCanceled, id, cerr))
+			return
+		}
 		s.abort(jetflow.ErrCanceled)
 	}
 	if err != nil {

@@ -384,14 +384,14 @@ func portFree(host string, port int) bool {
 	if err != nil {
 		return false
 	}
-	_ = l.Close()
+	_ = l.Close() // a probe: the port is free whatever its close says
 	return true
 }
 
 func stopQuietly(stop func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = stop(ctx)
+	_ = stop(ctx) // on the way out after an earlier error, which is the one to report
 }
 
 // lockedWriter serializes writes from the watch goroutine and the command.

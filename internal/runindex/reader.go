@@ -984,7 +984,7 @@ func ahead(ctx context.Context, st jetstream.Stream, filter string, from uint64,
 func drop(st jetstream.Stream, c jetstream.Consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = st.DeleteConsumer(ctx, c.CachedInfo().Name)
+	_ = st.DeleteConsumer(ctx, c.CachedInfo().Name) // best effort: the server deletes it after InactiveThreshold anyway
 }
 
 // consumer is a short-lived consumer of stream on filter from sequence
