@@ -316,7 +316,7 @@ func (s *segment) timer(step string, until time.Time) {
 	if err == nil && r.State.Terminal() {
 		// Fired early (clocks): one more, per segment.
 		id = jetflow.DerivedID(fmt.Sprintf("%s-%d", id, s.n))
-		r, err = s.d.p.Get(s.ctx, id)
+		_, err = s.d.p.Get(s.ctx, id)
 	}
 	if err == nil {
 		return
