@@ -703,15 +703,21 @@ func (p *pager) indexNewest(ctx context.Context, w *pageRows, after *pos, idxLas
 		if !ok {
 			return true, nil
 		}
-		run, err := p.record(ctx, id, rev)
-		if err != nil {
-			return false, err
-		}
-		if run != nil {
-			w.add(pos{class: classIndex, seq: seq, rev: rev}, run)
-		}
-		return !w.full(), nil
+		return p.indexRow(ctx, w, seq, id, rev)
 	})
+}
+
+// indexRow adds to w the run of index entry seq (run id at revision rev),
+// and reports whether w wants more.
+func (p *pager) indexRow(ctx context.Context, w *pageRows, seq uint64, id string, rev uint64) (bool, error) {
+	run, err := p.record(ctx, id, rev)
+	if err != nil {
+		return false, err
+	}
+	if run != nil {
+		w.add(pos{class: classIndex, seq: seq, rev: rev}, run)
+	}
+	return !w.full(), nil
 }
 
 // indexShows reports whether an index entry of revision rev is shown from
@@ -757,14 +763,7 @@ func (p *pager) indexOldest(ctx context.Context, w *pageRows, before pos) error 
 		if rev > p.lastIndexed {
 			return false, nil // newer than the index's end as read: the tail has it
 		}
-		run, err := p.record(ctx, id, rev)
-		if err != nil {
-			return false, err
-		}
-		if run != nil {
-			w.add(pos{class: classIndex, seq: seq, rev: rev}, run)
-		}
-		return !w.full(), nil
+		return p.indexRow(ctx, w, seq, id, rev)
 	})
 }
 
@@ -805,12 +804,8 @@ func (p *pager) caughtUpOldest(ctx context.Context, w *pageRows, before pos, idx
 	}
 	for i := len(newer) - 1; i >= 0 && !w.full(); i-- {
 		e := newer[i]
-		run, err := p.record(ctx, e.id, e.rev)
-		if err != nil {
+		if _, err := p.indexRow(ctx, w, e.seq, e.id, e.rev); err != nil {
 			return err
-		}
-		if run != nil {
-			w.add(pos{class: classIndex, seq: e.seq, rev: e.rev}, run)
 		}
 	}
 	return nil
