@@ -77,7 +77,7 @@ type Figures struct {
 	// minutes from now, runs up to a minute overdue (not yet published by
 	// the scheduler) included. The store's keys name no function, so these
 	// are for every function.
-	Due1m uint64 `json:"due1m"`
+	Due1m  uint64 `json:"due1m"`
 	Due10m uint64 `json:"due10m"`
 	// Unserved: runs in the function stream that no function's consumer
 	// accounts for: runs of functions no worker has served yet. (Read apart
