@@ -85,6 +85,7 @@ type Scheduler struct {
 	index *runindex.Indexer // run on the leader
 
 	health schedHealth // what liveness and readiness read (health.go)
+	ops    opsState    // the backlog reader (backlog_ops.go)
 
 	cronsMu sync.Mutex
 	crons   *Crons
@@ -201,6 +202,7 @@ func (s *Scheduler) setLeader(v bool) {
 
 // run campaigns for the lease until ctx ends; each term leads.
 func (s *Scheduler) run(ctx context.Context) {
+	defer s.observeBacklog()() // the backlog gauges (backlog_ops.go)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.codeCheckLoop(ctx) })
