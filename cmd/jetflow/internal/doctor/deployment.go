@@ -249,7 +249,7 @@ func (d *doctor) functions(ctx context.Context) {
 			idle = append(idle, fn.Name)
 		case fn.OldestReadyAge > oldReadyAfter.Seconds():
 			d.add(name, Warn, fmt.Sprintf("the oldest ready run has waited %s (%d ready, %d in flight)",
-				(time.Duration(fn.OldestReadyAge) * time.Second).Round(time.Second), fn.Ready, fn.InFlight),
+				(time.Duration(fn.OldestReadyAge)*time.Second).Round(time.Second), fn.Ready, fn.InFlight),
 				"add workers or raise Concurrency / MaxParallel")
 		default:
 			d.add(name, Pass, fmt.Sprintf("%d ready, %d in flight", fn.Ready, fn.InFlight), "")
