@@ -195,3 +195,32 @@ func hasFinding(r doctorReport, check, level, text string) bool {
 	}
 	return false
 }
+
+// functions stats --json prints the scaling endpoint's figures.
+func TestFunctionsStatsJSON(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ctx := testCtx(t)
+	e.serveDemo(t)
+	if _, err := e.P.RunAfter(ctx, 30*time.Second, jetflow.Define[int]("doc.later").With(1)); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := mustCLI(ctx, t, "functions", "stats", "--json", "--target", "5", "--url", e.URL)
+	var f struct {
+		Functions []struct {
+			Function string `json:"function"`
+		} `json:"functions"`
+		Due1m  int `json:"due1m"`
+		Target int `json:"targetPerWorker"`
+	}
+	if err := json.Unmarshal([]byte(out), &f); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if f.Due1m != 1 || f.Target != 5 || len(f.Functions) == 0 {
+		t.Fatalf("functions stats --json: %s", out)
+	}
+	text, _ := mustCLI(ctx, t, "functions", "stats", "--url", e.URL)
+	if !strings.Contains(text, "DESIRED WORKERS") || !strings.Contains(text, "due within 1 min: 1") {
+		t.Fatalf("functions stats: %s", text)
+	}
+}
