@@ -226,7 +226,8 @@ func runDev(ctx context.Context, args []string) error {
 		if *asJSON {
 			sec.json, dout = true, stdout(ctx)
 		}
-		stopHTTP, err := startDashboard(withOutput(ctx, dout, stderr(ctx)), *httpAddr, p, dcfg, sec)
+		hctx := withHealth(ctx, devHealth(w, s)) // the worker's and scheduler's probes (health.go)
+		stopHTTP, err := startDashboard(withOutput(hctx, dout, stderr(ctx)), *httpAddr, p, dcfg, sec)
 		if err != nil {
 			return fmt.Errorf("dev: %w", err)
 		}
