@@ -243,7 +243,11 @@ func (d *doctor) fsync(ctx context.Context) {
 		d.add("fsync", Warn, "monitoring endpoint: "+err.Error(), "check --monitor and the server's http_port")
 		return
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		d.add("fsync", Warn, "monitoring endpoint: "+resp.Status, "check --monitor and the server's http_port")
+		return
+	}
 	var v varz
 	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
 		d.add("fsync", Warn, "monitoring endpoint: "+err.Error(), "")
