@@ -75,14 +75,7 @@ const (
 
 // Run runs every check and returns the findings, in order.
 func Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, o Options) []Finding {
-	if o.Now == nil {
-		o.Now = time.Now
-	}
-	if o.HTTP == nil {
-		o.HTTP = http.DefaultClient
-	}
-	o.Streams = o.Streams.WithDefaults()
-	d := &doctor{nc: nc, js: js, o: o}
+	d := &doctor{nc: nc, js: js, o: withDefaults(o)}
 	d.server()
 	d.storage(ctx)
 	d.fsync(ctx)
@@ -93,6 +86,17 @@ func Run(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, o Options) 
 	d.index(ctx)
 	d.functions(ctx)
 	return d.out
+}
+
+func withDefaults(o Options) Options {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.HTTP == nil {
+		o.HTTP = &http.Client{Timeout: 10 * time.Second}
+	}
+	o.Streams = o.Streams.WithDefaults()
+	return o
 }
 
 // Worst is the worst level of findings (Pass when there are none).
