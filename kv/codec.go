@@ -155,7 +155,7 @@ func appendTime(b []byte, t time.Time) []byte {
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if needsEscape(c) {
 			j, _ := json.Marshal(s)
 			return append(b, j...)
 		}
@@ -163,4 +163,17 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// needsEscape reports whether byte c of a string is not copied as it is by
+// appendString: a control or non-ASCII byte, or one encoding/json escapes.
+func needsEscape(c byte) bool {
+	if c < 0x20 || c >= 0x7f {
+		return true
+	}
+	switch c {
+	case '"', '\\', '<', '>', '&':
+		return true
+	}
+	return false
 }

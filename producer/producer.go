@@ -275,8 +275,16 @@ func (p *Producer) prepare(ctx context.Context, t time.Time, c jetflow.Call, opt
 // and the worker's claim or outcome creates the record: one write less per
 // run.
 func (p *Producer) direct(r *jetflow.Run, o options) bool {
-	return o.id == "" && !o.hold && r.Parent == "" && r.Pool == "" && r.OnComplete == nil &&
-		!r.ScheduledTime.After(p.now()) && strings.Count(r.Name, ".") < kv.QueuedMaxTokens
+	if o.id != "" || o.hold || r.ScheduledTime.After(p.now()) {
+		return false
+	}
+	return standalone(r) && strings.Count(r.Name, ".") < kv.QueuedMaxTokens
+}
+
+// standalone reports whether r is tied to no other run or pool: no parent,
+// pool or on-complete callback.
+func standalone(r *jetflow.Run) bool {
+	return r.Parent == "" && r.Pool == "" && r.OnComplete == nil
 }
 
 // directEnvelope is the envelope of a run published without a record.

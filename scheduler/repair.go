@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,8 +15,6 @@ import (
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 )
-
-func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
 
 // fullRepairEvery is how often the repair loop reads every record although
 // the run index names its candidates: a safety net.
@@ -109,7 +106,7 @@ func (s *Scheduler) repair(ctx context.Context, seed bool) (int, error) {
 		if h.State == jetflow.InProgress {
 			running = append(running, h)
 		}
-		if h.State.Terminal() && !h.Notify.IsZero() && h.Notify.Before(cut) && h.Notify.After(recent) {
+		if h.State.Terminal() && notifyDue(h.Notify, cut, recent) {
 			notify = append(notify, h)
 		}
 	})
@@ -216,8 +213,7 @@ func (s *Scheduler) settleHeld(ctx context.Context, r *jetflow.Run) (done, orpha
 	case err == nil && !parent.State.Terminal() && !heldByEndedAttempt(parent, r.ID):
 		return true, false // the parent's attempt is still running
 	case err == nil || errors.Is(err, jetflow.ErrNotFound):
-		r.State, r.Error, r.CompletedTime = jetflow.Canceled, "parent did not succeed", s.now().UTC()
-		_, werr := s.runs.Write(ctx, engine.Orphan, jetflow.Pending, r, r.Revision)
+		_, werr := s.runs.Write(ctx, engine.Orphan, jetflow.Pending, engine.OrphanRun(r, s.now()), r.Revision)
 		return true, werr == nil
 	}
 	return true, false
@@ -327,10 +323,9 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		}
 		s.live.Forget(r.ID)
 		if r.Kind == jetflow.AtMostOnce {
-			r.State, r.CompletedTime = jetflow.Failed, s.now().UTC()
-			r.Error = jetflow.ErrWorkerLost.Error()
-			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
-				_ = s.d.Complete(ctx, r)
+			lost := engine.LoseRun(r, s.now())
+			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, lost, r.Revision); err == nil {
+				_ = s.d.Complete(ctx, lost)
 				n++
 			}
 			continue
@@ -341,4 +336,14 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		}
 	}
 	return n
+}
+
+// notifyDue reports whether a terminal record's completion time, notify,
+// falls in the sweep's window for on-complete callbacks: after recent and
+// before cut (zero: no callback).
+func notifyDue(notify, cut, recent time.Time) bool {
+	if notify.IsZero() {
+		return false
+	}
+	return notify.Before(cut) && notify.After(recent)
 }

@@ -494,14 +494,10 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		w.settle(m, nakAfter(w.cfg.AckWait/2))
 		return false
 	case failLost:
-		r.State, r.Error = jetflow.Failed, jetflow.ErrWorkerLost.Error()
-		w.writeLost(ctx, j, m, r)
+		w.writeLost(ctx, j, m, engine.LoseRun(r, w.now()))
 		return false
 	case failNoneLeft:
-		r.AddAttempt(lostAttempt(r, w.now()))
-		r.State = jetflow.Failed
-		r.Error = fmt.Sprintf("%v: attempt %d lost, no attempts left", jetflow.ErrWorkerLost, r.Attempts)
-		w.writeLost(ctx, j, m, r)
+		w.writeLost(ctx, j, m, engine.LoseLastAttempt(r, w.now()))
 		return false
 	case takeOver:
 		// Its attempt counts, so a handler that kills its process every
@@ -509,7 +505,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		// forever.
 		w.live.Forget(r.ID)
 		j.env.Attempt = r.Attempts + 1
-		r.AddAttempt(lostAttempt(r, w.now()))
+		r.AddAttempt(engine.LostAttempt(r, w.now()))
 	}
 	j.rec, j.rev = r, r.Revision
 	return true
@@ -564,10 +560,6 @@ func (w *Worker) recordForeign(ctx context.Context, j *jobCore, m jetstream.Msg)
 // swap on the claim it read) and acknowledges its message.
 func (w *Worker) writeLost(ctx context.Context, j *jobCore, m jetstream.Msg, r *jetflow.Run) {
 	w.live.Forget(r.ID)
-	r.CompletedTime = w.now().UTC()
-	if j.fn.kind == jetflow.AtMostOnce {
-		r.AddAttempt(lostAttempt(r, w.now()))
-	}
 	if _, err := w.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
 		telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
 		w.complete(ctx, r)
@@ -611,12 +603,6 @@ func decideOnRecord(r *jetflow.Run, attempt int, atMostOnce, ownerLost bool, max
 		return failNoneLeft
 	}
 	return takeOver
-}
-
-// lostAttempt is the history entry of r's attempt whose worker is gone.
-func lostAttempt(r *jetflow.Run, now time.Time) jetflow.Attempt {
-	return jetflow.Attempt{Attempt: r.Attempts, Worker: r.Owner, StartedTime: r.StartedTime,
-		CompletedTime: now.UTC(), Outcome: "lost", Error: jetflow.ErrWorkerLost.Error()}
 }
 
 // clip cuts s to at most n bytes (valid UTF-8).
@@ -710,6 +696,9 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// A stop of the worker's work (StopAndCancel, or Stop past its ctx)
+	// cancels this handler too, with its cause.
+	defer context.AfterFunc(w.work, func() { cancel(context.Cause(w.work)) })()
 	timeout := e.opts.Timeout
 	if env.Timeout > 0 {
 		timeout = env.Timeout
@@ -778,7 +767,7 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 // lost). A failed write leaves the claim to LostAfter.
 func (w *Worker) unclaim(bg context.Context, j *jobCore) {
 	j.mu.Lock()
-	if j.fn.kind != jetflow.Retryable || j.rec == nil || j.rec.State != jetflow.InProgress || j.rev == 0 {
+	if !j.claimedRetryable() {
 		j.mu.Unlock()
 		return
 	}
@@ -946,8 +935,27 @@ func (w *Worker) writeRecord(ctx context.Context, step engine.Step, from jetflow
 }
 
 func sameOutcome(a, b *jetflow.Run) bool {
-	return a.State == b.State && a.Attempts == b.Attempts && a.CompletedTime.Equal(b.CompletedTime) &&
-		a.ScheduledTime.Equal(b.ScheduledTime) && a.Error == b.Error
+	return outcomeOf(a) == outcomeOf(b)
+}
+
+// outcome is what an outcome write sets, comparable.
+type outcome struct {
+	state                jetflow.State
+	attempts             int
+	completed, scheduled instant
+	err                  string
+}
+
+// instant is a time, comparable with == across locations.
+type instant struct {
+	sec  int64
+	nsec int
+}
+
+func instantOf(t time.Time) instant { return instant{t.Unix(), t.Nanosecond()} }
+
+func outcomeOf(r *jetflow.Run) outcome {
+	return outcome{r.State, r.Attempts, instantOf(r.CompletedTime), instantOf(r.ScheduledTime), r.Error}
 }
 
 // outcomeLost handles a terminal write that lost its compare-and-swap: the
@@ -993,9 +1001,7 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 			if r.HeldBy == "" {
 				return false
 			}
-			r.State = jetflow.Canceled
-			r.Error = "parent attempt did not succeed"
-			r.CompletedTime = w.now().UTC()
+			*r = *engine.OrphanRun(r, w.now())
 			return true
 		})
 	}
@@ -1083,4 +1089,13 @@ func (w *Worker) complete(ctx context.Context, r *jetflow.Run) {
 	if err := w.p.Complete(ctx, r); err != nil {
 		w.log.Warn("on-complete; repair sweep will", "run_id", r.ID, "error", err)
 	}
+}
+
+// claimedRetryable reports whether j is a retryable run whose claim this
+// worker wrote (an inProgress record at a known revision). j.mu is held.
+func (j *jobCore) claimedRetryable() bool {
+	if j.fn.kind != jetflow.Retryable || j.rec == nil {
+		return false
+	}
+	return j.rec.State == jetflow.InProgress && j.rev != 0
 }

@@ -175,7 +175,11 @@ type Worker struct {
 	replay     replayGuard
 	stall      *stall.Detector // stops of this process (heldLong)
 	live       liveness.Watch  // records of other workers' runs seen unchanged
-	clock      *srvclock.Clock // the server's time: retries' due times
+	// work is the context every handler's context derives from:
+	// stopWork cancels them all at once, those starting later included.
+	work     context.Context
+	stopWork context.CancelCauseFunc
+	clock    *srvclock.Clock // the server's time: retries' due times
 	// replicated: the function stream has replicas (a cluster); set at
 	// Start, before the first delivery.
 	replicated bool
@@ -263,6 +267,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)},
 		stall: stall.New(cfg.AckWait/4, cfg.AckWait), clock: srvclock.New(cfg.Now), givingBack: make(chan struct{}, maxGiveBacks),
 	}
+	w.work, w.stopWork = context.WithCancelCause(context.Background())
 	w.readConfirmed = w.store.GetConfirmedSource
 	return w, nil
 }
@@ -663,7 +668,10 @@ func (w *Worker) setPaused(fn string, paused bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.fns[fn]
-	if e == nil || e.cons == nil || w.stopping || e.paused == paused {
+	if e == nil || e.cons == nil {
+		return
+	}
+	if w.stopping || e.paused == paused {
 		return
 	}
 	e.paused = paused
@@ -729,8 +737,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
-		w.cancelAll()
-		go w.cancelRunning(done)
+		w.stopWork(ErrStopping)
 	}
 	if lerr := w.life.Stop(context.Background()); err == nil {
 		err = lerr
@@ -751,38 +758,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 // ends first.
 func (w *Worker) StopAndCancel(ctx context.Context) error {
 	w.halt()
-	w.cancelAll()
-	done := make(chan struct{})
-	defer close(done)
-	go w.cancelRunning(done)
+	w.stopWork(ErrStopping)
 	return w.Stop(ctx)
-}
-
-// cancelAll cancels every running handler with ErrStopping.
-func (w *Worker) cancelAll() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, a := range w.running {
-		a.cancel(ErrStopping)
-	}
-}
-
-// cancelRunning cancels every running handler with ErrStopping, and those
-// that start after (a message a runner took just before the worker
-// halted), until done is closed or nothing runs any more.
-func (w *Worker) cancelRunning(done <-chan struct{}) {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-w.life.Stopped():
-			return
-		case <-t.C:
-			w.cancelAll()
-		}
-	}
 }
 
 // Stopped is closed when the worker has stopped.
@@ -906,8 +883,7 @@ func (w *Worker) claimLate(ctx context.Context) {
 	w.mu.Lock()
 	var due []*active
 	for _, a := range w.running {
-		j := a.job
-		if j.fn.claimLate() && !a.claimed && (now.Sub(j.started) >= j.fn.opts.ClaimAfter || claimNow) {
+		if a.lateClaimDue(now, claimNow) {
 			a.claimed = true
 			due = append(due, a)
 		}
@@ -991,3 +967,14 @@ func (w *Worker) probeClock(ctx context.Context) {
 // measured (0 before the first measurement). Retries are due in the
 // server's time whatever it is.
 func (w *Worker) ClockOffset() time.Duration { return w.clock.Offset() }
+
+// lateClaimDue reports whether a's run, started unclaimed, is to be claimed
+// now: it has run ClaimAfter, or every run here is to be claimed at once
+// (just reconnected).
+func (a *active) lateClaimDue(now time.Time, claimNow bool) bool {
+	j := a.job
+	if !j.fn.claimLate() || a.claimed {
+		return false
+	}
+	return claimNow || now.Sub(j.started) >= j.fn.opts.ClaimAfter
+}

@@ -253,7 +253,7 @@ func (j *journal) read(ctx context.Context, filter string) ([]jetstream.KeyValue
 	if err != nil {
 		return nil, 0, fmt.Errorf("workflow: read journal: %w", err)
 	}
-	defer w.Stop()
+	defer func() { _ = w.Stop() }() // an unsubscribe: it fails only on a connection gone
 	var out []jetstream.KeyValueEntry
 	var seen uint64
 	for {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"net/http"
+	"sync"
 
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/health"
@@ -52,10 +53,26 @@ func withProbes(ctx context.Context, p *producer.Producer, h http.Handler) http.
 	})
 }
 
-// devHealth is the probes of jetflow dev's worker and scheduler.
-func devHealth(w *worker.Worker, s *scheduler.Scheduler) health.Source {
-	return health.Combine(map[string]health.Source{
+// devProbes holds the probes of each running jetflow dev's worker and
+// scheduler, by its scheduler (startDevRoles starts both, startDevDashboard
+// serves them).
+var devProbes sync.Map // *scheduler.Scheduler -> health.Source
+
+// registerDevHealth keeps the probes of jetflow dev's worker and scheduler
+// until the scheduler stops.
+func registerDevHealth(w *worker.Worker, s *scheduler.Scheduler) {
+	devProbes.Store(s, health.Combine(map[string]health.Source{
 		"worker":    health.FromErrors("checks", w.Live, w.Ready),
 		"scheduler": health.FromErrors("checks", s.Live, s.Ready),
-	})
+	}))
+	go func() { <-s.Stopped(); devProbes.Delete(s) }()
+}
+
+// devHealthOf is the probes registerDevHealth kept for s (none: the
+// scheduler's alone).
+func devHealthOf(s *scheduler.Scheduler) health.Source {
+	if src, ok := devProbes.Load(s); ok {
+		return src.(health.Source)
+	}
+	return health.FromErrors("checks", s.Live, s.Ready)
 }

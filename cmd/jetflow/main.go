@@ -255,11 +255,21 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		if kind != "" {
 			line += " " + kind
 		}
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "0s" {
+		if !zeroDefault(f.DefValue) {
 			text += fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(w, "%s\n      %s\n", line, text)
 	})
+}
+
+// zeroDefault reports whether a flag's default, as text, is its type's
+// zero value: the help does not print it.
+func zeroDefault(v string) bool {
+	switch v {
+	case "", "0", "false", "0s":
+		return true
+	}
+	return false
 }
 
 // isHelp reports whether arg asks for help.
