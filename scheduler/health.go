@@ -104,7 +104,8 @@ func (s *Scheduler) readyReport() health.Report {
 	if !conn.OK {
 		conn.Detail = "NATS connection " + nc.Status().String()
 	}
-	drain := health.Check{Name: "draining", OK: !s.health.draining.Load() && !(began && s.stopped())}
+	stopping := s.health.draining.Load() || began && s.stopped()
+	drain := health.Check{Name: "draining", OK: !stopping}
 	if !drain.OK {
 		drain.Detail = "stopping"
 	}
