@@ -193,6 +193,7 @@ type Worker struct {
 	leaderRead  time.Time
 	leaderSince time.Time
 	leaderErr   error
+	health      workerHealth // what liveness and readiness read (health.go)
 }
 
 type fnEntry struct {
@@ -568,6 +569,7 @@ func (w *Worker) loop(ctx context.Context, fns []*fnEntry, pauses <-chan jetstre
 	ot := time.NewTicker(time.Second)
 	defer ot.Stop()
 	for {
+		w.health.loop.Mark()
 		select {
 		case <-ctx.Done():
 			return

@@ -187,7 +187,7 @@ func startDashboard(ctx context.Context, addr string, p *producer.Producer, cfg 
 	// of this base context, canceled before Shutdown waits for them.
 	baseCtx, cancelStreams := context.WithCancel(context.WithoutCancel(ctx))
 	srv := &http.Server{
-		Handler:           dashboard.New(p, cfg),
+		Handler:           withProbes(ctx, p, dashboard.New(p, cfg)), // health.go
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 	}

@@ -277,6 +277,7 @@ func startDevRoles(js jetstream.JetStream, p *producer.Producer, sc streams.Conf
 		}
 		fmt.Fprintln(out, "jetflow dev stopped")
 	}
+	registerDevHealth(w, s)
 	return s, stop, nil
 }
 
@@ -292,6 +293,7 @@ func startDevDashboard(ctx context.Context, c *devConfig, p *producer.Producer, 
 	if c.asJSON {
 		c.sec.json, dout = true, stdout(ctx)
 	}
+	ctx = withHealth(ctx, devHealthOf(s)) // the worker's and scheduler's probes (health.go)
 	stop, err := startDashboard(withOutput(ctx, dout, stderr(ctx)), c.httpAddr, p, dcfg, c.sec)
 	if err != nil {
 		return nil, fmt.Errorf("dev: %w", err)
