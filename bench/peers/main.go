@@ -17,6 +17,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 )
@@ -31,6 +32,7 @@ type opts struct {
 	asynqConc  int
 	asynqEnq   int
 	noSchedRow bool
+	rounds     int
 	timeout    time.Duration
 	dir        string
 }
@@ -45,11 +47,12 @@ func main() {
 	flag.IntVar(&o.asynqConc, "asynq-concurrency", 50, "Asynq server's Concurrency")
 	flag.IntVar(&o.asynqEnq, "asynq-enqueuers", 64, "goroutines enqueueing Asynq tasks (Asynq has no batch insert)")
 	flag.BoolVar(&o.noSchedRow, "skip-no-scheduler", false, "skip jetflow end to end without a scheduler")
+	flag.IntVar(&o.rounds, "rounds", 1, "rounds of every row, in turn; the table gives each row's median")
 	flag.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound of each measurement")
 	flag.StringVar(&o.dir, "dir", "", "directory of the embedded nats-server's data (default a new temporary directory, removed afterwards)")
 	flag.Parse()
-	if o.n <= 0 || o.argsSize < 8 {
-		fmt.Fprintln(os.Stderr, "peers: -n must be positive and -args at least 8")
+	if o.n <= 0 || o.argsSize < 8 || o.rounds < 1 {
+		fmt.Fprintln(os.Stderr, "peers: -n and -rounds must be positive and -args at least 8")
 		os.Exit(2)
 	}
 	if err := run(context.Background(), o, os.Stdout); err != nil {
@@ -58,16 +61,41 @@ func main() {
 	}
 }
 
-// row is one line of the table: a rate, or why there is none.
+// row is one line of the table: the rates of every round, or why there
+// are none.
 type row struct {
-	name string
-	rate float64 // runs/s; 0 when err or skip is set
-	note string  // what the figure is
-	skip string  // not measured: why
-	err  error   // measured but failed
+	name  string
+	rates []float64 // runs/s, one a round
+	note  string    // what the figure is (the last round's)
+	skip  string    // not measured: why
+	err   error     // measured but failed
 }
 
-func (r row) ok() bool { return r.rate > 0 && r.err == nil && r.skip == "" }
+func (r *row) ok() bool { return len(r.rates) > 0 && r.err == nil && r.skip == "" }
+
+// rate is the median of the rounds' rates.
+func (r *row) rate() float64 {
+	if len(r.rates) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.rates)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// spread is the rounds' range, or empty with one round.
+func (r *row) spread() string {
+	if len(r.rates) < 2 {
+		return ""
+	}
+	return fmt.Sprintf("median of %d rounds, %s-%s", len(r.rates), fmtRate(slices.Min(r.rates)), fmtRate(slices.Max(r.rates)))
+}
+
+// measurer measures one row once: a rate and a note.
+type measurer func(ctx context.Context) (float64, string, error)
 
 func run(ctx context.Context, o opts, out io.Writer) error {
 	dir := o.dir
@@ -80,8 +108,8 @@ func run(ctx context.Context, o opts, out io.Writer) error {
 		dir = d
 	}
 	load0 := loadavg()
-	fmt.Fprintf(out, "peers: %s %s/%s, %d CPUs, N=%d, args %d bytes, load average at start %s\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.n, o.argsSize, load0)
+	fmt.Fprintf(out, "peers: %s %s/%s, %d CPUs, N=%d, args %d bytes, %d round(s), load average at start %s\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), o.n, o.argsSize, o.rounds, load0)
 	fmt.Fprintf(out, "versions: %s\n", depVersions())
 
 	srv, err := startNATS(dir)
@@ -90,73 +118,86 @@ func run(ctx context.Context, o opts, out io.Writer) error {
 	}
 	defer srv.Stop()
 	url := srv.ClientURL()
-	phase := func(name string, f func(ctx context.Context) (float64, string, error)) row {
-		fmt.Fprintf(os.Stderr, "peers: measuring %s...\n", name)
+
+	raw := &row{name: "raw JetStream publish + consume"}
+	nosched := &row{name: "jetflow end to end, no scheduler"}
+	jf := &row{name: "jetflow end to end with a scheduler"}
+	rv := &row{name: fmt.Sprintf("River on PostgreSQL, %s workers", fmtRate(float64(o.riverMax)))}
+	aq := &row{name: fmt.Sprintf("Asynq on Redis, %d workers", o.asynqConc)}
+	measure := func(r *row, round int, f measurer) {
+		if r.skip != "" || r.err != nil {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "peers: round %d: %s...\n", round, r.name)
 		pctx, cancel := context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 		rate, note, err := f(pctx)
 		var sk skipError
-		if errors.As(err, &sk) {
-			return row{name: name, skip: sk.why}
+		switch {
+		case errors.As(err, &sk):
+			r.skip = sk.why
+		case err != nil:
+			r.err = err
+		default:
+			r.rates, r.note = append(r.rates, rate), note
 		}
-		return row{name: name, rate: rate, note: note, err: err}
 	}
-
-	// Raw before and after the rest; the ratios are against the mean, so
-	// that a machine that got busier or quieter meanwhile tilts nothing.
-	raw1 := phase("raw JetStream publish + consume", func(ctx context.Context) (float64, string, error) {
+	rawOnce := func(ctx context.Context) (float64, string, error) {
 		return rawPublishConsume(ctx, url, o.n, o.argsSize)
-	})
-	var rows []row
-	if !o.noSchedRow {
-		rows = append(rows, phase("jetflow end to end, no scheduler", func(ctx context.Context) (float64, string, error) {
-			return jetflowE2E(ctx, url, "peersnosched", o.n, o.argsSize, false)
-		}))
 	}
-	jf := phase("jetflow end to end with a scheduler", func(ctx context.Context) (float64, string, error) {
-		return jetflowE2E(ctx, url, "peerssched", o.n, o.argsSize, true)
-	})
-	rows = append(rows, jf)
-	rv := phase(fmt.Sprintf("River on PostgreSQL, %d workers", o.riverMax), func(ctx context.Context) (float64, string, error) {
-		return riverE2E(ctx, o.pg, o.n, o.argsSize, o.riverMax)
-	})
-	aq := phase(fmt.Sprintf("Asynq on Redis, %d workers", o.asynqConc), func(ctx context.Context) (float64, string, error) {
-		return asynqE2E(ctx, o.redis, o.n, o.argsSize, o.asynqConc, o.asynqEnq)
-	})
-	rows = append(rows, rv, aq)
-	raw2 := phase("raw JetStream publish + consume, again", func(ctx context.Context) (float64, string, error) {
-		return rawPublishConsume(ctx, url, o.n, o.argsSize)
-	})
+	for round := 1; round <= o.rounds; round++ {
+		// Raw before and after the rest of each round; the ratios are
+		// against the median of all, so that a machine that got busier or
+		// quieter meanwhile tilts nothing.
+		measure(raw, round, rawOnce)
+		if !o.noSchedRow {
+			measure(nosched, round, func(ctx context.Context) (float64, string, error) {
+				return jetflowE2E(ctx, url, fmt.Sprintf("peersnosched%d", round), o.n, o.argsSize, false)
+			})
+		}
+		measure(jf, round, func(ctx context.Context) (float64, string, error) {
+			return jetflowE2E(ctx, url, fmt.Sprintf("peerssched%d", round), o.n, o.argsSize, true)
+		})
+		measure(rv, round, func(ctx context.Context) (float64, string, error) {
+			return riverE2E(ctx, o.pg, o.n, o.argsSize, o.riverMax)
+		})
+		measure(aq, round, func(ctx context.Context) (float64, string, error) {
+			return asynqE2E(ctx, o.redis, o.n, o.argsSize, o.asynqConc, o.asynqEnq)
+		})
+		measure(raw, round, rawOnce)
+	}
 	load1 := loadavg()
-
-	raw := row{name: "raw JetStream publish + consume", err: raw1.err}
-	switch {
-	case raw1.ok() && raw2.ok():
-		raw.rate = (raw1.rate + raw2.rate) / 2
-		raw.note = fmt.Sprintf("mean of %s before and %s after the rest", fmtRate(raw1.rate), fmtRate(raw2.rate))
-	case raw1.ok():
-		raw.rate, raw.note = raw1.rate, fmt.Sprintf("before the rest only; again: %v", raw2.err)
+	if raw.ok() {
+		raw.note = "each round before and after the rest: " + strings.Join(fmtRates(raw.rates), ", ")
 	}
 
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "| in one run, N=%d, %d CPUs, load average %s at start, %s at end | runs/s | of raw | |\n", o.n, runtime.NumCPU(), load0, load1)
 	fmt.Fprintln(out, "|---|---|---|---|")
-	for _, r := range append([]row{raw}, rows...) {
+	rows := []*row{raw, nosched, jf, rv, aq}
+	if o.noSchedRow {
+		rows = []*row{raw, jf, rv, aq}
+	}
+	for _, r := range rows {
 		switch {
 		case r.skip != "":
-			fmt.Fprintf(out, "| %s | not measured | | %s |\n", r.name, r.skip)
+			fmt.Fprintf(out, "| %s | not measured | | %s |\n", r.name, cell(r.skip))
 		case r.err != nil:
-			fmt.Fprintf(out, "| %s | failed | | %v |\n", r.name, r.err)
+			fmt.Fprintf(out, "| %s | failed | | %s |\n", r.name, cell(r.err.Error()))
 		default:
 			of := "-"
-			if raw.rate > 0 {
-				of = fmt.Sprintf("%.2f", r.rate/raw.rate)
+			if raw.ok() {
+				of = fmt.Sprintf("%.2f", r.rate()/raw.rate())
 			}
-			fmt.Fprintf(out, "| %s | %s | %s | %s |\n", r.name, fmtRate(r.rate), of, r.note)
+			note := r.note
+			if sp := r.spread(); sp != "" && r != raw {
+				note = sp + "; " + note
+			}
+			fmt.Fprintf(out, "| %s | %s | %s | %s |\n", r.name, fmtRate(r.rate()), of, cell(note))
 		}
 	}
 	fmt.Fprintln(out)
-	for _, p := range []row{rv, aq} {
+	for _, p := range []*row{rv, aq} {
 		peer := strings.SplitN(p.name, " ", 2)[0]
 		switch {
 		case !jf.ok():
@@ -164,13 +205,23 @@ func run(ctx context.Context, o opts, out io.Writer) error {
 		case !p.ok():
 			fmt.Fprintf(out, "jetflow (with a scheduler) / %s: %s not measured\n", peer, peer)
 		default:
-			fmt.Fprintf(out, "jetflow (with a scheduler) / %s: %.2f\n", peer, jf.rate/p.rate)
+			fmt.Fprintf(out, "jetflow (with a scheduler) / %s: %.2f\n", peer, jf.rate()/p.rate())
 		}
 	}
-	if raw.err != nil || jf.err != nil || rv.err != nil || aq.err != nil {
-		return errors.New("a measurement failed (see the table)")
+	for _, r := range rows {
+		if r.err != nil {
+			return errors.New("a measurement failed (see the table)")
+		}
 	}
 	return nil
+}
+
+func fmtRates(rs []float64) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = fmtRate(r)
+	}
+	return out
 }
 
 // skipError: a peer not measured (no address, or its server unreachable).
@@ -179,6 +230,12 @@ type skipError struct{ why string }
 func (e skipError) Error() string { return e.why }
 
 func skipf(format string, a ...any) error { return skipError{why: fmt.Sprintf(format, a...)} }
+
+// cell is s on one line, fit for a table cell.
+func cell(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	return strings.ReplaceAll(s, "|", "/")
+}
 
 // loadavg is the 1, 5 and 15 minute load averages, or "?".
 func loadavg() string {
