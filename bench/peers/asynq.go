@@ -100,17 +100,17 @@ func asynqE2E(ctx context.Context, addr string, n, size, concurrency, enqueuers 
 		if err != nil {
 			return 0, "", fmt.Errorf("asynq queue info: %w", err)
 		}
-		if qi.Processed >= n && qi.Active == 0 && qi.Pending == 0 {
+		if qi.ProcessedTotal >= n && qi.Active == 0 && qi.Pending == 0 {
 			elapsed := time.Since(start)
-			if qi.Failed > 0 {
-				return 0, "", fmt.Errorf("%d Asynq tasks failed", qi.Failed)
+			if qi.FailedTotal > 0 {
+				return 0, "", fmt.Errorf("%d Asynq tasks failed", qi.FailedTotal)
 			}
 			return rate(n, elapsed), fmt.Sprintf("Redis %s; enqueued in %s from %d goroutines, all processed at %s",
 				version, enqueued.Round(time.Millisecond), enqueuers, elapsed.Round(time.Millisecond)), nil
 		}
 		select {
 		case <-ctx.Done():
-			return 0, "", fmt.Errorf("%d of %d Asynq tasks processed: %w", qi.Processed, n, ctx.Err())
+			return 0, "", fmt.Errorf("%d of %d Asynq tasks processed: %w", qi.ProcessedTotal, n, ctx.Err())
 		case <-time.After(2 * time.Millisecond):
 		}
 	}

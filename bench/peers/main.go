@@ -142,22 +142,32 @@ func run(ctx context.Context, o opts, out io.Writer) error {
 			r.rates, r.note = append(r.rates, rate), note
 		}
 	}
-	rawOnce := func(ctx context.Context) (float64, string, error) {
-		return rawPublishConsume(ctx, url, o.n, o.argsSize)
+	// The NATS phases start on an empty server: the streams of the one
+	// before are deleted first.
+	onNATS := func(f measurer) measurer {
+		return func(ctx context.Context) (float64, string, error) {
+			if err := dropStreams(ctx, url); err != nil {
+				return 0, "", err
+			}
+			return f(ctx)
+		}
 	}
+	rawOnce := onNATS(func(ctx context.Context) (float64, string, error) {
+		return rawPublishConsume(ctx, url, o.n, o.argsSize)
+	})
 	for round := 1; round <= o.rounds; round++ {
 		// Raw before and after the rest of each round; the ratios are
 		// against the median of all, so that a machine that got busier or
 		// quieter meanwhile tilts nothing.
 		measure(raw, round, rawOnce)
 		if !o.noSchedRow {
-			measure(nosched, round, func(ctx context.Context) (float64, string, error) {
-				return jetflowE2E(ctx, url, fmt.Sprintf("peersnosched%d", round), o.n, o.argsSize, false)
-			})
+			measure(nosched, round, onNATS(func(ctx context.Context) (float64, string, error) {
+				return jetflowE2E(ctx, url, "peersnosched", o.n, o.argsSize, false)
+			}))
 		}
-		measure(jf, round, func(ctx context.Context) (float64, string, error) {
-			return jetflowE2E(ctx, url, fmt.Sprintf("peerssched%d", round), o.n, o.argsSize, true)
-		})
+		measure(jf, round, onNATS(func(ctx context.Context) (float64, string, error) {
+			return jetflowE2E(ctx, url, "peerssched", o.n, o.argsSize, true)
+		}))
 		measure(rv, round, func(ctx context.Context) (float64, string, error) {
 			return riverE2E(ctx, o.pg, o.n, o.argsSize, o.riverMax)
 		})

@@ -30,7 +30,50 @@ func startNATS(dir string) (*embedded.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedded nats-server: %w", err)
 	}
+	nc, js, err := connect(s.ClientURL(), "peers-keep")
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: keepStream, Subjects: []string{"peers.keep"}, Storage: jetstream.FileStorage})
+		cancel()
+		nc.Close()
+	}
+	if err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("stream %s: %w", keepStream, err)
+	}
 	return s, nil
+}
+
+// keepStream is a stream the server keeps while dropStreams deletes the
+// others: nats-server v2.15.2 removes an account's streams directory in a
+// goroutine once its last stream is deleted, which races with the next
+// phase creating its first stream (jetflow bench does the same).
+const keepStream = "PEERS_KEEP"
+
+// dropStreams deletes every stream of the server but keepStream, so that
+// one phase's data does not weigh on the next.
+func dropStreams(ctx context.Context, url string) error {
+	nc, js, err := connect(url, "peers-cleanup")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	names := js.StreamNames(ctx)
+	var all []string
+	for n := range names.Name() {
+		if n != keepStream {
+			all = append(all, n)
+		}
+	}
+	if err := names.Err(); err != nil {
+		return fmt.Errorf("list streams: %w", err)
+	}
+	for _, n := range all {
+		if err := js.DeleteStream(ctx, n); err != nil {
+			return fmt.Errorf("delete stream %s: %w", n, err)
+		}
+	}
+	return nil
 }
 
 // connect opens a connection (one per role, as separate processes would).
