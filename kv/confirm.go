@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/sentinel"
+	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -97,9 +99,9 @@ func (s *Store) FindRun(id string, ours func(stored *jetflow.Run) bool) func(ctx
 		case err != nil:
 			return Missing, err
 		case ours(r):
-			return Ours, nil
+			return s.confirmed(ctx, streams.KVStream(s.cfg.RunsBucket()), Ours)
 		}
-		return Theirs, nil
+		return s.confirmed(ctx, streams.KVStream(s.cfg.RunsBucket()), Theirs)
 	}
 }
 
@@ -124,19 +126,19 @@ func (s *Store) FindQueued(fn, id string) func(ctx context.Context) (Found, erro
 			var queued bool
 			queued, err = s.Queued(ctx, fn, id)
 			if err == nil && queued {
-				return Ours, nil
+				return s.confirmed(ctx, s.cfg.FunctionStream(), Ours)
 			}
 		}
 		switch {
 		case err == nil:
-			return Ours, nil
+			return s.confirmed(ctx, s.cfg.FunctionStream(), Ours)
 		case !errors.Is(err, jetstream.ErrMsgNotFound):
 			return Missing, err
 		}
 		_, err = s.GetFromLeader(ctx, id)
 		switch {
 		case err == nil:
-			return Ours, nil
+			return s.confirmed(ctx, streams.KVStream(s.cfg.RunsBucket()), Ours)
 		case errors.Is(err, ErrNotFound):
 			return Missing, nil
 		}
@@ -160,4 +162,75 @@ func Transient(err error) bool {
 	}
 	return sentinel.IsAny(err, nats.ErrNoResponders, jetstream.ErrNoStreamResponse, nats.ErrTimeout,
 		context.DeadlineExceeded, nats.ErrConnectionReconnecting, nats.ErrDisconnected)
+}
+
+// peerSilence is how long a stream's leader may have gone without hearing
+// from a replica and still count it in its quorum: a few of its heartbeats
+// (nats-server sends one a second).
+const peerSilence = 3 * time.Second
+
+// LeaderHasQuorum reports whether stream's leader hears from a majority of
+// its replicas (itself included) now, from the stream info it answers. A
+// leader cut off from its peers (a partition that leaves its clients
+// connected) still answers reads from its own store, which may hold a
+// write it proposed and will lose: a create is confirmed only by a leader
+// with a quorum. A single-replica stream always has one. Where the
+// connection may not ask (nats.ErrPermissionViolation), it reports true:
+// the read stands, as before this check.
+func LeaderHasQuorum(ctx context.Context, js jetstream.JetStream, stream string) (bool, error) {
+	subj := apiPrefix(js) + "STREAM.INFO." + stream
+	ctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	m, err := js.Conn().RequestWithContext(ctx, subj, nil)
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var info struct {
+		Error   *jetstream.APIError `json:"error"`
+		Cluster *struct {
+			Leader   string `json:"leader"`
+			Replicas []struct {
+				Offline bool          `json:"offline"`
+				Active  time.Duration `json:"active"`
+			} `json:"replicas"`
+		} `json:"cluster"`
+	}
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		return false, fmt.Errorf("%s: %w", subj, err)
+	}
+	if info.Error != nil {
+		return false, info.Error
+	}
+	if info.Cluster == nil || len(info.Cluster.Replicas) == 0 {
+		return true, nil
+	}
+	heard := 1 // the leader
+	for _, r := range info.Cluster.Replicas {
+		if !r.Offline && r.Active < peerSilence {
+			heard++
+		}
+	}
+	return 2*heard > 1+len(info.Cluster.Replicas), nil
+}
+
+// ErrNoQuorum: a leader read found a write, but the leader does not hear
+// from a majority of its replicas: what it holds may yet be lost.
+var ErrNoQuorum = errors.New("kv: the stream's leader has no quorum")
+
+// confirmed is found, kept only where stream's leader has a quorum.
+func (s *Store) confirmed(ctx context.Context, stream string, found Found) (Found, error) {
+	if found == Missing {
+		return Missing, nil
+	}
+	ok, err := LeaderHasQuorum(ctx, s.js, stream)
+	switch {
+	case err != nil:
+		return Missing, err
+	case !ok:
+		return Missing, fmt.Errorf("%s: %w", stream, ErrNoQuorum)
+	}
+	return found, nil
 }

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/jetflow-dev/jetflow/streams"
 )
 
 // TestCreateConfirmed: a refused create is reported stored or taken only on
@@ -56,5 +58,22 @@ func TestCreateConfirmed(t *testing.T) {
 				t.Fatalf("%d tries: a refusal the leader does not confirm is tried again", tries)
 			}
 		})
+	}
+}
+
+// A single server's streams have no replicas: their leader always has its
+// quorum.
+func TestLeaderHasQuorumOnOneServer(t *testing.T) {
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	ok, err := kv.LeaderHasQuorum(ctx, ts.JS, streams.Config{}.WithDefaults().FunctionStream())
+	if err != nil || !ok {
+		t.Fatalf("quorum %v, %v; want true", ok, err)
+	}
+	if _, err := kv.LeaderHasQuorum(ctx, ts.JS, "NO_SUCH_STREAM"); err == nil {
+		t.Fatal("a stream that does not exist: no error")
 	}
 }

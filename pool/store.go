@@ -442,11 +442,16 @@ func (s *store) putQueued(ctx context.Context, pool, id string, q queued) (uint6
 			return kv.Missing, nil
 		case err != nil:
 			return kv.Missing, err
-		case bytes.Equal(last.Data, m.Data):
-			seq = last.Sequence
-			return kv.Ours, nil
 		}
-		return kv.Theirs, nil
+		found := kv.Theirs
+		if bytes.Equal(last.Data, m.Data) {
+			seq, found = last.Sequence, kv.Ours
+		}
+		// What a leader cut off from its peers holds may yet be lost.
+		if ok, err := kv.LeaderHasQuorum(ctx, s.js, s.stream.CachedInfo().Config.Name); err != nil || !ok {
+			return kv.Missing, errors.Join(err, kv.ErrNoQuorum)
+		}
+		return found, nil
 	})
 	if errors.Is(err, kv.ErrExists) {
 		return 0, fmt.Errorf("item %s: %w", id, ErrAlreadyExists)

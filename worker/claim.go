@@ -49,10 +49,28 @@ const claimTry = 2 * time.Second
 // writeRecord's.
 func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, rev uint64) (uint64, error) {
 	n, err := w.claimOnce(ctx, from, r, rev)
-	if err == nil || !claimRetryable(ctx, err) {
+	if err == nil {
+		return n, nil
+	}
+	if errors.Is(err, kv.ErrConflict) && w.refusedUnbacked(ctx, r.ID, rev) {
+		// Refused by a leader judging against an uncommitted write: the
+		// claim is written again, as one whose reply was lost.
+		return w.claimAgain(ctx, from, r, rev, fmt.Errorf("%w (the record unchanged: %w)", kv.ErrUnconfirmed, err))
+	}
+	if !claimRetryable(ctx, err) {
 		return n, err
 	}
 	return w.claimAgain(ctx, from, r, rev, err)
+}
+
+// refusedUnbacked reads run id's record from the leader after a claim
+// expecting revision rev was refused, and reports whether the record is as
+// the claim expected it (unbackedRefusal).
+func (w *Worker) refusedUnbacked(ctx context.Context, id string, rev uint64) bool {
+	rctx, cancel := context.WithTimeout(ctx, recordReadTimeout)
+	defer cancel()
+	cur, leader, gerr := w.readConfirmed(rctx, id)
+	return leader && unbackedRefusal(rev, cur, gerr)
 }
 
 // claimRetryable reports whether a failed claim is to be written again:
@@ -95,7 +113,11 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 		}
 		if errors.Is(err, kv.ErrConflict) {
 			cur, leader, gerr := w.readConfirmed(ctx, r.ID)
-			if gerr = readAfterRefusal(r.ID, rev, cur, leader, gerr); gerr == nil {
+			gerr = readAfterRefusal(r.ID, rev, cur, leader, gerr)
+			if unbackedRefusal(rev, cur, gerr) {
+				gerr = fmt.Errorf("the record is unchanged at revision %d: %w", rev, kv.ErrUnconfirmed)
+			}
+			if gerr == nil {
 				if ownAttempt(cur, r.Owner, r.Attempts, r.StartedTime) {
 					r.Revision = cur.Revision
 					return cur.Revision, nil

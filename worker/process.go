@@ -857,6 +857,12 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			cur, leader, gerr := w.readConfirmed(rctx, r.ID)
 			cancel()
 			gerr = readAfterRefusal(r.ID, rev, cur, leader, gerr)
+			if unbackedRefusal(rev, cur, gerr) {
+				// The record is as this write expected: the refusal came
+				// from a leader judging against an uncommitted write (cut
+				// off, or paused and deposed). Write it again.
+				gerr = fmt.Errorf("the record is unchanged at revision %d: %w", rev, kv.ErrUnconfirmed)
+			}
 			if retried && gerr == nil && sameOutcome(cur, r) {
 				r.Revision = cur.Revision
 				return cur.Revision, nil
@@ -910,6 +916,17 @@ func readAfterRefusal(id string, rev uint64, cur *jetflow.Run, leader bool, gerr
 		return fmt.Errorf("kv: run %s read as missing after its create was refused: a replica behind", id)
 	}
 	return gerr
+}
+
+// unbackedRefusal reports whether the leader's read (cur, gerr) after a
+// write expecting revision rev was refused shows the record as the write
+// expected it: unchanged at rev, or missing for a create. Such a refusal
+// proves nothing (kv.CreateConfirmed's rule): the write is made again.
+func unbackedRefusal(rev uint64, cur *jetflow.Run, gerr error) bool {
+	if rev == 0 {
+		return errors.Is(gerr, jetflow.ErrNotFound)
+	}
+	return gerr == nil && cur.Revision == rev
 }
 
 // recordReadTimeout bounds a read of a run's record after a refused write.

@@ -417,6 +417,13 @@ func (j *journal) writeEntry(ctx context.Context, key string, b []byte, rev uint
 // and a try again was refused) or another writer's, which stands.
 func (j *journal) settleEntry(ctx context.Context, wf string, e *Entry, key string, b []byte) (*Entry, error) {
 	data, rev, err := j.leaderGet(ctx, key)
+	if err == nil {
+		// What a leader cut off from its peers holds may yet be lost.
+		var ok bool
+		if ok, err = kv.LeaderHasQuorum(ctx, j.js, streams.KVStream(j.bucket)); err == nil && !ok {
+			err = kv.ErrNoQuorum
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
 	}
