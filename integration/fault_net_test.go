@@ -272,6 +272,8 @@ func (n *netCheck) assert(t *testing.T, e *loadEnv, c *loadCheck, also netAssert
 	if also.takeovers && len(n.takeovers) > 0 {
 		t.Errorf("%d runs were taken over from a live worker as lost, e.g. %v", len(n.takeovers), some(n.takeovers))
 		pick1(n.takeovers)
+	} else if len(n.takeovers) > 0 {
+		t.Logf("%d runs had an attempt ended as lost, e.g. %v", len(n.takeovers), some(n.takeovers))
 	}
 	if also.retryGap && len(n.retryLate) > 0 {
 		t.Errorf("%d of %d retries started more than %s after the failed attempt, e.g. %v", len(n.retryLate), n.retries, lateBound, some(n.retryLate))

@@ -228,7 +228,7 @@ func (p *Partition) serve(n *partNode, c net.Conn, route bool) {
 		_ = s.Close()
 		return
 	}
-	go p.pipe(pc, c, s, p.learner()) // server to client: learns ids from INFO
+	go p.pipe(pc, s, c, p.learner()) // server to client: learns ids from INFO
 	r := bufio.NewReaderSize(c, 64<<10)
 	if route {
 		// Read the dialer's first lines, holding them, until they name it.
