@@ -220,8 +220,8 @@ func TestRolePermissions(t *testing.T) {
 
 	// Every role that reads runs may ask the runs stream's leader, and the
 	// scheduler the delayed bucket's: where a replica behind would cost a
-	// run, jetflow reads from the leader (README, "Reads from a replica
-	// that is behind").
+	// run, jetflow reads from the leader (docs/design/guarantees.md, "Reads
+	// from a replica that is behind").
 	for _, role := range []string{"producer", "worker", "scheduler", "dashboard", "cli"} {
 		_, js := connectAs(t, url, role)
 		reads := map[string]string{"KV_jetflow_runs": "$KV.jetflow_runs.>"}

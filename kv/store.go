@@ -238,6 +238,10 @@ func deniedBefore(nc *nats.Conn, subj string) error {
 func IsMarker(h nats.Header) bool { return isMarker(h) }
 
 // apiPrefix is the JetStream API prefix js sends its requests with.
+// APIPrefix is the JetStream API prefix of js's requests ("$JS.API." by
+// default).
+func APIPrefix(js jetstream.JetStream) string { return apiPrefix(js) }
+
 func apiPrefix(js jetstream.JetStream) string {
 	o := js.Options()
 	switch {

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -403,14 +404,48 @@ func (s *store) putQueued(ctx context.Context, pool, id string, q queued) (uint6
 	if err != nil {
 		return 0, err
 	}
-	ack, err := s.js.PublishMsg(ctx, m)
-	if err != nil {
-		if kv.IsWrongSequence(err) {
-			return 0, fmt.Errorf("item %s: %w", id, ErrAlreadyExists)
+	if q.Item == nil {
+		ack, err := s.js.PublishMsg(ctx, m)
+		if err != nil {
+			return 0, fmt.Errorf("pool: queue item %s: %w", id, err)
 		}
+		return ack.Sequence, nil
+	}
+	// A new item's entry is a create: a refusal stands only on the
+	// leader's word (kv.CreateConfirmed).
+	var seq uint64
+	subj := streams.KVSubject(s.bucket, queueKey(pool, id))
+	err = kv.CreateConfirmed(ctx, func(ctx context.Context) error {
+		ack, err := s.js.PublishMsg(ctx, m)
+		if err == nil {
+			seq = ack.Sequence
+		}
+		return err
+	}, func(ctx context.Context) (kv.Found, error) {
+		last, err := kv.LastFromLeader(ctx, s.js, s.stream.CachedInfo().Config.Name, subj)
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			// A role that may not ask the leader: what a replica holds
+			// is stored; what it lacks is tried again.
+			last, err = s.stream.GetLastMsgForSubject(ctx, subj)
+		}
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return kv.Missing, nil
+		case err != nil:
+			return kv.Missing, err
+		case bytes.Equal(last.Data, m.Data):
+			seq = last.Sequence
+			return kv.Ours, nil
+		}
+		return kv.Theirs, nil
+	})
+	if errors.Is(err, kv.ErrExists) {
+		return 0, fmt.Errorf("item %s: %w", id, ErrAlreadyExists)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("pool: queue item %s: %w", id, err)
 	}
-	return ack.Sequence, nil
+	return seq, nil
 }
 
 // getQueued reads the queue entry of item id. Errors: jetflow.ErrNotFound.

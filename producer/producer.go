@@ -410,14 +410,7 @@ func (p *Producer) Batch(ctx context.Context, items []Item) (ids []string, err e
 	}
 	last, err := jsbatch.Publish(ctx, p.nc, msgs)
 	if err != nil {
-		if kv.IsWrongSequence(err) {
-			for _, r := range runs {
-				if _, gerr := p.store.Get(ctx, r.ID); gerr == nil {
-					return nil, fmt.Errorf("run %s: %w", r.ID, ErrAlreadyExists)
-				}
-			}
-		}
-		return nil, fmt.Errorf("%w: %w", ErrBatchFailed, err)
+		return nil, p.batchRefused(ctx, runs, err)
 	}
 	first := last - uint64(len(runs)-1)
 	futures := make([]jetstream.PubAckFuture, 0, len(runs))
@@ -448,4 +441,20 @@ func (p *Producer) Batch(ctx context.Context, items []Item) (ids []string, err e
 		p.log.WarnContext(ctx, "batch dispatch incomplete; repair sweep will publish", "errors", len(errs), "first", errs[0])
 	}
 	return ids, nil
+}
+
+// batchRefused is the error of a batch of records the stream refused. An
+// atomic batch stores all or nothing, so a record found on the runs leader
+// is another run's: ErrAlreadyExists. A refusal that the leader does not
+// confirm (a deposed leader judging against its own uncommitted write) is
+// ErrBatchFailed: nothing was stored, and the caller may try again.
+func (p *Producer) batchRefused(ctx context.Context, runs []*jetflow.Run, err error) error {
+	if kv.IsWrongSequence(err) {
+		for _, r := range runs {
+			if _, gerr := p.store.GetFromLeader(ctx, r.ID); gerr == nil {
+				return fmt.Errorf("run %s: %w", r.ID, ErrAlreadyExists)
+			}
+		}
+	}
+	return fmt.Errorf("%w: %w", ErrBatchFailed, err)
 }

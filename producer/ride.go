@@ -95,22 +95,27 @@ func (p *Producer) rideFrom(ctx context.Context, retried bool, op func(ctx conte
 	}
 }
 
-// createRecord creates r's record, riding out elections. A create that
-// landed with its reply lost is found on the next try: the stored record is
-// this one (same creation time and name), not an earlier run's.
+// createRecord creates r's record, riding out elections. A refused create
+// is settled by the runs leader's word (kv.CreateConfirmed): the stored
+// record is this one (same creation time and name: an earlier try that
+// landed with its reply lost), another run's (kv.ErrExists), or nothing,
+// and the create is made again.
 func (p *Producer) createRecord(ctx context.Context, r *jetflow.Run) (uint64, error) {
 	var rev uint64
-	err := p.ride(ctx, func(ctx context.Context, retried bool) error {
-		n, err := p.runs.Write(ctx, engine.Schedule, engine.None, r, 0)
-		if errors.Is(err, kv.ErrExists) && retried {
-			if cur, gerr := p.store.Get(ctx, r.ID); gerr == nil && cur.Name == r.Name && cur.CreationTime.Equal(r.CreationTime) {
-				n, err = cur.Revision, nil
-			} else if gerr != nil && transient(gerr) {
-				return gerr
-			}
+	same := kv.SameRun(r)
+	ours := func(stored *jetflow.Run) bool {
+		if same(stored) {
+			rev = stored.Revision
+			return true
 		}
-		rev = n
-		return err
+		return false
+	}
+	err := p.ride(ctx, func(ctx context.Context, _ bool) error {
+		return kv.CreateConfirmed(ctx, func(ctx context.Context) error {
+			n, err := p.runs.Write(ctx, engine.Schedule, engine.None, r, 0)
+			rev = n
+			return err
+		}, p.store.FindRun(r.ID, ours))
 	})
 	return rev, err
 }
@@ -118,16 +123,18 @@ func (p *Producer) createRecord(ctx context.Context, r *jetflow.Run) (uint64, er
 // publishDirect publishes a run that has no record (its message is its
 // pending record), riding out elections. Its first try goes in the
 // producer's window, coalesced with the concurrent calls' (window.go).
-// Before any later try it looks whether an earlier one landed: its message
-// is queued, or a worker already took it (the record exists: a worker
-// writes it before it acknowledges the message).
+// Every later try first looks, on the leaders, whether an earlier one
+// landed: its message is queued, or a worker already took it (the record
+// exists: a worker writes it before it acknowledges the message).
 //
 // Every try expects no message on the run's subject (the subject names the
 // run id, generated for this run alone): a first try that the client sent
 // again after a reconnect, landing after a later try, is refused by the
-// stream rather than stored twice, and a later try that finds the first
-// one stored is told so. Unlike a Nats-Msg-Id, the expectation costs the
-// server no deduplication entry per run.
+// stream rather than stored twice. A refusal, or a duplicate
+// acknowledgement, is settled by the leaders' word (kv.CreateConfirmed):
+// a deposed leader refuses a retry over its own uncommitted first try.
+// Unlike a Nats-Msg-Id on every run, the expectation costs the server no
+// deduplication entry per run.
 func (p *Producer) publishDirect(ctx context.Context, r *jetflow.Run) error {
 	err := p.win.publish(ctx, directMessage(p.cfg, r))
 	if err == nil || ctx.Err() != nil {
@@ -136,31 +143,21 @@ func (p *Producer) publishDirect(ctx context.Context, r *jetflow.Run) error {
 	// The window failed, for this run or for a neighbour's: this run goes
 	// on alone, as a publish whose answer was lost.
 	p.log.DebugContext(ctx, "enqueue window failed; publishing alone", "run_id", r.ID, "error", err)
-	return p.rideFrom(ctx, true, func(ctx context.Context, retried bool) error {
-		if retried {
-			queued, err := p.store.Queued(ctx, r.Name, r.ID)
-			if err != nil {
+	find := p.store.FindQueued(r.Name, r.ID)
+	return p.rideFrom(ctx, true, func(ctx context.Context, _ bool) error {
+		return kv.CreateConfirmed(ctx, func(ctx context.Context) error {
+			if found, err := find(ctx); err != nil || found == kv.Ours {
 				return err
 			}
-			if queued {
-				return nil
-			}
-			if _, err := p.store.GetConfirmed(ctx, r.ID); err == nil {
-				return nil
-			} else if !errors.Is(err, jetflow.ErrNotFound) {
-				return err
-			}
-		}
-		m := directMessage(p.cfg, r)
-		if retried {
+			m := directMessage(p.cfg, r)
 			// Deduplicated from here on, should this try land late too.
 			m.Header.Set(nats.MsgIdHdr, r.ID)
-		}
-		_, err := p.js.PublishMsg(ctx, m)
-		if kv.IsWrongSequence(err) {
-			return nil // an earlier try is stored
-		}
-		return err
+			ack, err := p.js.PublishMsg(ctx, m)
+			if err == nil && ack.Duplicate {
+				return kv.ErrRefused
+			}
+			return err
+		}, find)
 	})
 }
 

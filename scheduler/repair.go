@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/liveness"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -291,7 +292,6 @@ func heldByEndedAttempt(parent *jetflow.Run, id string) bool {
 // retryable run is dispatched again, an at-most-once run fails as lost.
 func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int {
 	n := 0
-	stale := s.now().Add(-s.cfg.StaleAfter)
 	for _, h := range running {
 		if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
 			continue
@@ -303,13 +303,13 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 			// their own): nothing to republish.
 			continue
 		}
-		last := r.Heartbeat
-		if r.StartedTime.After(last) {
-			last = r.StartedTime
-		}
-		if last.After(stale) {
+		// Lost only once this scheduler has seen the record unchanged
+		// for StaleAfter on its own clock (heartbeats write new
+		// revisions); the worker's clock is never compared with ours.
+		if !liveness.Lost(s.live.Unchanged(r.ID, r.Revision, s.now()), s.cfg.StaleAfter) {
 			continue
 		}
+		s.live.Forget(r.ID)
 		if r.Kind == jetflow.AtMostOnce {
 			r.State, r.CompletedTime = jetflow.Failed, s.now().UTC()
 			r.Error = jetflow.ErrWorkerLost.Error()

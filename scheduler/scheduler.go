@@ -15,6 +15,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/elect"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/internal/liveness"
 	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -43,9 +44,10 @@ type Config struct {
 	// RepairGrace is how long a pending record may go without a message
 	// before the sweep publishes it. Default 10 s.
 	RepairGrace time.Duration
-	// StaleAfter is how old the heartbeat of an inProgress run whose
-	// message is gone must be before the repair sweep settles it. Default
-	// 2 minutes (workers heartbeat every AckWait/3, 10 s by default).
+	// StaleAfter is how long the repair sweep must see the record of an
+	// inProgress run whose message is gone unchanged (no heartbeat) before
+	// it settles it, measured on this scheduler's clock. Default 2 minutes
+	// (workers heartbeat every AckWait/3, 10 s by default).
 	StaleAfter time.Duration
 	// DispatchParallel bounds concurrent publishes of due runs. Default 256.
 	DispatchParallel int
@@ -63,8 +65,9 @@ type Scheduler struct {
 	cfg   Config
 	scfg  streams.Config
 	js    jetstream.JetStream
-	store *kv.Store    // reads
-	runs  *engine.Runs // record writes
+	store *kv.Store      // reads
+	runs  *engine.Runs   // record writes
+	live  liveness.Watch // in-progress records seen unchanged (repairRunning)
 	p     *producer.Producer
 	d     *engine.Dispatcher // the producer's plumbing: dispatch, release, on-complete
 	lease *kv.Lease
@@ -830,7 +833,8 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 		// waits or runs; once it ran, its record stops the check above.
 		m.Header[streams.HeaderExpectedLastSubjSeq] = []string{"0"}
 	}
-	if _, err := s.js.PublishMsg(ctx, m); err != nil && !(it.d.New && kv.IsWrongSequence(err)) {
+	if err := s.publishDue(ctx, it.d, m); err != nil {
+		s.log.Debug("publish delayed run", "run_id", it.d.ID, "error", err)
 		d.retry(ctx, it)
 		return false
 	}
@@ -841,6 +845,26 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	s.stats.Dispatched++
 	s.mu.Unlock()
 	return true
+}
+
+// publishDue publishes the message m of due delayed entry d. A new run's
+// message expects none on its subject; a refusal counts as published only
+// once the leaders hold the run (kv.CreateConfirmed's rule: a deposed
+// leader refuses over its own uncommitted first try), else it is an error
+// and the entry stays for the next try.
+func (s *Scheduler) publishDue(ctx context.Context, d kv.Delayed, m *nats.Msg) error {
+	_, err := s.js.PublishMsg(ctx, m)
+	if err == nil || !d.New || !kv.IsWrongSequence(err) {
+		return err
+	}
+	found, ferr := s.store.FindQueued(d.Function, d.ID)(ctx)
+	switch {
+	case ferr != nil:
+		return ferr
+	case found == kv.Missing:
+		return fmt.Errorf("%w: %w", kv.ErrUnconfirmed, err)
+	}
+	return nil
 }
 
 // publishTimeout bounds the requests of one delayed dispatch; a dispatch

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/liveness"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -100,7 +101,12 @@ func (a *arrivals) end(now time.Time) {
 
 // heldLong reports whether a delivery may have waited here long enough for
 // JetStream to redeliver it elsewhere: half of AckWait.
-func (w *Worker) heldLong(d delivery) bool { return time.Since(d.since) >= w.cfg.AckWait/2 }
+// A delivery started within AckWait of a stall of this process (a SIGSTOP,
+// a VM pause) counts as held long too: it may have sat in the socket
+// through the stall, and the time it arrived says nothing of that.
+func (w *Worker) heldLong(d delivery) bool {
+	return time.Since(d.since) >= w.cfg.AckWait/2 || w.stall.Recent()
+}
 
 // dispatch is called by the consumer for each message; it hands the message
 // to one of the function's Concurrency runner goroutines, waiting for one to
@@ -224,10 +230,14 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 	// delivery or as a redelivery (its consumer state reached the disk or
 	// not): either may repeat a run still running, unclaimed, elsewhere.
 	replay := w.mayBeReplay(m)
-	if held {
-		w.log.Debug("delivery held here long: claimed first", "function", e.name, "run_id", env.ID)
+	kind := classify(deliveryFacts{
+		numDelivered: numDelivered, replay: replay, held: held,
+		reload: env.Reload, isNew: env.New, rev: env.Rev, attempt: env.Attempt,
+	})
+	if kind == waited {
+		w.log.Debug("delivery may have waited here (held long, or across a stall): claimed first", "function", e.name, "run_id", env.ID)
 	}
-	if numDelivered > 1 || replay || held || env.Reload || env.Rev == 0 && (!env.New || env.Attempt > 1) {
+	if kind.readsRecord() {
 		ok := w.reconcile(ctx, j, m, replay, numDelivered)
 		if !ok {
 			return
@@ -258,7 +268,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 	// crashed its worker before a late claim, and from here on each lost
 	// attempt counts (a handler that kills its process every time fails
 	// after MaxAttempts instead of being redelivered forever).
-	if e.claimFirst() || (numDelivered > 1 || replay || held) && !e.opts.NoClaim {
+	if e.claimFirst() || kind.claimsFirst() && !e.opts.NoClaim {
 		r := *j.rec
 		r.State = jetflow.InProgress
 		r.Attempts = env.Attempt
@@ -444,15 +454,16 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		if w.swapMsg(env.ID, env.Attempt, m) {
 			return false // a duplicate delivery of a run running here
 		}
-		last := r.Heartbeat
-		if r.StartedTime.After(last) {
-			last = r.StartedTime
-		}
-		if r.Owner != "" && w.now().Sub(last) < w.cfg.LostAfter {
-			// Its worker is alive (it heartbeats every AckWait/3): look again later.
+		// Its worker is alive while its heartbeats (every AckWait/3) change
+		// the record: lost only once this worker has seen the record
+		// unchanged for LostAfter on its own clock (no other host's
+		// clock is compared with it). A takeover's write is a
+		// compare-and-swap at this revision in any case.
+		if r.Owner != "" && !liveness.Lost(w.live.Unchanged(r.ID, r.Revision, w.now()), w.cfg.LostAfter) {
 			w.settle(m, nakAfter(w.cfg.AckWait/2))
 			return false
 		}
+		w.live.Forget(r.ID)
 	}
 	switch {
 	case r.State.Terminal():
@@ -915,7 +926,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	}
 	started, kids := r.StartedTime, r.Children
 	r.State = jetflow.Pending
-	r.ScheduledTime = w.now().UTC().Add(delay)
+	r.ScheduledTime = w.clock.Now().UTC().Add(delay) // due in the server's time
 	r.StartedTime = time.Time{}
 	r.Children = nil
 	newRev, err := w.writeOutcome(ctx, engine.Retry, from, &r, rev, false, started)
@@ -935,7 +946,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	}
 	r.Revision = newRev
 	w.releaseHeld(ctx, j, false)
-	if err := w.p.Dispatch(ctx, &r); err != nil {
+	if err := w.p.DispatchAt(ctx, &r, w.clock.Now()); err != nil {
 		w.log.Warn("schedule retry; repair sweep will", "run_id", r.ID, "error", err)
 	}
 	met.Retried.Add(ctx, 1, j.fn.attr)

@@ -14,7 +14,10 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
+	"github.com/jetflow-dev/jetflow/internal/liveness"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
+	"github.com/jetflow-dev/jetflow/internal/srvclock"
+	"github.com/jetflow-dev/jetflow/internal/stall"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
@@ -46,11 +49,12 @@ type Config struct {
 	// AckWait is how long a run may go without a heartbeat before JetStream
 	// redelivers it. Handlers heartbeat every AckWait/3. Default 30 s.
 	AckWait time.Duration
-	// LostAfter is how old the heartbeat of a claimed run must be before
-	// another worker that receives its message takes it as lost (a
-	// retryable run is then run again, an at-most-once run fails). It must
-	// outlast a leader election of the runs bucket, during which live
-	// workers cannot write heartbeats. Default max(2*AckWait, 30 s).
+	// LostAfter is how long a worker that receives the message of a run
+	// claimed elsewhere must see its record unchanged (no heartbeat), on
+	// its own clock, before it takes the run as lost (a retryable run is
+	// then run again, an at-most-once run fails). It must outlast a leader
+	// election of the runs bucket, during which live workers cannot write
+	// heartbeats. Default max(2*AckWait, 30 s).
 	LostAfter time.Duration
 	// ReplayGrace: after its connection to NATS broke and came back, a
 	// worker treats a first delivery of a message stored before the
@@ -188,6 +192,9 @@ type Worker struct {
 	out        outcomes
 	claims     claims
 	replay     replayGuard
+	stall      *stall.Detector // stops of this process (heldLong)
+	live       liveness.Watch  // records of other workers' runs seen unchanged
+	clock      *srvclock.Clock // the server's time: retries' due times
 	// replicated: the function stream has replicas (a cluster); set at
 	// Start, before the first delivery.
 	replicated bool
@@ -271,7 +278,8 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		p:   producerPlumbing{p, engine.Of(p)},
 		log: cfg.Logger, now: cfg.Now,
 		fns: map[string]*fnEntry{}, running: map[string]*active{}, canceled: map[string]time.Time{},
-		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)}, givingBack: make(chan struct{}, maxGiveBacks),
+		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)},
+		stall: stall.New(cfg.AckWait/4, cfg.AckWait), clock: srvclock.New(cfg.Now), givingBack: make(chan struct{}, maxGiveBacks),
 	}
 	w.readConfirmed = w.store.GetConfirmedSource
 	return w, nil
@@ -487,6 +495,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	// finished, even when ctx ends first: their runs must not look lost.
 	// The end of ctx stops the worker as Stop does.
 	err = w.life.Start(context.WithoutCancel(ctx), func(ctx context.Context) {
+		go w.stall.Run(ctx)
+		w.probeClock(ctx)
 		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
 		hb := time.NewTicker(w.cfg.AckWait / 3)
@@ -510,6 +520,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			case <-ot.C:
 				w.sweepOutcomes()
 			case <-t.C:
+				w.probeClock(ctx)
 				_ = w.register(ctx, fns)
 				w.pruneCanceled()
 			case en, ok := <-pauses:
@@ -918,3 +929,22 @@ func (w *Worker) currentMsg(id string, m jetstream.Msg) jetstream.Msg {
 	}
 	return m
 }
+
+// probeClock measures this process's clock against the server's (retries
+// are due in the server's time) and says so when it is over a second off.
+func (w *Worker) probeClock(ctx context.Context) {
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := w.clock.Probe(pctx, w.nc, kv.APIPrefix(w.js), w.scfg.FunctionStream(), 3); err != nil {
+		w.log.Debug("clock probe", "error", err)
+		return
+	}
+	if off := w.clock.Offset(); off > time.Second || off < -time.Second {
+		w.log.Warn("this worker's clock is off the NATS server's; retries are due in the server's time", "offset", off.Round(time.Millisecond))
+	}
+}
+
+// ClockOffset is this worker's clock minus the NATS server's, as last
+// measured (0 before the first measurement). Retries are due in the
+// server's time whatever it is.
+func (w *Worker) ClockOffset() time.Duration { return w.clock.Offset() }

@@ -127,8 +127,15 @@ func Envelope(r *jetflow.Run) streams.Envelope {
 // writes are idempotent (the same delayed entry; a message whose
 // Nats-Msg-Id is the run's), so they are tried again through an election.
 func (d *Dispatcher) Dispatch(ctx context.Context, r *jetflow.Run) error {
+	return d.DispatchAt(ctx, r, d.now())
+}
+
+// DispatchAt is Dispatch with now as the present: a worker passes the
+// server's time as it estimates it, so that a retry due in the server's
+// time is not published early by a clock that runs ahead.
+func (d *Dispatcher) DispatchAt(ctx context.Context, r *jetflow.Run, now time.Time) error {
 	e := Envelope(r)
-	if r.ScheduledTime.After(d.now()) {
+	if r.ScheduledTime.After(now) {
 		return d.ride(ctx, func(ctx context.Context, _ bool) error {
 			_, err := d.store.PutDelayed(ctx, kv.Delayed{Envelope: e, Due: r.ScheduledTime})
 			return err

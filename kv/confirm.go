@@ -1,0 +1,143 @@
+package kv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The one rule for creates: an id is reported stored, or taken, only on the
+// word of the stream's leader.
+//
+// A create (a record written expecting no revision, a message published
+// expecting no message on its subject, a publish carrying a Nats-Msg-Id)
+// can be refused as "already there" by a leader that cannot commit: a node
+// cut off from its peers, or paused and deposed, judges a retry against its
+// own uncommitted first try. That refusal proves nothing. So every refusal
+// is settled by a read that only the leader answers: what it finds stored
+// stands (this call's earlier try, or another writer's), and where it finds
+// nothing the create is made again, until the caller's ctx ends.
+
+// Found is what a leader read finds of a refused create.
+type Found int
+
+const (
+	// Missing: nothing stored; the refusal came from an uncommitted try.
+	Missing Found = iota
+	// Ours: this call's earlier try is stored.
+	Ours
+	// Theirs: another write holds the key.
+	Theirs
+)
+
+// ErrRefused marks a create the server refused as already there (an
+// expected-sequence check, or a duplicate acknowledgement): a create
+// function returns an error matching it (or ErrExists, or a wrong-sequence
+// API error) for CreateConfirmed to settle.
+var ErrRefused = errors.New("kv: create refused as already there")
+
+// ErrUnconfirmed: a create was refused as already there and the leader did
+// not hold it before ctx ended. Nothing is known stored; the caller may try
+// again (with the same id, it cannot store the run twice).
+var ErrUnconfirmed = errors.New("kv: create refused, and the stream's leader does not hold it")
+
+// refused reports a create's refusal as already there.
+func refused(err error) bool {
+	return errors.Is(err, ErrRefused) || errors.Is(err, ErrExists) || IsWrongSequence(err)
+}
+
+// CreateConfirmed makes create until it is stored, or until a refusal is
+// confirmed by find, a read from the stream's leader. It returns nil when
+// this call's write is stored, an error matching ErrExists when another
+// write holds the key, create's own error when it is not a refusal, and
+// ErrUnconfirmed (with ctx's error) when ctx ends first.
+func CreateConfirmed(ctx context.Context, create func(ctx context.Context) error, find func(ctx context.Context) (Found, error)) error {
+	delay := 25 * time.Millisecond
+	for {
+		err := create(ctx)
+		if err == nil || !refused(err) {
+			return err
+		}
+		found, ferr := find(ctx)
+		switch {
+		case ferr == nil && found == Ours:
+			return nil
+		case ferr == nil && found == Theirs:
+			return fmt.Errorf("%w (%w)", ErrExists, err)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			if ferr == nil {
+				ferr = err
+			}
+			return fmt.Errorf("%w: %w (last: %w)", ErrUnconfirmed, ctx.Err(), ferr)
+		case <-t.C:
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+// FindRun is a CreateConfirmed find of run id's record on the runs leader:
+// ours tells whether the stored record is the one this call writes.
+func (s *Store) FindRun(id string, ours func(stored *jetflow.Run) bool) func(ctx context.Context) (Found, error) {
+	return func(ctx context.Context) (Found, error) {
+		r, err := s.GetFromLeader(ctx, id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return Missing, nil
+		case err != nil:
+			return Missing, err
+		case ours(r):
+			return Ours, nil
+		}
+		return Theirs, nil
+	}
+}
+
+// SameRun tells whether stored is the record of run r as created (same
+// name and creation time): a create's own earlier try, not another run of
+// that id.
+func SameRun(r *jetflow.Run) func(stored *jetflow.Run) bool {
+	return func(stored *jetflow.Run) bool {
+		return stored.Name == r.Name && stored.CreationTime.Equal(r.CreationTime)
+	}
+}
+
+// FindQueued is a CreateConfirmed find of a run published without a record
+// (its message is its pending record): its message on the function stream's
+// leader, or its record on the runs leader (a worker writes the record
+// before it acknowledges the message). The run id is generated for this run
+// alone, so whatever is found is ours.
+func (s *Store) FindQueued(fn, id string) func(ctx context.Context) (Found, error) {
+	return func(ctx context.Context) (Found, error) {
+		_, err := LastFromLeader(ctx, s.js, s.cfg.FunctionStream(), s.cfg.FunctionSubject(fn, id))
+		if errors.Is(err, nats.ErrPermissionViolation) {
+			var queued bool
+			queued, err = s.Queued(ctx, fn, id)
+			if err == nil && queued {
+				return Ours, nil
+			}
+		}
+		switch {
+		case err == nil:
+			return Ours, nil
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return Missing, err
+		}
+		_, err = s.GetFromLeader(ctx, id)
+		switch {
+		case err == nil:
+			return Ours, nil
+		case errors.Is(err, ErrNotFound):
+			return Missing, nil
+		}
+		return Missing, err
+	}
+}
