@@ -53,7 +53,7 @@ func TestFaultWorkerPause(t *testing.T) {
 		paused.signal(syscall.SIGCONT)
 		to := time.Now()
 		t.Logf("%s: %s paused for %s (%d of its handlers had started and not succeeded)", from.Format(time.StampMilli), paused.name, d, held)
-		windows = append(windows, faultWindow{what: fmt.Sprintf("pause %d", k+1), from: from, to: to})
+		windows = append(windows, faultWindow{what: fmt.Sprintf("pause %d", k+1), from: from, to: to, pid: paused.cmd.Process.Pid})
 		durations = append(durations, d.Round(100*time.Millisecond).String())
 	}
 	e.loadDone(spread + 3*time.Minute)
