@@ -58,8 +58,8 @@ func testFaultPartition(t *testing.T, clients bool) {
 	began := time.Now()
 	rng := faultRand(t)
 	cuts := pick(2, 6)
-	n := pick(360, 2400)
-	spread := pick(24*time.Second, 120*time.Second)
+	n := pick(300, 2400)
+	spread := pick(20*time.Second, 120*time.Second)
 	minCut, maxCut := pick(5*time.Second, 5*time.Second), pick(8*time.Second, 15*time.Second)
 
 	nodes, part := startPartitionedCluster(t)
@@ -143,8 +143,8 @@ func TestFaultServerPause(t *testing.T) {
 	began := time.Now()
 	rng := faultRand(t)
 	pauses := pick(2, 5)
-	n := pick(360, 2400)
-	spread := pick(24*time.Second, 120*time.Second)
+	n := pick(300, 2400)
+	spread := pick(20*time.Second, 120*time.Second)
 	minPause, maxPause := pick(5*time.Second, 5*time.Second), pick(8*time.Second, 15*time.Second)
 
 	nodes := startCluster(t)

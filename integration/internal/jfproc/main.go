@@ -269,7 +269,7 @@ func run(ctx context.Context, c config) error {
 	case "producer":
 		return runProducer(ctx, c, js, scfg, fn, setup)
 	case "load":
-		return runLoad(ctx, c, js, scfg, setup)
+		return runLoad(ctx, c, js, scfg, log, setup)
 	case "pool":
 		return runPool(ctx, c, js, scfg, log, setup)
 	}
@@ -652,11 +652,11 @@ var loadClasses = []string{
 // paced over -spread. With -retry a call that fails is made again until it
 // returns an id (ErrAlreadyExists means an earlier try was written);
 // without, each failed call is reported and its run not counted.
-func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams.Config, setup func(func(context.Context) error) error) error {
+func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams.Config, log *slog.Logger, setup func(func(context.Context) error) error) error {
 	var p *producer.Producer
 	err := setup(func(ctx context.Context) error {
 		var err error
-		p, err = producer.New(ctx, js, producer.Config{Streams: scfg, Now: c.now()})
+		p, err = producer.New(ctx, js, producer.Config{Streams: scfg, Now: c.now(), Logger: log})
 		return err
 	})
 	if err != nil {
@@ -721,6 +721,7 @@ func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams
 					span := max(c.maxDelay-200*time.Millisecond, time.Millisecond)
 					due = time.Now().Add(200*time.Millisecond + time.Duration(i*7919)%span)
 				}
+				var lastErr error
 				for try := 0; ; try++ {
 					t0 := time.Now()
 					cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
@@ -740,8 +741,13 @@ func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams
 					if err == nil {
 						accepted.Add(1)
 						marker("ENQUEUED %s %s%s", id, class, exists)
+						if try > 0 {
+							// For diagnosis: what the tries before answered.
+							log.Info("enqueued after failed calls", "run_id", id, "class", class, "tries", try+1, "exists", exists != "", "last_error", lastErr)
+						}
 						break
 					}
+					lastErr = err
 					if ctx.Err() != nil {
 						return
 					}
