@@ -40,7 +40,7 @@ func startPartitionedCluster(t *testing.T) ([]*natsServer, *testserver.Partition
 	return nodes, part
 }
 
-// (f) Network partitions on the 3-node cluster, every stream and bucket
+// (p) Network partitions on the 3-node cluster, every stream and bucket
 // R3: the node leading the runs bucket (even cuts) or the function stream
 // (odd cuts) is cut off from the other two for 5-15 s (5-8 s in the short
 // version), several times, under mixed load from three load processes
@@ -123,9 +123,9 @@ func testFaultPartition(t *testing.T, clients bool) {
 	c.report(t, f)
 	nc.report(f)
 	f.set("wall", time.Since(began))
-	scenario := "f partition-routes"
+	scenario := "p partition-routes"
 	if clients {
-		scenario = "f partition-all"
+		scenario = "p partition-all"
 	}
 	f.print(t, scenario)
 	alive(t, append(workers, scheds...)...)
