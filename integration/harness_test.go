@@ -295,7 +295,16 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
 	bin, _ := binaries(t)
 	p := &proc{t: t, name: name, stderr: &syncBuffer{}, exited: make(chan struct{}), notify: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
+	startCmd(t, p, exec.Command(bin, args...))
+	p.waitLine(60*time.Second, func(l string) bool { return strings.HasPrefix(l, "READY ") })
+	return p
+}
+
+// startCmd starts cmd as process p, collecting its stdout lines, and kills
+// it when the test ends.
+func startCmd(t *testing.T, p *proc, cmd *exec.Cmd) {
+	t.Helper()
+	p.cmd = cmd
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -325,8 +334,6 @@ func startProc(t *testing.T, name string, args ...string) *proc {
 			t.Logf("%s stderr:\n%s", p.name, tail(errs, 4000))
 		}
 	})
-	p.waitLine(60*time.Second, func(l string) bool { return strings.HasPrefix(l, "READY ") })
-	return p
 }
 
 // waitLine waits for a stdout line matching ok and returns it.

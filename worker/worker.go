@@ -98,31 +98,12 @@ type Options struct {
 	// initial 1 s, base 2, max 1 h (delay after n failures is uniform in
 	// [0, min(1h, 1s*2^(n-1))]).
 	Backoff jetflow.Backoff
-	// ClaimAfter is when a retryable run's claim is written: the
-	// inProgress record naming this worker as owner, which heartbeats keep
-	// fresh. A run still running ClaimAfter after it started is claimed
-	// then; a shorter run goes from pending straight to its outcome, one
-	// write less per run (as Convex never shows a mutation in progress).
-	// Until its claim, a retryable run is protected from a second
-	// concurrent handler elsewhere by its message's ack deadline (AckWait,
-	// kept alive by this worker), and after a server crash, which
-	// redelivers at once, by the replay guard (Config.ReplayGrace: every
-	// worker claims its runs in flight when it reconnects, and a possible
-	// replay elsewhere waits for that claim); a Cancel that lands before the
-	// claim cancels the handler's context when its notice arrives, and its
-	// outcome is discarded in any case. Negative: claim before the handler
-	// starts. Default: DefaultClaimAfter on a single server; claim first
-	// on a cluster (a replicated function stream), where a consumer leader
-	// change redelivers the messages in flight at once. Set on a cluster,
-	// runs are claimed late there too (one record write less per run), and
-	// a second delivery of a run found unclaimed is handed back for
-	// ClaimAfter plus Config.ReplayGrace, the time the worker that may be
-	// running it has to claim it (nats-server 2.12 or later counts every
-	// such redelivery), and any redelivery of an unclaimed run waits until
-	// the runs bucket's leader has been in place 21 s, for outcomes written
-	// to a leader that died (README, guarantee 3): up to about 20 s more
-	// lateness after a failover. AtMostOnce runs always claim before they
-	// start.
+	// ClaimAfter is when a retryable run's claim (its inProgress record) is
+	// written: a run still running ClaimAfter after it started is claimed
+	// then; a shorter one goes from pending to its outcome, one write less.
+	// Only a fresh delivery starts unclaimed (README, guarantee 3; the cases:
+	// docs/design/guarantees.md). Negative: claim first. Default:
+	// DefaultClaimAfter on one server, claim first on a cluster.
 	ClaimAfter time.Duration
 	// NoClaim never writes the claim of a retryable run (progress reports
 	// still move the record to inProgress). AtMostOnce runs always claim.

@@ -120,6 +120,7 @@ type StartOption func(*startOptions)
 type startOptions struct {
 	id         string
 	at         time.Time
+	after      time.Duration // After: resolved on the producer's clock at Start
 	parent     string
 	onComplete *jetflow.Call
 	forked     bool // Restart: the journal holds steps before the first segment
@@ -131,13 +132,14 @@ type startOptions struct {
 func WithID(id string) StartOption { return func(o *startOptions) { o.id = id } }
 
 // At starts the workflow at t instead of now (a past t means now).
-func At(t time.Time) StartOption { return func(o *startOptions) { o.at = t } }
+func At(t time.Time) StartOption { return func(o *startOptions) { o.at, o.after = t, 0 } }
 
-// After starts the workflow after d.
+// After starts the workflow d after Start is called (on the producer's
+// clock, producer.Config.Now).
 func After(d time.Duration) StartOption {
 	return func(o *startOptions) {
 		if d > 0 {
-			o.at = time.Now().Add(d)
+			o.at, o.after = time.Time{}, d
 		}
 	}
 }
@@ -220,7 +222,13 @@ func startWorkflow(ctx context.Context, p *producer.Producer, name string, raw j
 	} else if err := jetflow.ValidateRunID(id); err != nil {
 		return "", err
 	}
-	now := time.Now().UTC()
+	eng := engine.Of(p)
+	// The producer's clock, as its Enqueue uses (a fixed one in the wire
+	// format's vectors, streams/testdata/vectors).
+	now := eng.Now().UTC()
+	if o.after > 0 {
+		o.at = now.Add(o.after)
+	}
 	sched := o.at.UTC()
 	if o.at.IsZero() || sched.Before(now) {
 		sched = now
@@ -233,7 +241,6 @@ func startWorkflow(ctx context.Context, p *producer.Producer, name string, raw j
 		}
 		a.OnComplete = &jetflow.Callback{Function: o.onComplete.Name, Args: cargs}
 	}
-	eng := engine.Of(p)
 	// The first segment's args carry the input (and the rest of a): a
 	// segment the worker cannot take would be dead-lettered, and the
 	// workflow's record would stay pending for good.
@@ -269,7 +276,7 @@ func startWorkflow(ctx context.Context, p *producer.Producer, name string, raw j
 	seg.Args = segRaw
 	var err error
 	switch {
-	case strings.Count(seg.Name, ".") < kv.QueuedMaxTokens && sched.After(time.Now()):
+	case strings.Count(seg.Name, ".") < kv.QueuedMaxTokens && sched.After(eng.Now()):
 		err = eng.DelayNew(ctx, seg)
 	case strings.Count(seg.Name, ".") < kv.QueuedMaxTokens:
 		err = eng.PublishNew(ctx, seg)

@@ -109,6 +109,9 @@ func (d *Dispatcher) Runs() *Runs { return d.runs }
 // Streams is the naming configuration, defaults applied.
 func (d *Dispatcher) Streams() streams.Config { return d.cfg }
 
+// Now is the producer's clock (producer.Config.Now).
+func (d *Dispatcher) Now() time.Time { return d.now() }
+
 // JetStream is the JetStream context the dispatcher publishes through.
 func (d *Dispatcher) JetStream() jetstream.JetStream { return d.js }
 
