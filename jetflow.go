@@ -104,14 +104,21 @@ func validToken(tok string) bool {
 		return false
 	}
 	for i := 0; i < len(tok); i++ {
-		c := tok[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
-		default:
+		if !IsNameByte(tok[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// IsNameByte reports whether c may appear in a token of a function name
+// (and of the other names jetflow checks): a letter, a digit, '_' or '-'.
+func IsNameByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		return true
+	}
+	return false
 }
 
 // DerivedID returns id when it is a valid run id, or a stable 41-byte hash

@@ -42,105 +42,95 @@ func appendRun(b []byte, r *jetflow.Run) ([]byte, error) {
 	b = appendString(b, r.ID)
 	b = append(b, `,"name":`...)
 	b = appendString(b, r.Name)
-	if r.Kind != "" {
-		b = append(b, `,"kind":`...)
-		b = appendString(b, string(r.Kind))
-	}
-	if len(r.Args) > 0 {
-		b = append(b, `,"args":`...)
-		b = append(b, r.Args...)
-	}
+	b = appendStringField(b, `,"kind":`, string(r.Kind))
+	b = appendRawField(b, `,"args":`, r.Args)
 	b = append(b, `,"state":`...)
 	b = appendString(b, string(r.State))
 	b = append(b, `,"scheduledTime":`...)
 	b = appendTime(b, r.ScheduledTime)
 	b = append(b, `,"creationTime":`...)
 	b = appendTime(b, r.CreationTime)
-	if !r.StartedTime.IsZero() {
-		b = append(b, `,"startedTime":`...)
-		b = appendTime(b, r.StartedTime)
-	}
-	if r.Owner != "" {
-		b = append(b, `,"owner":`...)
-		b = appendString(b, r.Owner)
-	}
-	if !r.Heartbeat.IsZero() {
-		b = append(b, `,"heartbeat":`...)
-		b = appendTime(b, r.Heartbeat)
-	}
-	if !r.CompletedTime.IsZero() {
-		b = append(b, `,"completedTime":`...)
-		b = appendTime(b, r.CompletedTime)
-	}
+	b = appendTimeField(b, `,"startedTime":`, r.StartedTime)
+	b = appendStringField(b, `,"owner":`, r.Owner)
+	b = appendTimeField(b, `,"heartbeat":`, r.Heartbeat)
+	b = appendTimeField(b, `,"completedTime":`, r.CompletedTime)
 	b = append(b, `,"attempts":`...)
 	b = strconv.AppendInt(b, int64(r.Attempts), 10)
-	if r.MaxAttempts != 0 {
-		b = append(b, `,"maxAttempts":`...)
-		b = strconv.AppendInt(b, int64(r.MaxAttempts), 10)
-	}
-	if r.Timeout != 0 {
-		b = append(b, `,"timeout":`...)
-		b = strconv.AppendInt(b, int64(r.Timeout), 10)
-	}
-	if r.Error != "" {
-		b = append(b, `,"error":`...)
-		b = appendString(b, r.Error)
-	}
+	b = appendIntField(b, `,"maxAttempts":`, int64(r.MaxAttempts))
+	b = appendIntField(b, `,"timeout":`, int64(r.Timeout))
+	b = appendStringField(b, `,"error":`, r.Error)
 	if r.Permanent {
 		b = append(b, `,"permanent":true`...)
 	}
-	if r.Parent != "" {
-		b = append(b, `,"parent":`...)
-		b = appendString(b, r.Parent)
-	}
-	if r.HeldBy != "" {
-		b = append(b, `,"heldBy":`...)
-		b = appendString(b, r.HeldBy)
-	}
+	b = appendStringField(b, `,"parent":`, r.Parent)
+	b = appendStringField(b, `,"heldBy":`, r.HeldBy)
 	var err error
 	if len(r.Children) > 0 {
-		b = append(b, `,"children":`...)
-		if b, err = appendJSON(b, r.Children); err != nil {
+		if b, err = appendJSONField(b, `,"children":`, r.Children); err != nil {
 			return b, err
 		}
 	}
 	if r.Progress != nil {
-		b = append(b, `,"progress":`...)
-		if b, err = appendJSON(b, r.Progress); err != nil {
+		if b, err = appendJSONField(b, `,"progress":`, r.Progress); err != nil {
 			return b, err
 		}
 	}
-	if len(r.Result) > 0 {
-		b = append(b, `,"result":`...)
-		b = append(b, r.Result...)
-	}
+	b = appendRawField(b, `,"result":`, r.Result)
 	if r.OnComplete != nil {
-		b = append(b, `,"onComplete":`...)
-		if b, err = appendJSON(b, r.OnComplete); err != nil {
+		if b, err = appendJSONField(b, `,"onComplete":`, r.OnComplete); err != nil {
 			return b, err
 		}
 	}
-	if r.Pool != "" {
-		b = append(b, `,"pool":`...)
-		b = appendString(b, r.Pool)
-	}
-	if r.Priority != 0 {
-		b = append(b, `,"priority":`...)
-		b = strconv.AppendInt(b, int64(r.Priority), 10)
-	}
+	b = appendStringField(b, `,"pool":`, r.Pool)
+	b = appendIntField(b, `,"priority":`, int64(r.Priority))
 	if len(r.Trace) > 0 {
-		b = append(b, `,"trace":`...)
-		if b, err = appendJSON(b, r.Trace); err != nil {
+		if b, err = appendJSONField(b, `,"trace":`, r.Trace); err != nil {
 			return b, err
 		}
 	}
 	if len(r.History) > 0 {
-		b = append(b, `,"history":`...)
-		if b, err = appendJSON(b, r.History); err != nil {
+		if b, err = appendJSONField(b, `,"history":`, r.History); err != nil {
 			return b, err
 		}
 	}
 	return append(b, '}'), nil
+}
+
+// appendStringField appends key and v, unless v is empty.
+func appendStringField(b []byte, key, v string) []byte {
+	if v == "" {
+		return b
+	}
+	return appendString(append(b, key...), v)
+}
+
+// appendRawField appends key and the JSON v, unless v is empty.
+func appendRawField(b []byte, key string, v []byte) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	return append(append(b, key...), v...)
+}
+
+// appendTimeField appends key and t, unless t is zero.
+func appendTimeField(b []byte, key string, t time.Time) []byte {
+	if t.IsZero() {
+		return b
+	}
+	return appendTime(append(b, key...), t)
+}
+
+// appendIntField appends key and n, unless n is 0.
+func appendIntField(b []byte, key string, n int64) []byte {
+	if n == 0 {
+		return b
+	}
+	return strconv.AppendInt(append(b, key...), n, 10)
+}
+
+// appendJSONField appends key and v encoded.
+func appendJSONField(b []byte, key string, v any) ([]byte, error) {
+	return appendJSON(append(b, key...), v)
 }
 
 func appendJSON(b []byte, v any) ([]byte, error) {
@@ -165,7 +155,7 @@ func appendTime(b []byte, t time.Time) []byte {
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+		if needsEscape(c) {
 			j, _ := json.Marshal(s)
 			return append(b, j...)
 		}
@@ -173,4 +163,17 @@ func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// needsEscape reports whether byte c of a string is not copied as it is by
+// appendString: a control or non-ASCII byte, or one encoding/json escapes.
+func needsEscape(c byte) bool {
+	if c < 0x20 || c >= 0x7f {
+		return true
+	}
+	switch c {
+	case '"', '\\', '<', '>', '&':
+		return true
+	}
+	return false
 }

@@ -41,7 +41,7 @@ func ValidCronName(name string) bool {
 	}
 	for i := 0; i < len(name); i++ {
 		ch := name[i]
-		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '_' || ch == '-') {
+		if !jetflow.IsNameByte(ch) {
 			return false
 		}
 	}
@@ -84,7 +84,7 @@ func CheckCronRecord(r *CronRecord, name string) error {
 		return badCronRecord(name, "%.140q is not a cron name (1-128 letters, digits, '_' or '-')", name)
 	case r.Name != name:
 		return badCronRecord(name, "it holds cron %.140q", r.Name)
-	case r.CatchUp < 0 || r.CatchUp > MaxCatchUp || r.Replay < 0 || r.Replay > MaxCatchUp:
+	case !inRange(r.CatchUp, 0, MaxCatchUp) || !inRange(r.Replay, 0, MaxCatchUp):
 		return badCronRecord(name, "catchUp %d or replay %d out of range 0-%d", r.CatchUp, r.Replay, MaxCatchUp)
 	case r.Enabled && (r.Next.Unix() <= 0 || r.Due <= 0):
 		return badCronRecord(name, "enabled with next time %s and due second %d", r.Next.Format(time.RFC3339), r.Due)
@@ -257,3 +257,6 @@ func (s *Store) Crons(ctx context.Context) ([]*CronInfo, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// inRange reports whether lo <= n <= hi.
+func inRange(n, lo, hi int) bool { return n >= lo && n <= hi }

@@ -275,8 +275,16 @@ func (p *Producer) prepare(ctx context.Context, t time.Time, c jetflow.Call, opt
 // and the worker's claim or outcome creates the record: one write less per
 // run.
 func (p *Producer) direct(r *jetflow.Run, o options) bool {
-	return o.id == "" && !o.hold && r.Parent == "" && r.Pool == "" && r.OnComplete == nil &&
-		!r.ScheduledTime.After(p.now()) && strings.Count(r.Name, ".") < kv.QueuedMaxTokens
+	if o.id != "" || o.hold || r.ScheduledTime.After(p.now()) {
+		return false
+	}
+	return standalone(r) && strings.Count(r.Name, ".") < kv.QueuedMaxTokens
+}
+
+// standalone reports whether r is tied to no other run or pool: no parent,
+// pool or on-complete callback.
+func standalone(r *jetflow.Run) bool {
+	return r.Parent == "" && r.Pool == "" && r.OnComplete == nil
 }
 
 // directEnvelope is the envelope of a run published without a record.
@@ -337,10 +345,12 @@ func (p *Producer) Batch(ctx context.Context, items []Item) (ids []string, err e
 		return nil, nil
 	}
 	// One producer span per item (when tracing), each the parent of its run.
-	var spans []telemetry.Publish
-	var ctxs []context.Context
+	ctxs := make([]context.Context, len(items))
+	for i := range ctxs {
+		ctxs[i] = ctx
+	}
 	if telemetry.Tracing() && len(items) <= MaxBatch {
-		spans, ctxs = make([]telemetry.Publish, len(items)), make([]context.Context, len(items))
+		spans := make([]telemetry.Publish, len(items))
 		for i, it := range items {
 			ctxs[i], spans[i] = telemetry.StartPublish(ctx, it.Call.Name)
 		}
@@ -354,45 +364,18 @@ func (p *Producer) Batch(ctx context.Context, items []Item) (ids []string, err e
 			}
 		}()
 	}
-	if len(items) > MaxBatch {
-		return nil, fmt.Errorf("%w: %d > %d", ErrTooManyRuns, len(items), MaxBatch)
+	b, err := p.prepareBatch(ctxs, items)
+	if err != nil {
+		return nil, err
 	}
-	runs := make([]*jetflow.Run, len(items))
-	holds := make([]bool, len(items))
-	total := 0
-	seen := make(map[string]bool, len(items))
-	allDirect := true
-	for i, it := range items {
-		ictx := ctx
-		if ctxs != nil {
-			ictx = ctxs[i]
-		}
-		r, o, err := p.prepare(ictx, it.At, it.Call, it.Options)
-		if err != nil {
-			return nil, fmt.Errorf("item %d: %w", i, err)
-		}
-		if seen[r.ID] {
-			return nil, fmt.Errorf("item %d: run %s twice in one batch: %w", i, r.ID, ErrAlreadyExists)
-		}
-		seen[r.ID] = true
-		if err := p.checkSize(len(r.Args)); err != nil {
-			return nil, fmt.Errorf("item %d: %w", i, err)
-		}
-		total += len(r.Args)
-		runs[i], holds[i] = r, o.hold
-		allDirect = allDirect && p.direct(r, o)
-	}
-	if total > MaxBatchArgs {
-		return nil, fmt.Errorf("%w: %d bytes in one call, limit %d", ErrArgsTooLarge, total, MaxBatchArgs)
-	}
-	ids = make([]string, len(runs))
-	for i, r := range runs {
+	ids = make([]string, len(b.runs))
+	for i, r := range b.runs {
 		ids[i] = r.ID
 	}
-	if allDirect {
+	if b.allDirect {
 		// One atomic batch of messages, each the run's pending record.
-		msgs := make([]*nats.Msg, len(runs))
-		for i, r := range runs {
+		msgs := make([]*nats.Msg, len(b.runs))
+		for i, r := range b.runs {
 			msgs[i] = p.cfg.Message(directEnvelope(r))
 		}
 		if _, err := jsbatch.Publish(ctx, p.nc, msgs); err != nil {
@@ -400,24 +383,73 @@ func (p *Producer) Batch(ctx context.Context, items []Item) (ids []string, err e
 		}
 		return ids, nil
 	}
-	msgs := make([]*nats.Msg, len(runs))
-	for i, r := range runs {
+	if err := p.writeBatch(ctx, b); err != nil {
+		return nil, err
+	}
+	return ids, nil
+}
+
+// batch is a Batch call's runs, checked.
+type batch struct {
+	runs      []*jetflow.Run
+	holds     []bool
+	allDirect bool // every run is one Enqueue publishes without a record
+}
+
+// prepareBatch builds and checks a Batch call's runs before anything is
+// written: ErrTooManyRuns, ErrArgsTooLarge, an id twice (ErrAlreadyExists),
+// and each item's own errors, named by its index.
+func (p *Producer) prepareBatch(ctxs []context.Context, items []Item) (batch, error) {
+	if len(items) > MaxBatch {
+		return batch{}, fmt.Errorf("%w: %d > %d", ErrTooManyRuns, len(items), MaxBatch)
+	}
+	b := batch{runs: make([]*jetflow.Run, len(items)), holds: make([]bool, len(items)), allDirect: true}
+	total := 0
+	seen := make(map[string]bool, len(items))
+	for i, it := range items {
+		r, o, err := p.prepare(ctxs[i], it.At, it.Call, it.Options)
+		if err != nil {
+			return b, fmt.Errorf("item %d: %w", i, err)
+		}
+		if seen[r.ID] {
+			return b, fmt.Errorf("item %d: run %s twice in one batch: %w", i, r.ID, ErrAlreadyExists)
+		}
+		seen[r.ID] = true
+		if err := p.checkSize(len(r.Args)); err != nil {
+			return b, fmt.Errorf("item %d: %w", i, err)
+		}
+		total += len(r.Args)
+		b.runs[i], b.holds[i] = r, o.hold
+		b.allDirect = b.allDirect && p.direct(r, o)
+	}
+	if total > MaxBatchArgs {
+		return b, fmt.Errorf("%w: %d bytes in one call, limit %d", ErrArgsTooLarge, total, MaxBatchArgs)
+	}
+	return b, nil
+}
+
+// writeBatch writes b's records in one atomic batch, then dispatches the
+// runs not held, pipelined. A dispatch that fails is left to the repair
+// sweep: the records are durable.
+func (p *Producer) writeBatch(ctx context.Context, b batch) error {
+	msgs := make([]*nats.Msg, len(b.runs))
+	for i, r := range b.runs {
 		m, err := p.runs.WriteMsg(engine.Schedule, engine.None, r, 0)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		msgs[i] = m
 	}
 	last, err := jsbatch.Publish(ctx, p.nc, msgs)
 	if err != nil {
-		return nil, p.batchRefused(ctx, runs, err)
+		return p.batchRefused(ctx, b.runs, err)
 	}
-	first := last - uint64(len(runs)-1)
-	futures := make([]jetstream.PubAckFuture, 0, len(runs))
+	first := last - uint64(len(b.runs)-1)
+	futures := make([]jetstream.PubAckFuture, 0, len(b.runs))
 	var errs []error
-	for i, r := range runs {
+	for i, r := range b.runs {
 		r.Revision = first + uint64(i)
-		if holds[i] {
+		if b.holds[i] {
 			continue
 		}
 		f, err := p.d.DispatchAsync(r)
@@ -437,10 +469,9 @@ func (p *Producer) Batch(ctx context.Context, items []Item) (ids []string, err e
 		}
 	}
 	if len(errs) > 0 {
-		// The records are durable: the repair sweep publishes what is missing.
 		p.log.WarnContext(ctx, "batch dispatch incomplete; repair sweep will publish", "errors", len(errs), "first", errs[0])
 	}
-	return ids, nil
+	return nil
 }
 
 // batchRefused is the error of a batch of records the stream refused. An

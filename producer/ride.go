@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetflow-dev/jetflow/internal/sentinel"
 	"strings"
 	"time"
 
@@ -42,9 +43,8 @@ func transient(err error) bool {
 		// 10008: JetStream system temporarily unavailable (no leader).
 		return api.ErrorCode == 10008 || strings.Contains(api.Description, "temporarily unavailable")
 	}
-	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
+	return sentinel.IsAny(err, nats.ErrNoResponders, jetstream.ErrNoStreamResponse, nats.ErrTimeout,
+		context.DeadlineExceeded, nats.ErrConnectionReconnecting, nats.ErrDisconnected)
 }
 
 // ride runs op until it succeeds, fails for good, or ctx (at most

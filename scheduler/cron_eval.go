@@ -327,7 +327,7 @@ func (c *Crons) dueEntries(ctx context.Context, lo, hi int64, limit int, skip ma
 		err := c.consume(ctx, filters[:n], true, func(subject string, _ []byte, seq uint64) bool {
 			key := strings.TrimPrefix(subject, pfx)
 			sec, name, ok := parseDueKey(key)
-			if !ok || sec > hi || (lo > 0 && sec < lo) {
+			if !ok || !inWindow(sec, lo, hi) {
 				return true
 			}
 			if skip[key] {
@@ -401,7 +401,7 @@ func (c *Crons) evaluate(ctx context.Context, e dueEntry, now time.Time) (outcom
 			o.Stale++
 			return o, nil
 		}
-		if err == nil && r.Enabled && r.Due == e.sec && r.Next.After(now) {
+		if err == nil && filedEarly(r, e.sec, now) {
 			// Filed early: another process's clock, or a next time
 			// written by hand that its schedule cannot have.
 			if far, ferr := r.Spec.Next(now.Add(24 * time.Hour)); ferr != nil || r.Next.After(far) {
@@ -866,4 +866,19 @@ func (c *Crons) removeCode(ctx context.Context, name string) error {
 		c.log.Info("code-defined cron removed", "cron", name)
 		return nil
 	}
+}
+
+// inWindow reports whether due second sec is at most hi and, where lo is
+// set (> 0), at least lo.
+func inWindow(sec, lo, hi int64) bool {
+	if sec > hi {
+		return false
+	}
+	return lo <= 0 || sec >= lo
+}
+
+// filedEarly reports whether enabled cron r is filed under due second sec
+// with a next time still to come.
+func filedEarly(r *cronRecord, sec int64, now time.Time) bool {
+	return r.Enabled && r.Due == sec && r.Next.After(now)
 }

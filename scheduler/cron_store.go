@@ -40,8 +40,15 @@ type cronRecord = kv.CronRecord
 
 // sameDefinition reports whether a and b define the same cron (state aside).
 func sameDefinition(a, b *cronRecord) bool {
-	return a.Spec == b.Spec && a.Function == b.Function && a.Kind == b.Kind &&
-		string(a.Args) == string(b.Args) && a.Overlap == b.Overlap && a.CatchUp == b.CatchUp
+	type def struct {
+		fn, kind, args string
+		overlap        bool
+		catchUp        int
+	}
+	of := func(r *cronRecord) def {
+		return def{r.Function, string(r.Kind), string(r.Args), r.Overlap, r.CatchUp}
+	}
+	return a.Spec == b.Spec && of(a) == of(b)
 }
 
 func defKey(name string) string { return defPrefix + name }

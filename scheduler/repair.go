@@ -109,7 +109,7 @@ func (s *Scheduler) repair(ctx context.Context, seed bool) (int, error) {
 		if h.State == jetflow.InProgress {
 			running = append(running, h)
 		}
-		if h.State.Terminal() && !h.Notify.IsZero() && h.Notify.Before(cut) && h.Notify.After(recent) {
+		if h.State.Terminal() && notifyDue(h.Notify, cut, recent) {
 			notify = append(notify, h)
 		}
 	})
@@ -124,6 +124,22 @@ func (s *Scheduler) repair(ctx context.Context, seed bool) (int, error) {
 
 // settle repairs the candidates of a sweep (each is read again first).
 func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Header) (int, error) {
+	n := s.notifyCompleted(ctx, notify)
+	for _, h := range cands {
+		if ctx.Err() != nil {
+			return n, ctx.Err()
+		}
+		if s.repairPending(ctx, h) {
+			n++
+		}
+	}
+	n += s.repairRunning(ctx, running)
+	return n, nil
+}
+
+// notifyCompleted schedules the on-complete callbacks of ended runs that
+// have none yet.
+func (s *Scheduler) notifyCompleted(ctx context.Context, notify []kv.Header) int {
 	n := 0
 	for _, h := range notify {
 		if _, err := s.store.Get(ctx, jetflow.CompletionID(h.ID)); !errors.Is(err, jetflow.ErrNotFound) {
@@ -137,74 +153,73 @@ func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Head
 			n++
 		}
 	}
-	for _, h := range cands {
-		if ctx.Err() != nil {
-			return n, ctx.Err()
-		}
-		if _, ok, err := s.store.FindDelayed(ctx, h.Due, h.ID); err != nil {
-			continue
-		} else if ok && h.Due.After(s.now().Add(-s.cfg.StaleAfter)) {
-			continue // the dispatcher has it
-		}
-		// Either no delayed entry, or one overdue by more than StaleAfter
-		// (the dispatcher missed it): publish the run's message. A second
-		// publish is harmless: Nats-Msg-Id dedups it, and the worker's claim
-		// refuses a run that has moved on.
-		if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
-			continue
-		}
-		r, err := s.store.Get(ctx, h.ID)
-		if errors.Is(err, jetflow.ErrNotFound) {
-			// Forgotten below, and then looked at again only by the hourly
-			// full sweep: a replica behind must not decide that.
-			r, err = s.store.GetFromLeader(ctx, h.ID)
-		}
-		if err != nil || r.State != jetflow.Pending {
-			if err == nil && r.State.Terminal() || errors.Is(err, jetflow.ErrNotFound) {
-				s.index.Forget(h.ID)
-			}
-			continue
-		}
-		if wfwire.IsWorkflow(r) {
-			// A workflow's record is started by its first segment, a run of
-			// its own (workflow.Start writes the record, then publishes the
-			// segment): publish that segment if Start died between the two.
-			if s.repairWorkflow(ctx, r) {
-				n++
-			}
-			continue
-		}
-		if r.HeldBy != "" {
-			// Read from the runs stream's leader: a replica that is behind
-			// could show a running parent missing or at an attempt that
-			// ended, and its child canceled for it.
-			parent, err := s.store.GetFromLeader(ctx, r.HeldBy)
-			switch {
-			case err == nil && parent.State == jetflow.Success && slices.Contains(parent.Children, r.ID):
-			case err == nil && !parent.State.Terminal() && !heldByEndedAttempt(parent, r.ID):
-				continue // the parent's attempt is still running
-			case err == nil || errors.Is(err, jetflow.ErrNotFound):
-				r.State, r.Error, r.CompletedTime = jetflow.Canceled, "parent did not succeed", s.now().UTC()
-				if _, err := s.runs.Write(ctx, engine.Orphan, jetflow.Pending, r, r.Revision); err == nil {
-					n++
-				}
-				continue
-			default:
-				continue
-			}
-		}
-		if err := s.d.Release(ctx, r); err != nil {
-			s.log.Warn("repair dispatch", "run_id", r.ID, "error", err)
-			continue
-		}
-		s.log.Info("repaired run: record without message", "run_id", r.ID, "function", r.Name)
-		n++
-		s.mu.Lock()
-		s.stats.Repaired++
-		s.mu.Unlock()
+	return n
+}
+
+// repairPending settles pending record h when nothing else will start it:
+// no delayed entry the dispatcher has (or one overdue by more than
+// StaleAfter: the dispatcher missed it) and no message waiting. A second
+// publish is harmless: Nats-Msg-Id dedups it, and the worker's claim
+// refuses a run that has moved on. It reports whether it repaired one.
+func (s *Scheduler) repairPending(ctx context.Context, h kv.Header) bool {
+	if _, ok, err := s.store.FindDelayed(ctx, h.Due, h.ID); err != nil || ok && h.Due.After(s.now().Add(-s.cfg.StaleAfter)) {
+		return false
 	}
-	n += s.repairRunning(ctx, running)
-	return n, nil
+	if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
+		return false
+	}
+	r, err := s.store.Get(ctx, h.ID)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		// Forgotten below, and then looked at again only by the hourly
+		// full sweep: a replica behind must not decide that.
+		r, err = s.store.GetFromLeader(ctx, h.ID)
+	}
+	if err != nil || r.State != jetflow.Pending {
+		if err == nil && r.State.Terminal() || errors.Is(err, jetflow.ErrNotFound) {
+			s.index.Forget(h.ID)
+		}
+		return false
+	}
+	switch {
+	case wfwire.IsWorkflow(r):
+		// A workflow's record is started by its first segment, a run of
+		// its own (workflow.Start writes the record, then publishes the
+		// segment): publish that segment if Start died between the two.
+		return s.repairWorkflow(ctx, r)
+	case r.HeldBy != "":
+		if done, orphaned := s.settleHeld(ctx, r); done {
+			return orphaned
+		}
+	}
+	if err := s.d.Release(ctx, r); err != nil {
+		s.log.Warn("repair dispatch", "run_id", r.ID, "error", err)
+		return false
+	}
+	s.log.Info("repaired run: record without message", "run_id", r.ID, "function", r.Name)
+	s.mu.Lock()
+	s.stats.Repaired++
+	s.mu.Unlock()
+	return true
+}
+
+// settleHeld decides a held child r from its parent, read from the runs
+// stream's leader (a replica behind could show a running parent missing or
+// at an attempt that ended, and its child canceled for it): done when
+// nothing more is to be done now (its parent's attempt still runs, the
+// read failed, or the child was canceled as an orphan: orphaned); not done
+// when the parent succeeded with it, and it is to be released.
+func (s *Scheduler) settleHeld(ctx context.Context, r *jetflow.Run) (done, orphaned bool) {
+	parent, err := s.store.GetFromLeader(ctx, r.HeldBy)
+	switch {
+	case err == nil && parent.State == jetflow.Success && slices.Contains(parent.Children, r.ID):
+		return false, false
+	case err == nil && !parent.State.Terminal() && !heldByEndedAttempt(parent, r.ID):
+		return true, false // the parent's attempt is still running
+	case err == nil || errors.Is(err, jetflow.ErrNotFound):
+		_, werr := s.runs.Write(ctx, engine.Orphan, jetflow.Pending, engine.OrphanRun(r, s.now()), r.Revision)
+		return true, werr == nil
+	}
+	return true, false
 }
 
 // repairWorkflow publishes the first segment of pending workflow record r
@@ -311,10 +326,9 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		}
 		s.live.Forget(r.ID)
 		if r.Kind == jetflow.AtMostOnce {
-			r.State, r.CompletedTime = jetflow.Failed, s.now().UTC()
-			r.Error = jetflow.ErrWorkerLost.Error()
-			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
-				_ = s.d.Complete(ctx, r)
+			lost := engine.LoseRun(r, s.now())
+			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, lost, r.Revision); err == nil {
+				_ = s.d.Complete(ctx, lost)
 				n++
 			}
 			continue
@@ -325,4 +339,14 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		}
 	}
 	return n
+}
+
+// notifyDue reports whether a terminal record's completion time, notify,
+// falls in the sweep's window for on-complete callbacks: after recent and
+// before cut (zero: no callback).
+func notifyDue(notify, cut, recent time.Time) bool {
+	if notify.IsZero() {
+		return false
+	}
+	return notify.Before(cut) && notify.After(recent)
 }

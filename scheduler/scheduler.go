@@ -780,7 +780,7 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
 	r, err := s.store.Get(ctx, it.d.ID)
-	if !it.d.New && (errors.Is(err, jetflow.ErrNotFound) || err == nil && r.Revision < it.d.Rev) {
+	if !it.d.New && behindEntry(r, err, it.d.Rev) {
 		// Missing, or older than the entry was written against: the direct
 		// get may have been answered by a replica that is behind (one that
 		// restarted serves them from 90% caught up). Dropping the entry on
@@ -797,8 +797,7 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 				it.doubtSince = s.now()
 			}
 			it.doubts++
-			denied := errors.Is(err, nats.ErrPermissionViolation)
-			if denied && it.doubts < maxDoubts || !denied && s.now().Sub(it.doubtSince) < doubtFor {
+			if keepDoubting(err, it.doubts, s.now().Sub(it.doubtSince)) {
 				s.log.Debug("confirm delayed run's record", "run_id", it.d.ID, "error", err)
 				d.retry(ctx, it)
 				return false
@@ -888,4 +887,23 @@ func (d *dispatcher) retry(_ context.Context, it *item) {
 
 func itoa(n int64) string {
 	return strconvFormat(n)
+}
+
+// behindEntry reports whether a direct get's answer (r, err) is missing or
+// older than rev, the revision a delayed entry was written against.
+func behindEntry(r *jetflow.Run, err error, rev uint64) bool {
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return true
+	}
+	return err == nil && r.Revision < rev
+}
+
+// keepDoubting reports whether a delayed entry whose record the leader did
+// not confirm (err) is tried again: maxDoubts times where the leader may
+// not be asked, for doubtFor otherwise.
+func keepDoubting(err error, doubts int, doubted time.Duration) bool {
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return doubts < maxDoubts
+	}
+	return doubted < doubtFor
 }

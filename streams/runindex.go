@@ -61,7 +61,7 @@ func ProvisionIndex(ctx context.Context, js jetstream.JetStream, c Config) error
 		if keepShape {
 			replicas, storage = cfg.Replicas, cfg.Storage
 		}
-		if cfg.MaxAge == c.Retention+time.Hour && cfg.Replicas == replicas && cfg.AllowDirect && cfg.Duplicates == IndexDuplicateWindow {
+		if cfg.AllowDirect && indexShaped(cfg, c.Retention+time.Hour, replicas) {
 			return nil
 		}
 	}
@@ -82,4 +82,10 @@ func ProvisionIndex(ctx context.Context, js jetstream.JetStream, c Config) error
 		return fmt.Errorf("streams: run index stream: %w", err)
 	}
 	return nil
+}
+
+// indexShaped reports whether cfg has the run index stream's max age,
+// replicas and duplicate window.
+func indexShaped(cfg jetstream.StreamConfig, maxAge time.Duration, replicas int) bool {
+	return cfg.MaxAge == maxAge && cfg.Replicas == replicas && cfg.Duplicates == IndexDuplicateWindow
 }

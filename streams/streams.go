@@ -284,9 +284,19 @@ func validPrefix(p string) bool {
 	}
 	for i := 0; i < len(p); i++ {
 		c := p[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+		if !nameByte(c) {
 			return false
 		}
 	}
 	return true
+}
+
+// nameByte reports whether c may appear in a prefix: a letter, a digit, '_'
+// or '-' (as jetflow.IsNameByte).
+func nameByte(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-':
+		return true
+	}
+	return false
 }

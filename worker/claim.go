@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetflow-dev/jetflow/internal/sentinel"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -58,8 +59,10 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 // not when it lost (a conflict), cannot be stored (ErrBadArgs), is not
 // allowed, or its context ended.
 func claimRetryable(ctx context.Context, err error) bool {
-	return ctx.Err() == nil && !errors.Is(err, kv.ErrConflict) && !errors.Is(err, jetflow.ErrBadArgs) &&
-		!errors.Is(err, nats.ErrPermissionViolation) && !errors.Is(err, context.Canceled)
+	if ctx.Err() != nil {
+		return false
+	}
+	return !sentinel.IsAny(err, kv.ErrConflict, jetflow.ErrBadArgs, nats.ErrPermissionViolation, context.Canceled)
 }
 
 // claimAgain writes a claim whose first write failed with err (it may have
@@ -105,7 +108,7 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 			// may have landed, and is given back (giveBackClaim).
 			err = fmt.Errorf("%v (and the record unread: %w)", err, gerr)
 		}
-		if !errors.Is(err, kv.ErrConflict) && !claimRetryable(ctx, err) || w.isStopping() || time.Now().After(deadline) {
+		if w.claimGivesUp(ctx, err, deadline) {
 			return 0, err
 		}
 	}
@@ -117,8 +120,20 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 // Canceled, a takeover another owner or attempt, a retry another start: none
 // of them matches.
 func ownAttempt(cur *jetflow.Run, owner string, attempt int, started time.Time) bool {
-	return cur.State == jetflow.InProgress && cur.Owner == owner && cur.Attempts == attempt &&
-		!started.IsZero() && cur.StartedTime.Equal(started)
+	if cur.State != jetflow.InProgress || started.IsZero() {
+		return false
+	}
+	return cur.Owner == owner && cur.Attempts == attempt && cur.StartedTime.Equal(started)
+}
+
+// claimGivesUp reports whether a claim whose write failed with err is not
+// written again: it is settled (not a conflict, and not retryable), the
+// worker is stopping, or its deadline passed.
+func (w *Worker) claimGivesUp(ctx context.Context, err error, deadline time.Time) bool {
+	if w.isStopping() || time.Now().After(deadline) {
+		return true
+	}
+	return !errors.Is(err, kv.ErrConflict) && !claimRetryable(ctx, err)
 }
 
 // claimWait is how long one write of a claim waits for its reply.

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"github.com/jetflow-dev/jetflow/internal/sentinel"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,8 +30,8 @@ import (
 // consumerMayBeGone reports whether a Consume error may mean that the
 // consumer no longer exists.
 func consumerMayBeGone(err error) bool {
-	return errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
-		errors.Is(err, jetstream.ErrNoHeartbeat) || errors.Is(err, nats.ErrNoResponders)
+	return sentinel.IsAny(err, jetstream.ErrConsumerDeleted, jetstream.ErrConsumerNotFound,
+		jetstream.ErrNoHeartbeat, nats.ErrNoResponders)
 }
 
 // recoverBackoff bounds the wait between two tries to create a consumer

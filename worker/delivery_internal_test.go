@@ -1,6 +1,10 @@
 package worker
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/jetflow-dev/jetflow"
+)
 
 func TestClassify(t *testing.T) {
 	cases := []struct {
@@ -26,6 +30,38 @@ func TestClassify(t *testing.T) {
 		k := classify(c.f)
 		if k != c.want || k.readsRecord() != c.read || k.claimsFirst() != c.claim {
 			t.Errorf("%s: %v (reads %v, claims first %v), want %v (%v, %v)", c.name, k, k.readsRecord(), k.claimsFirst(), c.want, c.read, c.claim)
+		}
+	}
+}
+
+func TestDecideOnRecord(t *testing.T) {
+	rec := func(st jetflow.State, attempts int, owner string) *jetflow.Run {
+		return &jetflow.Run{State: st, Attempts: attempts, Owner: owner}
+	}
+	cases := []struct {
+		name      string
+		r         *jetflow.Run
+		attempt   int
+		amo, lost bool
+		max       int
+		want      recordVerdict
+	}{
+		{"ended", rec(jetflow.Success, 1, ""), 1, false, false, 5, ackOver},
+		{"canceled pending run", rec(jetflow.Canceled, 0, ""), 1, false, false, 5, ackOver},
+		{"pending, first attempt", rec(jetflow.Pending, 0, ""), 1, false, false, 5, runFromRecord},
+		{"pending, a retry's message", rec(jetflow.Pending, 1, ""), 2, false, false, 5, runFromRecord},
+		{"pending, an older attempt's message", rec(jetflow.Pending, 2, ""), 1, false, false, 5, ackOver},
+		{"pending, the attempt that ran", rec(jetflow.Pending, 2, ""), 2, false, false, 5, ackOver},
+		{"claimed by a live worker", rec(jetflow.InProgress, 1, "w1"), 1, false, false, 5, lookLater},
+		{"at-most-once, worker lost", rec(jetflow.InProgress, 1, "w1"), 1, true, true, 1, failLost},
+		{"at-most-once in progress without owner", rec(jetflow.InProgress, 1, ""), 1, true, false, 1, failLost},
+		{"retryable, worker lost", rec(jetflow.InProgress, 1, "w1"), 1, false, true, 5, takeOver},
+		{"retryable, worker lost, none left", rec(jetflow.InProgress, 5, "w1"), 5, false, true, 5, failNoneLeft},
+		{"in progress by itself (a workflow's), newer message", rec(jetflow.InProgress, 1, ""), 2, false, false, 5, runFromRecord},
+	}
+	for _, c := range cases {
+		if got := decideOnRecord(c.r, c.attempt, c.amo, c.lost, c.max); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
 		}
 	}
 }

@@ -154,70 +154,17 @@ func msgIDFits(mid string, env streams.Envelope) bool {
 // Metadata parse; it reports false for a subject of any other shape.
 func delivered(m jetstream.Msg) (uint64, bool) { return deliveredFrom(m.Reply()) }
 
-// process runs one delivery. held: it waited here long (heldLong), and may
-// have been redelivered elsewhere meanwhile.
+// process runs one delivery, top to bottom: parse it, classify it, accept
+// it (read the record where the kind needs it), claim it where the kind or
+// the function needs it, then run and report (execute). held: it waited
+// here long (heldLong), and may have been redelivered elsewhere meanwhile.
 func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 	ctx := context.Background()
-	var md *jetstream.MsgMetadata
-	metadata := func() (*jetstream.MsgMetadata, error) {
-		if md != nil {
-			return md, nil
-		}
-		var err error
-		md, err = m.Metadata()
-		return md, err
-	}
-	numDelivered, ok := delivered(m)
+	env, numDelivered, ok := w.parseDelivery(ctx, e, m)
 	if !ok {
-		md, err := metadata()
-		if err != nil {
-			w.settle(m, termIt)
-			return
-		}
-		numDelivered = md.NumDelivered
-	}
-	env, perr := w.scfg.ParseMessage(m.Subject(), m.Headers(), m.Data())
-	if perr == nil {
-		if err := jetflow.ValidateRunID(env.ID); err != nil {
-			perr = err
-		} else if mid := m.Headers().Get(streams.HeaderMsgID); !msgIDFits(mid, env) {
-			perr = fmt.Errorf("Nats-Msg-Id %q names neither run %q of the subject nor its attempt %d (%q)",
-				mid, env.ID, env.Attempt, env.MsgID())
-		}
-	}
-	if perr == nil && len(env.Args) > w.argsLimit() {
-		perr = fmt.Errorf("%d bytes of args: more than a run record holds (%d)", len(env.Args), w.argsLimit())
-	}
-	if perr == nil && (env.Scheduled.IsZero() || env.Created.IsZero()) {
-		md, err := metadata()
-		if err != nil {
-			w.settle(m, termIt)
-			return
-		}
-		if env.Scheduled.IsZero() {
-			env.Scheduled = md.Timestamp.UTC()
-		}
-		if env.Created.IsZero() {
-			env.Created = md.Timestamp.UTC()
-		}
-	}
-	if perr != nil {
-		md, err := metadata()
-		if err != nil {
-			w.settle(m, termIt)
-			return
-		}
-		w.deadLetter(ctx, e, m, md, perr)
 		return
 	}
 	j := &jobCore{w: w, fn: e, env: env}
-	// The record as it must be if the message is current. Redeliveries,
-	// messages of other producers (their ids may be reused) and runs whose
-	// record has more than the message carries are checked against the
-	// stored record first. A first delivery of ours is not: its message
-	// names the record's revision, or says the id is new (Jetflow-New): the
-	// message is then the pending record and the claim or outcome creates
-	// the stored one (create-only: a Cancel that recorded it first wins).
 	if w.swapMsg(env.ID, env.Attempt, m) {
 		// A duplicate of a run running here, claimed or not (a
 		// redelivery, a recreated consumer, a second publish): its outcome
@@ -237,83 +184,199 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 	if kind == waited {
 		w.log.Debug("delivery may have waited here (held long, or across a stall): claimed first", "function", e.name, "run_id", env.ID)
 	}
-	if kind.readsRecord() {
-		ok := w.reconcile(ctx, j, m, replay, numDelivered)
-		if !ok {
-			return
-		}
-	} else {
-		j.rec = &jetflow.Run{
-			ID: env.ID, Name: env.Function, Kind: e.kind, Args: env.Args, State: jetflow.Pending,
-			ScheduledTime: env.Scheduled, CreationTime: env.Created, Attempts: env.Attempt - 1,
-			MaxAttempts: env.MaxAttempts, Timeout: env.Timeout, Parent: env.Parent, Trace: env.Trace,
-			Revision: env.Rev,
-		}
-		j.rev = env.Rev
-		j.fresh = env.Attempt == 1
-	}
-	if w.isCanceled(env.ID) {
-		switch ended, err := w.cancelRecorded(ctx, env.ID); {
-		case err != nil:
-			w.settle(m, nakAfter(time.Second))
-			return
-		case ended:
-			w.settle(m, ackIt)
-			return
-		}
-		// A notice that no ended record backs was forgotten: the run goes on.
+	if !w.accept(ctx, j, m, kind, replay, numDelivered) || w.canceledHere(ctx, env.ID, m) {
+		return
 	}
 	j.started = w.now().UTC()
-	// A redelivery is claimed before it starts: its first delivery may have
-	// crashed its worker before a late claim, and from here on each lost
-	// attempt counts (a handler that kills its process every time fails
-	// after MaxAttempts instead of being redelivered forever).
+	// A delivery that may repeat a run is claimed before it starts: its
+	// first delivery may have crashed its worker before a late claim, and
+	// from here on each lost attempt counts (a handler that kills its
+	// process every time fails after MaxAttempts instead of being
+	// redelivered forever).
 	if e.claimFirst() || kind.claimsFirst() && !e.opts.NoClaim {
-		r := *j.rec
-		r.State = jetflow.InProgress
-		r.Attempts = env.Attempt
-		r.StartedTime = j.started
-		r.Owner = w.cfg.ID
-		r.Heartbeat = j.started
-		t0 := time.Now()
-		rev, err := w.claim(ctx, j.rec.State, &r, j.rev)
-		telemetry.ClaimWaited(ctx, time.Since(t0), e.recAttr...)
-		if err != nil {
-			// Canceled, or another worker claimed it: not ours to run.
-			w.log.Debug("claim lost", "function", e.name, "run_id", env.ID, "error", err)
-			if errors.Is(err, jetflow.ErrBadArgs) {
-				w.deadLetterMsg(ctx, e, m, err) // no claim of it can be stored
-				return
-			}
-			if !errors.Is(err, kv.ErrConflict) {
-				if !errors.Is(err, nats.ErrPermissionViolation) && j.rec.State != jetflow.InProgress {
-					// It may have landed: give it back once that is known.
-					// (Not a takeover's claim, from a lost worker's record:
-					// its message's attempt would then look over. It waits
-					// LostAfter, as the lost worker's did.)
-					select {
-					case w.givingBack <- struct{}{}: // at most maxGiveBacks at once
-						cl := r
-						w.inflight.Add(1)
-						go w.giveBackClaim(&cl, j.rev)
-					default: // an outage: the run waits LostAfter, as it would
-					}
-				}
-				w.settle(m, nakAfter(time.Second))
-				return
-			}
-			// Ack only what is over: the message may be the one another
-			// worker is running now (acks go by stream sequence).
-			if cur, gerr := w.store.Get(ctx, env.ID); gerr == nil && (cur.State.Terminal() || env.Attempt < cur.Attempts ||
-				cur.State == jetflow.Pending && env.Attempt <= cur.Attempts) {
-				w.settle(m, ackIt)
-			}
+		if !w.claimBeforeStart(ctx, j, m) {
 			return
 		}
-		r.Revision = rev
-		j.rec, j.rev = &r, rev
 	}
 	w.execute(ctx, j, m)
+}
+
+// parseDelivery decodes a delivery into its run's envelope and delivery
+// count. A message that is no run is dead-lettered with the reason, or
+// terminated when it has no metadata at all; ok is false then.
+func (w *Worker) parseDelivery(ctx context.Context, e *fnEntry, m jetstream.Msg) (env streams.Envelope, numDelivered uint64, ok bool) {
+	var md *jetstream.MsgMetadata
+	metadata := func() bool {
+		if md == nil {
+			var err error
+			if md, err = m.Metadata(); err != nil {
+				w.settle(m, termIt)
+				return false
+			}
+		}
+		return true
+	}
+	numDelivered, ok = delivered(m)
+	if !ok {
+		if !metadata() {
+			return env, 0, false
+		}
+		numDelivered = md.NumDelivered
+	}
+	env, perr := w.checkEnvelope(m)
+	if perr == nil && (env.Scheduled.IsZero() || env.Created.IsZero()) {
+		if !metadata() {
+			return env, 0, false
+		}
+		env.Scheduled = orTime(env.Scheduled, md.Timestamp.UTC())
+		env.Created = orTime(env.Created, md.Timestamp.UTC())
+	}
+	if perr != nil {
+		if metadata() {
+			w.deadLetter(ctx, e, m, md, perr)
+		}
+		return env, 0, false
+	}
+	return env, numDelivered, true
+}
+
+// checkEnvelope parses a message and checks what makes it a run: a valid
+// id, a Nats-Msg-Id of that run, args a record holds.
+func (w *Worker) checkEnvelope(m jetstream.Msg) (streams.Envelope, error) {
+	env, err := w.scfg.ParseMessage(m.Subject(), m.Headers(), m.Data())
+	switch {
+	case err != nil:
+		return env, err
+	case jetflow.ValidateRunID(env.ID) != nil:
+		return env, jetflow.ValidateRunID(env.ID)
+	case !msgIDFits(m.Headers().Get(streams.HeaderMsgID), env):
+		return env, fmt.Errorf("Nats-Msg-Id %q names neither run %q of the subject nor its attempt %d (%q)",
+			m.Headers().Get(streams.HeaderMsgID), env.ID, env.Attempt, env.MsgID())
+	case len(env.Args) > w.argsLimit():
+		return env, fmt.Errorf("%d bytes of args: more than a run record holds (%d)", len(env.Args), w.argsLimit())
+	}
+	return env, nil
+}
+
+// orTime is t, or def when t is zero.
+func orTime(t, def time.Time) time.Time {
+	if t.IsZero() {
+		return def
+	}
+	return t
+}
+
+// accept sets j's record: read from the store where the delivery's kind
+// needs it (reconcile, which may settle the message and return false), or,
+// for a fresh delivery, the pending record its message carries (its claim
+// or outcome creates the stored one, create-only: a Cancel that recorded it
+// first wins).
+func (w *Worker) accept(ctx context.Context, j *jobCore, m jetstream.Msg, kind deliveryKind, replay bool, numDelivered uint64) bool {
+	if kind.readsRecord() {
+		return w.reconcile(ctx, j, m, replay, numDelivered)
+	}
+	env := j.env
+	j.rec = &jetflow.Run{
+		ID: env.ID, Name: env.Function, Kind: j.fn.kind, Args: env.Args, State: jetflow.Pending,
+		ScheduledTime: env.Scheduled, CreationTime: env.Created, Attempts: env.Attempt - 1,
+		MaxAttempts: env.MaxAttempts, Timeout: env.Timeout, Parent: env.Parent, Trace: env.Trace,
+		Revision: env.Rev,
+	}
+	j.rev = env.Rev
+	j.fresh = env.Attempt == 1
+	return true
+}
+
+// canceledHere reports (and settles the message) when a cancel notice for
+// run id came here and its ended record backs it; a notice that no ended
+// record backs is forgotten and the run goes on.
+func (w *Worker) canceledHere(ctx context.Context, id string, m jetstream.Msg) bool {
+	if !w.isCanceled(id) {
+		return false
+	}
+	switch ended, err := w.cancelRecorded(ctx, id); {
+	case err != nil:
+		w.settle(m, nakAfter(time.Second))
+		return true
+	case ended:
+		w.settle(m, ackIt)
+		return true
+	}
+	return false
+}
+
+// claimBeforeStart writes j's claim (inProgress, owned here) by
+// compare-and-swap before its handler starts. It reports false when the
+// run is not this worker's to run (canceled, claimed elsewhere, the write
+// failed), the message settled accordingly.
+func (w *Worker) claimBeforeStart(ctx context.Context, j *jobCore, m jetstream.Msg) bool {
+	r := *j.rec
+	r.State, r.Attempts, r.StartedTime = jetflow.InProgress, j.env.Attempt, j.started
+	r.Owner, r.Heartbeat = w.cfg.ID, j.started
+	t0 := time.Now()
+	rev, err := w.claim(ctx, j.rec.State, &r, j.rev)
+	telemetry.ClaimWaited(ctx, time.Since(t0), j.fn.recAttr...)
+	if err != nil {
+		w.log.Debug("claim lost", "function", j.fn.name, "run_id", j.env.ID, "error", err)
+		w.claimFailed(ctx, j, m, &r, err)
+		return false
+	}
+	r.Revision = rev
+	j.rec, j.rev = &r, rev
+	return true
+}
+
+// claimFailed settles the message of a claim that failed: dead-lettered
+// when no claim of it can be stored; handed back (and the claim given back
+// once it is known to have landed) when the write's answer was lost; acked
+// on a conflict only when the run is over for this message (acks go by
+// stream sequence: the message may be the one another worker runs).
+func (w *Worker) claimFailed(ctx context.Context, j *jobCore, m jetstream.Msg, r *jetflow.Run, err error) {
+	switch {
+	case errors.Is(err, jetflow.ErrBadArgs):
+		w.deadLetterMsg(ctx, j.fn, m, err)
+	case !errors.Is(err, kv.ErrConflict):
+		if mayGiveBack(err, j.rec.State) {
+			w.giveBackLater(r, j.rev)
+		}
+		w.settle(m, nakAfter(time.Second))
+	default:
+		if cur, gerr := w.store.Get(ctx, j.env.ID); gerr == nil && overFor(cur, j.env.Attempt) {
+			w.settle(m, ackIt)
+		}
+	}
+}
+
+// mayGiveBack reports whether a claim whose write failed with err may have
+// landed and is to be given back once that is known: not when the server
+// denied it, and not a takeover's claim (from a lost worker's inProgress
+// record: its message's attempt would then look over; it waits LostAfter,
+// as the lost worker's did).
+func mayGiveBack(err error, from jetflow.State) bool {
+	return !errors.Is(err, nats.ErrPermissionViolation) && from != jetflow.InProgress
+}
+
+// giveBackLater gives claim r back in the background once the runs leader
+// answers, at most maxGiveBacks at once; beyond that (an outage) the run
+// waits LostAfter, as it would.
+func (w *Worker) giveBackLater(r *jetflow.Run, rev uint64) {
+	select {
+	case w.givingBack <- struct{}{}:
+		cl := *r
+		w.inflight.Add(1)
+		go w.giveBackClaim(&cl, rev)
+	default:
+	}
+}
+
+// overFor reports whether the run whose record is cur is over for a
+// message of attempt: ended, past that attempt, or pending after it.
+func overFor(cur *jetflow.Run, attempt int) bool {
+	switch {
+	case cur.State.Terminal(), attempt < cur.Attempts:
+		return true
+	}
+	return cur.State == jetflow.Pending && attempt <= cur.Attempts
 }
 
 // clusterHoldBack is how long a redelivery (numDelivered 2 or more) on a
@@ -402,114 +465,144 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		w.deadLetterMsg(ctx, j.fn, m, fmt.Errorf("the record of run %s: %w", env.ID, err))
 		return false
 	}
-	if j.fn.claimLate() && (errors.Is(err, jetflow.ErrNotFound) || err == nil && r.State == jetflow.Pending) {
-		if d := w.replayWait(); replay && d > 0 {
-			w.log.Debug("possible replay: waiting for a claim elsewhere", "function", j.fn.name, "run_id", env.ID, "delay", d)
-			w.settle(m, nakAfter(d))
-			return false
-		}
-		if d := w.clusterHoldBack(ctx, j, numDelivered); d > 0 {
-			w.log.Debug("redelivery on a replicated stream: waiting for a claim or an outcome elsewhere", "function", j.fn.name, "run_id", env.ID, "delay", d)
-			w.settle(m, nakAfter(d))
+	unclaimed := errors.Is(err, jetflow.ErrNotFound) || err == nil && r.State == jetflow.Pending
+	if j.fn.claimLate() && unclaimed && w.heldBack(ctx, j, m, replay, numDelivered) {
+		return false
+	}
+	if errors.Is(err, jetflow.ErrNotFound) {
+		r, err = w.recordForeign(ctx, j, m)
+		if r == nil {
 			return false
 		}
 	}
-	if errors.Is(err, jetflow.ErrNotFound) {
-		// A run published by another producer: create its record.
-		r = &jetflow.Run{
-			ID: env.ID, Name: env.Function, Kind: j.fn.kind, Args: w.recordArgs(env.Args), State: jetflow.Pending,
-			ScheduledTime: env.Scheduled, CreationTime: env.Created, Attempts: env.Attempt - 1,
-			MaxAttempts: env.MaxAttempts, Timeout: env.Timeout, Parent: env.Parent, Trace: env.Trace,
-		}
-		if _, err := w.runs.Write(ctx, engine.Schedule, engine.None, r, 0); errors.Is(err, kv.ErrExists) {
-			// There is a record after all (a replica behind answered the
-			// read, or it was written meanwhile): go on from the leader's.
-			if r, err = w.store.GetConfirmed(ctx, env.ID); err != nil {
-				w.settle(m, nakAfter(time.Second))
-				return false
-			}
-		} else if errors.Is(err, jetflow.ErrBadArgs) {
-			// The message makes a record the server cannot take: no retry
-			// will store it.
-			w.deadLetterMsg(ctx, j.fn, m, err)
-			return false
-		} else if err != nil {
-			w.settle(m, nakAfter(time.Second))
-			return false
-		}
-	} else if err != nil {
+	if err != nil {
 		w.settle(m, nakAfter(time.Second))
 		return false
 	}
-	if r.State == jetflow.Pending && env.Attempt < r.Attempts {
-		// A message of an older attempt (a lost ack): that attempt is over.
-		// Not when the run is in progress: a run taken over from a lost
-		// worker goes on under its lost attempt's message while its
-		// record counts the new attempt, and that message is its only
-		// one. It is looked at again until the run ends.
-		w.settle(m, ackIt)
-		return false
-	}
+	ownerLost := false
 	if r.State == jetflow.InProgress {
 		if w.swapMsg(env.ID, env.Attempt, m) {
 			return false // a duplicate delivery of a run running here
 		}
-		// Its worker is alive while its heartbeats (every AckWait/3) change
-		// the record: lost only once this worker has seen the record
-		// unchanged for LostAfter on its own clock (no other host's
-		// clock is compared with it). A takeover's write is a
-		// compare-and-swap at this revision in any case.
-		if r.Owner != "" && !liveness.Lost(w.live.Unchanged(r.ID, r.Revision, w.now()), w.cfg.LostAfter) {
-			w.settle(m, nakAfter(w.cfg.AckWait/2))
-			return false
-		}
-		w.live.Forget(r.ID)
+		ownerLost = liveness.Lost(w.live.Unchanged(r.ID, r.Revision, w.now()), w.cfg.LostAfter)
 	}
-	switch {
-	case r.State.Terminal():
+	switch decideOnRecord(r, env.Attempt, j.fn.kind == jetflow.AtMostOnce, ownerLost, j.maxAttempts()) {
+	case ackOver:
 		w.settle(m, ackIt)
 		return false
-	case r.State == jetflow.InProgress && j.fn.kind == jetflow.AtMostOnce:
-		// Claimed by a worker that is gone (or a zombie): never run twice.
-		r.State = jetflow.Failed
-		r.Error = jetflow.ErrWorkerLost.Error()
-		r.CompletedTime = w.now().UTC()
-		r.AddAttempt(lostAttempt(r, w.now()))
-		if _, err := w.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
-			telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
-			w.complete(ctx, r)
-		}
-		w.settle(m, ackIt)
+	case lookLater:
+		w.settle(m, nakAfter(w.cfg.AckWait/2))
 		return false
-	case r.State == jetflow.InProgress && env.Attempt <= r.Attempts:
-		// Taking over from a lost worker: its attempt counts, so a handler
-		// that kills its process every time ends failed after MaxAttempts
-		// instead of being redelivered forever.
+	case failLost:
+		w.writeLost(ctx, j, m, engine.LoseRun(r, w.now()))
+		return false
+	case failNoneLeft:
+		w.writeLost(ctx, j, m, engine.LoseLastAttempt(r, w.now()))
+		return false
+	case takeOver:
+		// Its attempt counts, so a handler that kills its process every
+		// time ends failed after MaxAttempts instead of being redelivered
+		// forever.
+		w.live.Forget(r.ID)
 		j.env.Attempt = r.Attempts + 1
-		r.AddAttempt(lostAttempt(r, w.now()))
-		if j.env.Attempt > j.maxAttempts() {
-			r.State, r.CompletedTime = jetflow.Failed, w.now().UTC()
-			r.Error = fmt.Sprintf("%v: attempt %d lost, no attempts left", jetflow.ErrWorkerLost, r.Attempts)
-			if _, err := w.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
-				telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
-				w.complete(ctx, r)
-			}
-			w.settle(m, ackIt)
-			return false
-		}
-	case env.Attempt <= r.Attempts && r.State == jetflow.Pending:
-		// A message of an attempt that already ran; the next one is scheduled.
-		w.settle(m, ackIt)
-		return false
+		r.AddAttempt(engine.LostAttempt(r, w.now()))
 	}
 	j.rec, j.rev = r, r.Revision
 	return true
 }
 
-// lostAttempt is the history entry of r's attempt whose worker is gone.
-func lostAttempt(r *jetflow.Run, now time.Time) jetflow.Attempt {
-	return jetflow.Attempt{Attempt: r.Attempts, Worker: r.Owner, StartedTime: r.StartedTime,
-		CompletedTime: now.UTC(), Outcome: "lost", Error: jetflow.ErrWorkerLost.Error()}
+// heldBack hands back (and reports) an unclaimed run's delivery that must
+// wait for a claim elsewhere: a possible replay until ReplayGrace after the
+// reconnect, a redelivery on a replicated stream (clusterHoldBack).
+func (w *Worker) heldBack(ctx context.Context, j *jobCore, m jetstream.Msg, replay bool, numDelivered uint64) bool {
+	if d := w.replayWait(); replay && d > 0 {
+		w.log.Debug("possible replay: waiting for a claim elsewhere", "function", j.fn.name, "run_id", j.env.ID, "delay", d)
+		w.settle(m, nakAfter(d))
+		return true
+	}
+	if d := w.clusterHoldBack(ctx, j, numDelivered); d > 0 {
+		w.log.Debug("redelivery on a replicated stream: waiting for a claim or an outcome elsewhere", "function", j.fn.name, "run_id", j.env.ID, "delay", d)
+		w.settle(m, nakAfter(d))
+		return true
+	}
+	return false
+}
+
+// recordForeign creates the record of a run published by another producer
+// (no record yet). A create refused goes on from the leader's record (a
+// replica behind answered the read, or it was written meanwhile). It
+// returns a nil record when the message was settled (handed back, or
+// dead-lettered: a message whose record the server cannot take).
+func (w *Worker) recordForeign(ctx context.Context, j *jobCore, m jetstream.Msg) (*jetflow.Run, error) {
+	env := j.env
+	r := &jetflow.Run{
+		ID: env.ID, Name: env.Function, Kind: j.fn.kind, Args: w.recordArgs(env.Args), State: jetflow.Pending,
+		ScheduledTime: env.Scheduled, CreationTime: env.Created, Attempts: env.Attempt - 1,
+		MaxAttempts: env.MaxAttempts, Timeout: env.Timeout, Parent: env.Parent, Trace: env.Trace,
+	}
+	_, err := w.runs.Write(ctx, engine.Schedule, engine.None, r, 0)
+	switch {
+	case errors.Is(err, kv.ErrExists):
+		if r, err = w.store.GetConfirmed(ctx, env.ID); err == nil {
+			return r, nil
+		}
+	case errors.Is(err, jetflow.ErrBadArgs):
+		w.deadLetterMsg(ctx, j.fn, m, err)
+		return nil, err
+	case err == nil:
+		return r, nil
+	}
+	w.settle(m, nakAfter(time.Second))
+	return nil, err
+}
+
+// writeLost records r, a run whose worker is lost, as failed (compare-and-
+// swap on the claim it read) and acknowledges its message.
+func (w *Worker) writeLost(ctx context.Context, j *jobCore, m jetstream.Msg, r *jetflow.Run) {
+	w.live.Forget(r.ID)
+	if _, err := w.runs.Write(ctx, engine.Lost, jetflow.InProgress, r, r.Revision); err == nil {
+		telemetry.M().Failed.Add(ctx, 1, j.fn.attr)
+		w.complete(ctx, r)
+	}
+	w.settle(m, ackIt)
+}
+
+// recordVerdict is what a delivery does given its run's stored record.
+type recordVerdict int
+
+const (
+	runFromRecord recordVerdict = iota // run it, from the record
+	ackOver                            // the run ended, or this message's attempt is over
+	lookLater                          // claimed by a worker seen alive: hand back
+	failLost                           // at-most-once, its worker lost: never run twice
+	takeOver                           // retryable, its worker lost: the next attempt runs here
+	failNoneLeft                       // retryable, its worker lost, no attempts left
+)
+
+// decideOnRecord is reconcile's rule: the verdict on a delivery of attempt
+// for record r. ownerLost: the record has been seen unchanged for
+// LostAfter here (internal/liveness).
+func decideOnRecord(r *jetflow.Run, attempt int, atMostOnce, ownerLost bool, maxAttempts int) recordVerdict {
+	switch {
+	case r.State.Terminal():
+		return ackOver
+	case r.State == jetflow.Pending && attempt <= r.Attempts:
+		// A message of an attempt that already ran (a lost ack); the next
+		// one is scheduled. Not when the run is in progress: a run taken
+		// over goes on under its lost attempt's message, its only one.
+		return ackOver
+	case r.State != jetflow.InProgress:
+		return runFromRecord
+	case r.Owner != "" && !ownerLost:
+		return lookLater
+	case atMostOnce:
+		return failLost
+	case attempt > r.Attempts:
+		return runFromRecord
+	case r.Attempts+1 > maxAttempts:
+		return failNoneLeft
+	}
+	return takeOver
 }
 
 // clip cuts s to at most n bytes (valid UTF-8).
@@ -603,6 +696,9 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 
 	hctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	// A stop of the worker's work (StopAndCancel, or Stop past its ctx)
+	// cancels this handler too, with its cause.
+	defer context.AfterFunc(w.work, func() { cancel(context.Cause(w.work)) })()
 	timeout := e.opts.Timeout
 	if env.Timeout > 0 {
 		timeout = env.Timeout
@@ -671,7 +767,7 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 // lost). A failed write leaves the claim to LostAfter.
 func (w *Worker) unclaim(bg context.Context, j *jobCore) {
 	j.mu.Lock()
-	if j.fn.kind != jetflow.Retryable || j.rec == nil || j.rec.State != jetflow.InProgress || j.rev == 0 {
+	if !j.claimedRetryable() {
 		j.mu.Unlock()
 		return
 	}
@@ -839,8 +935,27 @@ func (w *Worker) writeRecord(ctx context.Context, step engine.Step, from jetflow
 }
 
 func sameOutcome(a, b *jetflow.Run) bool {
-	return a.State == b.State && a.Attempts == b.Attempts && a.CompletedTime.Equal(b.CompletedTime) &&
-		a.ScheduledTime.Equal(b.ScheduledTime) && a.Error == b.Error
+	return outcomeOf(a) == outcomeOf(b)
+}
+
+// outcome is what an outcome write sets, comparable.
+type outcome struct {
+	state                jetflow.State
+	attempts             int
+	completed, scheduled instant
+	err                  string
+}
+
+// instant is a time, comparable with == across locations.
+type instant struct {
+	sec  int64
+	nsec int
+}
+
+func instantOf(t time.Time) instant { return instant{t.Unix(), t.Nanosecond()} }
+
+func outcomeOf(r *jetflow.Run) outcome {
+	return outcome{r.State, r.Attempts, instantOf(r.CompletedTime), instantOf(r.ScheduledTime), r.Error}
 }
 
 // outcomeLost handles a terminal write that lost its compare-and-swap: the
@@ -886,9 +1001,7 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 			if r.HeldBy == "" {
 				return false
 			}
-			r.State = jetflow.Canceled
-			r.Error = "parent attempt did not succeed"
-			r.CompletedTime = w.now().UTC()
+			*r = *engine.OrphanRun(r, w.now())
 			return true
 		})
 	}
@@ -976,4 +1089,13 @@ func (w *Worker) complete(ctx context.Context, r *jetflow.Run) {
 	if err := w.p.Complete(ctx, r); err != nil {
 		w.log.Warn("on-complete; repair sweep will", "run_id", r.ID, "error", err)
 	}
+}
+
+// claimedRetryable reports whether j is a retryable run whose claim this
+// worker wrote (an inProgress record at a known revision). j.mu is held.
+func (j *jobCore) claimedRetryable() bool {
+	if j.fn.kind != jetflow.Retryable || j.rec == nil {
+		return false
+	}
+	return j.rec.State == jetflow.InProgress && j.rev != 0
 }

@@ -175,7 +175,11 @@ type Worker struct {
 	replay     replayGuard
 	stall      *stall.Detector // stops of this process (heldLong)
 	live       liveness.Watch  // records of other workers' runs seen unchanged
-	clock      *srvclock.Clock // the server's time: retries' due times
+	// work is the context every handler's context derives from:
+	// stopWork cancels them all at once, those starting later included.
+	work     context.Context
+	stopWork context.CancelCauseFunc
+	clock    *srvclock.Clock // the server's time: retries' due times
 	// replicated: the function stream has replicas (a cluster); set at
 	// Start, before the first delivery.
 	replicated bool
@@ -262,6 +266,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)},
 		stall: stall.New(cfg.AckWait/4, cfg.AckWait), clock: srvclock.New(cfg.Now), givingBack: make(chan struct{}, maxGiveBacks),
 	}
+	w.work, w.stopWork = context.WithCancelCause(context.Background())
 	w.readConfirmed = w.store.GetConfirmedSource
 	return w, nil
 }
@@ -347,49 +352,102 @@ func ConsumerName(prefix, fn string) string {
 // lost), then Stopped is closed. Errors: lifecycle.ErrStarted's "already
 // started" on a second call, and those of creating the consumers.
 func (w *Worker) Start(ctx context.Context) error {
+	fns, err := w.takeFunctions()
+	if err != nil {
+		return err
+	}
+	unsub, err := w.subscribe()
+	if err != nil {
+		return err
+	}
+	stream, err := w.js.Stream(ctx, w.scfg.FunctionStream())
+	if err != nil {
+		unsub()
+		return fmt.Errorf("worker: %w", err)
+	}
+	w.setClaimModes(stream, fns)
+	pw := w.watchPauses(ctx)
+	if err := w.startConsumers(ctx, stream, fns, pw.paused); err != nil {
+		pw.stop()
+		unsub()
+		return err
+	}
+	w.startRunners(fns)
+	if err := w.register(ctx, fns); err != nil {
+		w.log.Warn("function registry", "error", err)
+	}
+	// Heartbeats and cancel notices go on until the handlers in flight have
+	// finished, even when ctx ends first: their runs must not look lost.
+	// The end of ctx stops the worker as Stop does.
+	err = w.life.Start(context.WithoutCancel(ctx), func(ctx context.Context) {
+		defer pw.stop()
+		defer unsub()
+		w.loop(ctx, fns, pw.updates)
+	})
+	if err != nil {
+		pw.stop()
+		unsub()
+		return err
+	}
+	if ctx.Done() != nil {
+		go func() {
+			select {
+			case <-ctx.Done():
+				_ = w.Stop(context.Background())
+			case <-w.life.Stopped():
+			}
+		}()
+	}
+	return nil
+}
+
+// takeFunctions marks the worker started and returns its functions.
+func (w *Worker) takeFunctions() ([]*fnEntry, error) {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.started {
-		w.mu.Unlock()
-		return lifecycle.ErrStarted
+		return nil, lifecycle.ErrStarted
 	}
 	w.started = true
 	fns := make([]*fnEntry, 0, len(w.fns))
 	for _, e := range w.fns {
 		fns = append(fns, e)
 	}
-	w.mu.Unlock()
+	return fns, nil
+}
 
+// subscribe starts the cancel notices, the outcome and claim replies and
+// the connection watch; unsub ends them.
+func (w *Worker) subscribe() (unsub func(), err error) {
 	sub, err := w.nc.Subscribe(w.scfg.CancelSubject(), func(m *nats.Msg) { w.noteCancel(string(m.Data)) })
 	if err != nil {
-		return fmt.Errorf("worker: cancel notices: %w", err)
+		return nil, fmt.Errorf("worker: cancel notices: %w", err)
 	}
 	osub, err := w.startOutcomes()
 	if err != nil {
 		_ = sub.Unsubscribe()
-		return fmt.Errorf("worker: outcome replies: %w", err)
+		return nil, fmt.Errorf("worker: outcome replies: %w", err)
 	}
 	csub, err := w.startClaims()
 	if err != nil {
 		_ = sub.Unsubscribe()
 		_ = osub.Unsubscribe()
-		return fmt.Errorf("worker: claim replies: %w", err)
+		return nil, fmt.Errorf("worker: claim replies: %w", err)
 	}
 	watchDone := make(chan struct{})
 	w.watchConnection(w.nc, watchDone)
-	unsub := func() { _ = sub.Unsubscribe(); _ = osub.Unsubscribe(); _ = csub.Unsubscribe(); close(watchDone) }
-	stream, err := w.js.Stream(ctx, w.scfg.FunctionStream())
-	if err != nil {
-		unsub()
-		return fmt.Errorf("worker: %w", err)
-	}
-	// On a replicated stream a consumer leader change redelivers the
-	// messages in flight at once, while their runs may be running
-	// unclaimed elsewhere, or may have run with their outcome not yet
-	// written (the runs bucket electing a leader): every run is claimed
-	// first by default there. A function given a ClaimAfter is claimed
-	// late, and a second delivery of an unclaimed run is held back
-	// (reconcile); that is sound only where the server counts every such
-	// redelivery (deliversAfterQuorum).
+	return func() { _ = sub.Unsubscribe(); _ = osub.Unsubscribe(); _ = csub.Unsubscribe(); close(watchDone) }, nil
+}
+
+// setClaimModes settles each function's ClaimAfter. On a replicated stream
+// a consumer leader change redelivers the messages in flight at once,
+// while their runs may be running unclaimed elsewhere, or may have run with
+// their outcome not yet written (the runs bucket electing a leader): every
+// run is claimed first by default there. A function given a ClaimAfter is
+// claimed late, and a second delivery of an unclaimed run is held back
+// (reconcile); that is sound only where the server counts every such
+// redelivery (deliversAfterQuorum).
+func (w *Worker) setClaimModes(stream jetstream.Stream, fns []*fnEntry) {
 	w.replicated = stream.CachedInfo().Config.Replicas > 1
 	sv := w.nc.ConnectedServerVersion()
 	for _, e := range fns {
@@ -403,135 +461,142 @@ func (w *Worker) Start(ctx context.Context) error {
 				"function", e.name, "server_version", sv)
 		}
 	}
-	// Functions paused for every worker (kv.SetPaused), and a watch of
-	// their pauses and resumes while the worker runs.
-	// A user that may not read the bucket is told at once (natsperm), and
-	// the worker runs without following pauses.
-	var paused map[string]bool
-	var pauses <-chan jetstream.KeyValueEntry
-	var pauseWatch jetstream.KeyWatcher
-	perr := natsperm.Do(ctx, w.nc, func(ctx context.Context) error {
+}
+
+// pauseWatch is what the worker knows of paused functions (kv.SetPaused):
+// those paused at its start, and a watch of pauses and resumes.
+type pauseWatch struct {
+	paused  map[string]bool
+	updates <-chan jetstream.KeyValueEntry
+	watch   jetstream.KeyWatcher
+}
+
+func (p pauseWatch) stop() {
+	if p.watch != nil {
+		_ = p.watch.Stop()
+	}
+}
+
+// watchPauses reads the paused functions and watches their changes. A user
+// that may not read the bucket is told at once (natsperm), and the worker
+// runs without following pauses.
+func (w *Worker) watchPauses(ctx context.Context) pauseWatch {
+	var pw pauseWatch
+	err := natsperm.Do(ctx, w.nc, func(ctx context.Context) error {
 		var err error
-		if paused, err = kv.Paused(ctx, w.js, w.scfg); err != nil {
+		if pw.paused, err = kv.Paused(ctx, w.js, w.scfg); err != nil {
 			return err
 		}
 		b, err := w.js.KeyValue(ctx, w.scfg.FunctionsBucket())
 		if err != nil {
 			return err
 		}
-		pw, err := b.Watch(context.WithoutCancel(ctx), kv.PausedKey(">"), jetstream.UpdatesOnly())
+		kw, err := b.Watch(context.WithoutCancel(ctx), kv.PausedKey(">"), jetstream.UpdatesOnly())
 		if err != nil {
 			return err
 		}
-		pauseWatch, pauses = pw, pw.Updates()
+		pw.watch, pw.updates = kw, kw.Updates()
 		return nil
 	}, "$JS.")
-	if perr != nil {
-		w.log.Warn("paused functions: not read; pausing is not followed", "error", perr)
+	if err != nil {
+		w.log.Warn("paused functions: not read; pausing is not followed", "error", err)
 	}
-	stopPauseWatch := func() {
-		if pauseWatch != nil {
-			_ = pauseWatch.Stop()
-		}
+	return pw
+}
+
+// startConsumers creates each function's consumer and starts consuming
+// (not a paused function's: its runs wait in the stream until it is
+// resumed). On a failure it stops what it started.
+func (w *Worker) startConsumers(ctx context.Context, stream jetstream.Stream, fns []*fnEntry, paused map[string]bool) error {
+	fail := func(err error) error {
+		w.stopConsumers(fns)
+		w.halt()
+		return err
 	}
 	for _, e := range fns {
 		cons, err := w.createConsumer(ctx, stream, e)
 		if err != nil {
-			w.stopConsumers(fns)
-			w.halt()
-			unsub()
-			return fmt.Errorf("worker: consumer for %s: %w", e.name, err)
+			return fail(fmt.Errorf("worker: consumer for %s: %w", e.name, err))
 		}
 		e.cons = cons
 		if paused[e.name] {
-			e.paused = true // runs wait in the stream until it is resumed
+			e.paused = true
 			continue
 		}
 		cc, err := w.consume(e)
 		if err != nil {
-			w.stopConsumers(fns)
-			w.halt()
-			unsub()
-			return fmt.Errorf("worker: consume %s: %w", e.name, err)
+			return fail(fmt.Errorf("worker: consume %s: %w", e.name, err))
 		}
 		e.cc = cc
 	}
+	return nil
+}
+
+// startRunners wraps each function's handler in the middleware and starts
+// its runners, once every consumer is in place (dispatch waits for them),
+// so that a failed Start leaves no goroutine behind.
+func (w *Worker) startRunners(fns []*fnEntry) {
 	for _, e := range fns {
 		run := e.run
 		e.handle = chain(func(ctx context.Context, r Run) error { return run(ctx, r.(*jobCore)) },
 			append([]Middleware{telemetryMiddleware}, w.cfg.Middleware...)...)
 	}
-	// The runners start once every consumer is in place (dispatch waits for
-	// them), so that a failed Start leaves no goroutine behind.
 	for _, e := range fns {
 		for range e.opts.Concurrency {
 			go w.runner(e)
 		}
 		go w.watchPulls(e)
 	}
-	if err := w.register(ctx, fns); err != nil {
-		w.log.Warn("function registry", "error", err)
-	}
-	// Heartbeats and cancel notices go on until the handlers in flight have
-	// finished, even when ctx ends first: their runs must not look lost.
-	// The end of ctx stops the worker as Stop does.
-	err = w.life.Start(context.WithoutCancel(ctx), func(ctx context.Context) {
-		go w.stall.Run(ctx)
-		w.probeClock(ctx)
-		t := time.NewTicker(10 * time.Second)
-		defer t.Stop()
-		hb := time.NewTicker(w.cfg.AckWait / 3)
-		defer hb.Stop()
-		ct := time.NewTicker(claimTick(fns))
-		defer ct.Stop()
-		ot := time.NewTicker(time.Second)
-		defer ot.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				unsub()
-				stopPauseWatch()
-				return
-			case <-hb.C:
-				w.heartbeat(ctx)
-			case <-ct.C:
-				w.claimLate(ctx)
-			case <-w.replay.kick:
-				w.claimLate(ctx) // just reconnected: claim what runs here now
-			case <-ot.C:
-				w.sweepOutcomes()
-			case <-t.C:
-				w.probeClock(ctx)
-				_ = w.register(ctx, fns)
-				w.pruneCanceled()
-			case en, ok := <-pauses:
-				if !ok {
-					pauses = nil
-					continue
-				}
-				if en == nil {
-					continue
-				}
-				if fn, ok := kv.PausedFunction(en.Key()); ok {
-					w.setPaused(fn, en.Operation() == jetstream.KeyValuePut)
-					_ = w.register(ctx, fns)
-				}
+}
+
+// loop is the worker's upkeep until ctx ends: heartbeats, late claims,
+// outcome retries, the clock probe, the registry, pauses.
+func (w *Worker) loop(ctx context.Context, fns []*fnEntry, pauses <-chan jetstream.KeyValueEntry) {
+	go w.stall.Run(ctx)
+	w.probeClock(ctx)
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	hb := time.NewTicker(w.cfg.AckWait / 3)
+	defer hb.Stop()
+	ct := time.NewTicker(claimTick(fns))
+	defer ct.Stop()
+	ot := time.NewTicker(time.Second)
+	defer ot.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hb.C:
+			w.heartbeat(ctx)
+		case <-ct.C:
+			w.claimLate(ctx)
+		case <-w.replay.kick:
+			w.claimLate(ctx) // just reconnected: claim what runs here now
+		case <-ot.C:
+			w.sweepOutcomes()
+		case <-t.C:
+			w.probeClock(ctx)
+			_ = w.register(ctx, fns)
+			w.pruneCanceled()
+		case en, ok := <-pauses:
+			if !ok {
+				pauses = nil
+				continue
 			}
+			w.pauseChanged(ctx, fns, en)
 		}
-	})
-	if err != nil {
-		return err
 	}
-	if ctx.Done() != nil {
-		go func() {
-			select {
-			case <-ctx.Done():
-				_ = w.Stop(context.Background())
-			case <-w.life.Stopped():
-			}
-		}()
+}
+
+// pauseChanged follows a function paused or resumed for every worker.
+func (w *Worker) pauseChanged(ctx context.Context, fns []*fnEntry, en jetstream.KeyValueEntry) {
+	if en == nil {
+		return
 	}
-	return nil
+	if fn, ok := kv.PausedFunction(en.Key()); ok {
+		w.setPaused(fn, en.Operation() == jetstream.KeyValuePut)
+		_ = w.register(ctx, fns)
+	}
 }
 
 // halt makes the worker stop taking runs: dispatch gives messages back.
@@ -601,7 +666,10 @@ func (w *Worker) setPaused(fn string, paused bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	e := w.fns[fn]
-	if e == nil || e.cons == nil || w.stopping || e.paused == paused {
+	if e == nil || e.cons == nil {
+		return
+	}
+	if w.stopping || e.paused == paused {
 		return
 	}
 	e.paused = paused
@@ -667,8 +735,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 		err = ctx.Err()
-		w.cancelAll()
-		go w.cancelRunning(done)
+		w.stopWork(ErrStopping)
 	}
 	if lerr := w.life.Stop(context.Background()); err == nil {
 		err = lerr
@@ -689,38 +756,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 // ends first.
 func (w *Worker) StopAndCancel(ctx context.Context) error {
 	w.halt()
-	w.cancelAll()
-	done := make(chan struct{})
-	defer close(done)
-	go w.cancelRunning(done)
+	w.stopWork(ErrStopping)
 	return w.Stop(ctx)
-}
-
-// cancelAll cancels every running handler with ErrStopping.
-func (w *Worker) cancelAll() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, a := range w.running {
-		a.cancel(ErrStopping)
-	}
-}
-
-// cancelRunning cancels every running handler with ErrStopping, and those
-// that start after (a message a runner took just before the worker
-// halted), until done is closed or nothing runs any more.
-func (w *Worker) cancelRunning(done <-chan struct{}) {
-	t := time.NewTicker(10 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-w.life.Stopped():
-			return
-		case <-t.C:
-			w.cancelAll()
-		}
-	}
 }
 
 // Stopped is closed when the worker has stopped.
@@ -844,8 +881,7 @@ func (w *Worker) claimLate(ctx context.Context) {
 	w.mu.Lock()
 	var due []*active
 	for _, a := range w.running {
-		j := a.job
-		if j.fn.claimLate() && !a.claimed && (now.Sub(j.started) >= j.fn.opts.ClaimAfter || claimNow) {
+		if a.lateClaimDue(now, claimNow) {
 			a.claimed = true
 			due = append(due, a)
 		}
@@ -929,3 +965,14 @@ func (w *Worker) probeClock(ctx context.Context) {
 // measured (0 before the first measurement). Retries are due in the
 // server's time whatever it is.
 func (w *Worker) ClockOffset() time.Duration { return w.clock.Offset() }
+
+// lateClaimDue reports whether a's run, started unclaimed, is to be claimed
+// now: it has run ClaimAfter, or every run here is to be claimed at once
+// (just reconnected).
+func (a *active) lateClaimDue(now time.Time, claimNow bool) bool {
+	j := a.job
+	if !j.fn.claimLate() || a.claimed {
+		return false
+	}
+	return claimNow || now.Sub(j.started) >= j.fn.opts.ClaimAfter
+}

@@ -121,7 +121,7 @@ func Envelope(r *jetflow.Run) streams.Envelope {
 		Function: r.Name, ID: r.ID, Rev: r.Revision, Attempt: r.Attempts + 1,
 		MaxAttempts: r.MaxAttempts, Parent: r.Parent, Scheduled: r.ScheduledTime,
 		Created: r.CreationTime, Args: r.Args, Timeout: r.Timeout, Trace: r.Trace,
-		Reload: r.OnComplete != nil || r.Pool != "" || len(r.Children) > 0 || len(r.History) > 0,
+		Reload: hasMoreThanMessage(r),
 	}
 }
 
@@ -231,4 +231,14 @@ func (d *Dispatcher) Complete(ctx context.Context, r *jetflow.Run) error {
 		return fmt.Errorf("%w: completion of %s: %v", jetflow.ErrBadArgs, r.ID, err)
 	}
 	return d.enqueue(ctx, jetflow.RawCall(r.OnComplete.Function, args), CompletionID(r.ID), r.ID)
+}
+
+// hasMoreThanMessage reports whether run r's record has fields its message
+// does not carry (an on-complete callback, a pool, children, a history): a
+// worker must read the record (Envelope.Reload).
+func hasMoreThanMessage(r *jetflow.Run) bool {
+	if r.OnComplete != nil || r.Pool != "" {
+		return true
+	}
+	return len(r.Children) > 0 || len(r.History) > 0
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -30,7 +31,7 @@ func ChildAttempt(parent, id string, maxAttempt int) (int, bool) {
 	if rest, ok := strings.CutPrefix(id, parent+"-"); ok {
 		a, n, ok := strings.Cut(rest, "-")
 		attempt, err := strconv.Atoi(a)
-		if _, nerr := strconv.Atoi(n); ok && err == nil && nerr == nil && attempt > 0 {
+		if _, nerr := strconv.Atoi(n); ok && errors.Join(err, nerr) == nil && attempt > 0 {
 			return attempt, true
 		}
 	}
@@ -77,7 +78,7 @@ func ParseCronRunID(id string) (name string, t time.Time, ok bool) {
 		return "", time.Time{}, false
 	}
 	sec, err := strconv.ParseInt(rest[i+1:], 10, 64)
-	if err != nil || rest[i+1:] == "" || rest[i+1] == '-' || rest[i+1] == '+' {
+	if err != nil || !plainDigits(rest[i+1:]) {
 		return "", time.Time{}, false
 	}
 	return rest[:i], time.Unix(sec, 0).UTC(), true
@@ -91,3 +92,9 @@ func DeadLetterID(stream string, seq uint64) string {
 
 // CompletionID is the id of the on-complete callback run of run id.
 func CompletionID(id string) string { return jetflow.CompletionID(id) }
+
+// plainDigits reports whether s is a number as ParseInt reads it with no
+// sign: not empty, not starting with '-' or '+'.
+func plainDigits(s string) bool {
+	return s != "" && s[0] != '-' && s[0] != '+'
+}
