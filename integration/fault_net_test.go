@@ -52,6 +52,9 @@ type netCheck struct {
 	// claim) and alive again after the pause: counted in c.sameAttempt
 	// too; named apart for README's limits of guarantee 3.
 	unclaimedAtPause []string
+	// The executions of each attempt run twice by live processes, with
+	// their times (for diagnosis).
+	twiceTimes []string
 }
 
 // lateClaim is ClaimAfter's default (100 ms) and a margin.
@@ -149,6 +152,26 @@ func (e *loadEnv) faultCheck(c *loadCheck, windows []faultWindow) *netCheck {
 		}
 	}
 	for id, xs := range execs {
+		byAttempt := map[int][]*exec{}
+		for _, x := range xs {
+			if !killed[x.pid] {
+				byAttempt[x.attempt] = append(byAttempt[x.attempt], x)
+			}
+		}
+		for a, ys := range byAttempt {
+			if len(ys) < 2 {
+				continue
+			}
+			var parts []string
+			for _, y := range ys {
+				to := "running"
+				if !y.to.IsZero() {
+					to = y.to.Format("15:04:05.000")
+				}
+				parts = append(parts, fmt.Sprintf("pid%d %s-%s", y.pid, y.from.Format("15:04:05.000"), to))
+			}
+			n.twiceTimes = append(n.twiceTimes, fmt.Sprintf("%s/%d(%s)", id, a, strings.Join(parts, ", ")))
+		}
 		for _, x := range xs {
 			twice := false
 			for _, y := range xs {
@@ -315,6 +338,10 @@ func (n *netCheck) assert(t *testing.T, e *loadEnv, c *loadCheck, also netAssert
 	if len(n.startedAfterEnd) > 0 {
 		t.Errorf("%d handlers started after their run had ended, e.g. %v", len(n.startedAfterEnd), some(n.startedAfterEnd))
 		pick1(n.startedAfterEnd)
+	}
+	if len(n.twiceTimes) > 0 {
+		sort.Strings(n.twiceTimes)
+		t.Logf("attempts run twice, with each execution's times: %v", n.twiceTimes[:min(len(n.twiceTimes), 10)])
 	}
 	if len(n.unclaimedAtPause) > 0 {
 		t.Errorf("%d of the attempts run twice had started in a worker paused less than %s later, before its late claim (ClaimAfter), "+
