@@ -68,7 +68,8 @@ func TestBrowserActions(t *testing.T) {
 	if err := b.eval(`(() => { const t = document.querySelector('tr[data-id="f1"] .created time'); return {text: t.textContent, title: t.title}; })()`, &tm); err != nil {
 		t.Fatal(err)
 	}
-	if !(strings.HasSuffix(tm.Text, " ago") || tm.Text == "just now") || !strings.HasSuffix(tm.Title, " UTC") || !strings.Contains(tm.Title, " local\n") {
+	relative := strings.HasSuffix(tm.Text, " ago") || tm.Text == "just now"
+	if !relative || !strings.HasSuffix(tm.Title, " UTC") || !strings.Contains(tm.Title, " local\n") {
 		t.Fatalf("created time shown %q, tooltip %q", tm.Text, tm.Title)
 	}
 	// The failed run's queue wait and duration are shown.

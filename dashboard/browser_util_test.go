@@ -92,8 +92,12 @@ func startBrowser(t *testing.T) *browser {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", path, err)
 	}
-	cmdIn.Close()
-	cmdOut.Close()
+	// The browser holds its ends of the pipes now.
+	for _, f := range []*os.File{cmdIn, cmdOut} {
+		if err := f.Close(); err != nil {
+			t.Logf("close the browser's end of a pipe: %v", err)
+		}
+	}
 	go b.read(ourOut)
 	t.Cleanup(b.close)
 
@@ -282,15 +286,27 @@ func (b *browser) screenshot(path string) []byte {
 func (b *browser) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = b.try("", "Browser.close", nil, nil)
-	b.in.Close()
+	// A browser gone already is as good as closed: what matters is that
+	// its process ends; the errors are for the log of a failed test.
+	if err := b.try("", "Browser.close", nil, nil); err != nil {
+		b.t.Logf("close the browser: %v", err)
+	}
+	if err := b.in.Close(); err != nil {
+		b.t.Logf("close the pipe to the browser: %v", err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- b.cmd.Wait() }()
+	var err error
 	select {
-	case <-done:
+	case err = <-done:
 	case <-ctx.Done():
-		_ = b.cmd.Process.Kill()
-		<-done
+		if kerr := b.cmd.Process.Kill(); kerr != nil {
+			b.t.Logf("kill the browser: %v", kerr)
+		}
+		err = <-done
+	}
+	if err != nil {
+		b.t.Logf("browser: %v", err)
 	}
 }
 

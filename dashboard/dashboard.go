@@ -181,7 +181,7 @@ func New(p *producer.Producer, cfg Config) http.Handler {
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusForbidden, "cross-origin request refused")
 	}))
-	var root http.Handler = cop.Handler(securityHeaders(mux))
+	root := cop.Handler(securityHeaders(mux))
 	if cfg.BasePath != "" {
 		inner := http.StripPrefix(cfg.BasePath, root)
 		base := cfg.BasePath

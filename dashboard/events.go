@@ -52,18 +52,10 @@ func summary(r *jetflow.Run) *jetflow.Run {
 // the package documentation). One KV watch per connection, stopped when the
 // client goes.
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	f, err := parseFilter(url.Values{"function": q["function"]}, 1)
+	function, runID, err := eventsQuery(r)
 	if err != nil {
 		h.fail(w, r, err)
 		return
-	}
-	runID := q.Get("run")
-	if runID != "" {
-		if err := jetflow.ValidateRunID(runID); err != nil {
-			h.fail(w, r, badRequestf(fmt.Sprintf("run %q: not a valid run id", runID)))
-			return
-		}
 	}
 	ctx := r.Context()
 	// A stream ends when the connection to NATS is lost: the page shows it
@@ -80,104 +72,174 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	}
 	// The watch is in place before "ready" is sent: a client that reloads
 	// what it shows on "ready" misses no change.
-	var kw jetstream.KeyWatcher
-	if runID != "" {
-		kw, err = engine.Of(h.p).Store().Runs().Watch(ctx, runID, jetstream.UpdatesOnly())
-	} else {
-		kw, err = engine.Of(h.p).Store().Runs().WatchAll(ctx, jetstream.UpdatesOnly())
-	}
+	kw, err := h.watchRuns(ctx, runID)
 	if err != nil {
 		h.fail(w, r, fmt.Errorf("watch runs: %w", err))
 		return
 	}
-	defer func() { _ = kw.Stop() }()
+	defer func() {
+		if err := kw.Stop(); err != nil {
+			h.log.DebugContext(ctx, "dashboard: stop watching runs", "error", err)
+		}
+	}()
+	s, err := h.startEvents(ctx, w)
+	if err != nil {
+		return
+	}
+	es := &eventStream{h: h, s: s, function: function, withCounts: runID == "", nextCounts: time.Now()}
+	if err := es.ready(ctx); err != nil {
+		return
+	}
+	es.run(ctx, kw, lost)
+}
 
+// eventsQuery reads the filter of an events request: a function, or one
+// run's id.
+func eventsQuery(r *http.Request) (function, runID string, err error) {
+	q := r.URL.Query()
+	f, err := parseFilter(url.Values{"function": q["function"]}, 1)
+	if err != nil {
+		return "", "", err
+	}
+	runID = q.Get("run")
+	if runID != "" {
+		if err := jetflow.ValidateRunID(runID); err != nil {
+			return "", "", badRequestf(fmt.Sprintf("run %q: not a valid run id", runID))
+		}
+	}
+	return f.Function, runID, nil
+}
+
+// watchRuns watches the changes of run runID's record, or of every
+// record when runID is "".
+func (h *handler) watchRuns(ctx context.Context, runID string) (jetstream.KeyWatcher, error) {
+	runs := engine.Of(h.p).Store().Runs()
+	if runID != "" {
+		return runs.Watch(ctx, runID, jetstream.UpdatesOnly())
+	}
+	return runs.WatchAll(ctx, jetstream.UpdatesOnly())
+}
+
+// startEvents answers an events request with a stream of Server-Sent
+// Events, and sends its reconnection delay.
+func (h *handler) startEvents(ctx context.Context, w http.ResponseWriter) (*sseWriter, error) {
 	rc := http.NewResponseController(w)
-	_ = rc.SetWriteDeadline(time.Time{}) // a server's WriteTimeout would cut the stream
+	// A server's WriteTimeout would cut the stream.
+	if err := rc.SetWriteDeadline(time.Time{}); err != nil {
+		h.log.DebugContext(ctx, "dashboard: events without a write deadline cleared", "error", err)
+	}
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
 	hd.Set("Cache-Control", "no-store")
 	hd.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	s := &sseWriter{w: w, rc: rc}
-	if err := s.raw("retry: 2000\n\n"); err != nil {
-		return
-	}
+	return s, s.raw("retry: 2000\n\n")
+}
 
-	withCounts := runID == ""
+// eventStream is one client's stream of events: the changes of the runs
+// (of function, when set), and, withCounts, the counts after changes, at
+// most every CountsInterval.
+type eventStream struct {
+	h          *handler
+	s          *sseWriter
+	function   string
+	withCounts bool
+	// dirty: a change was sent since the last counts; nextCounts is when
+	// the next counts may be read.
+	dirty       bool
+	nextCounts  time.Time
+	countsTimer *time.Timer
+}
+
+// ready sends "ready", with the counts when the stream has them.
+func (es *eventStream) ready(ctx context.Context) error {
 	var ready any = struct{}{}
-	if withCounts {
-		c, err := h.countsWithin(ctx, f.Function)
+	if es.withCounts {
+		c, err := es.h.countsWithin(ctx, es.function)
 		if err != nil {
-			h.log.WarnContext(ctx, "dashboard: counts", "error", err)
+			es.h.log.WarnContext(ctx, "dashboard: counts", "error", err)
 		}
 		ready = c
 	}
-	if err := s.send("ready", ready); err != nil {
-		return
-	}
+	return es.s.send("ready", ready)
+}
 
-	heartbeat := time.NewTicker(h.cfg.Heartbeat)
+// run sends the changes of kw, the counts and the heartbeats until the
+// client goes, the connection to NATS is lost, or a write fails.
+func (es *eventStream) run(ctx context.Context, kw jetstream.KeyWatcher, lost <-chan nats.Status) {
+	heartbeat := time.NewTicker(es.h.cfg.Heartbeat)
 	defer heartbeat.Stop()
-	countsTimer := time.NewTimer(time.Hour)
-	countsTimer.Stop()
-	defer countsTimer.Stop()
-	dirty := false
-	nextCounts := time.Now()
+	es.countsTimer = time.NewTimer(time.Hour)
+	es.countsTimer.Stop()
+	defer es.countsTimer.Stop()
 	for {
+		var err error
 		select {
 		case <-ctx.Done():
 			return
 		case <-lost:
 			return
 		case <-heartbeat.C:
-			if err := s.raw(": ping\n\n"); err != nil {
-				return
-			}
-		case <-countsTimer.C:
-			dirty = false
-			start := time.Now()
-			c, err := h.countsWithin(ctx, f.Function)
-			if err != nil {
-				h.log.WarnContext(ctx, "dashboard: counts", "error", err)
-				nextCounts = time.Now().Add(h.cfg.CountsInterval)
-				continue
-			}
-			// A slow scan (many records kept) is run less often.
-			nextCounts = time.Now().Add(max(h.cfg.CountsInterval, 2*time.Since(start)))
-			if err := s.send("counts", c); err != nil {
-				return
-			}
+			err = es.s.raw(": ping\n\n")
+		case <-es.countsTimer.C:
+			err = es.counts(ctx)
 		case e, ok := <-kw.Updates():
 			if !ok {
 				return // the client reconnects and gets "ready" again
 			}
-			if e == nil {
-				continue
-			}
-			if e.Operation() != jetstream.KeyValuePut {
-				if err := s.send("removed", map[string]string{"id": e.Key()}); err != nil {
-					return
-				}
-			} else {
-				run, err := kv.Decode(e.Value(), e.Revision())
-				if err != nil {
-					h.log.WarnContext(ctx, "dashboard: undecodable run record", "run_id", e.Key(), "error", err)
-					continue
-				}
-				if f.Function != "" && run.Name != f.Function {
-					continue
-				}
-				if err := s.send("run", summary(run)); err != nil {
-					return
-				}
-			}
-			if withCounts && !dirty {
-				dirty = true
-				countsTimer.Reset(max(0, time.Until(nextCounts)))
-			}
+			err = es.change(ctx, e)
+		}
+		if err != nil {
+			return
 		}
 	}
+}
+
+// counts sends the counts; a slow scan (many records kept) is run less
+// often.
+func (es *eventStream) counts(ctx context.Context) error {
+	cfg := es.h.cfg
+	es.dirty = false
+	start := time.Now()
+	c, err := es.h.countsWithin(ctx, es.function)
+	if err != nil {
+		es.h.log.WarnContext(ctx, "dashboard: counts", "error", err)
+		es.nextCounts = time.Now().Add(cfg.CountsInterval)
+		return nil
+	}
+	es.nextCounts = time.Now().Add(max(cfg.CountsInterval, 2*time.Since(start)))
+	return es.s.send("counts", c)
+}
+
+// change sends a change of the runs bucket (nil: none) as a "removed" or
+// a "run" event, and arms the counts.
+func (es *eventStream) change(ctx context.Context, e jetstream.KeyValueEntry) error {
+	if e == nil {
+		return nil
+	}
+	if e.Operation() != jetstream.KeyValuePut {
+		if err := es.s.send("removed", map[string]string{"id": e.Key()}); err != nil {
+			return err
+		}
+	} else {
+		run, err := kv.Decode(e.Value(), e.Revision())
+		if err != nil {
+			es.h.log.WarnContext(ctx, "dashboard: undecodable run record", "run_id", e.Key(), "error", err)
+			return nil
+		}
+		if es.function != "" && run.Name != es.function {
+			return nil
+		}
+		if err := es.s.send("run", summary(run)); err != nil {
+			return err
+		}
+	}
+	if es.withCounts && !es.dirty {
+		es.dirty = true
+		es.countsTimer.Reset(max(0, time.Until(es.nextCounts)))
+	}
+	return nil
 }
 
 // countsWithin bounds one scan by the request timeout.

@@ -30,7 +30,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			log.Print(err)
+		}
+	}()
 	srv, err := embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Second})
 	if err != nil {
 		log.Fatal(err)
@@ -63,7 +67,11 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() {
+		if err := resp.Body.Close(); err != nil {
+			log.Print(err)
+		}
+	}()
 	var page struct {
 		Runs []jetflow.Run `json:"runs"`
 	}

@@ -64,6 +64,10 @@ type cursor struct {
 	P string `json:"p,omitempty"`
 }
 
+// otherOrder reports whether c, a cursor of a page (nil: none), is not
+// one of the updated order: it has no position in the run index.
+func (c *cursor) otherOrder() bool { return c != nil && c.P == "" }
+
 func (c cursor) String() string {
 	data, _ := json.Marshal(c)
 	return base64.RawURLEncoding.EncodeToString(data)
@@ -370,7 +374,7 @@ func (h *handler) page(ctx context.Context, lq listQuery) (listPage, error) {
 			sign = 1
 		}
 		slices.SortFunc(cands, func(a, b *entry) int { return sign * compareCursor(a.key(lq.Sort), b.key(lq.Sort)) })
-		lo, hi := 0, len(cands)
+		var lo, hi int
 		switch {
 		case lq.After != nil:
 			lo, _ = slices.BinarySearchFunc(cands, *lq.After, func(e *entry, c cursor) int { return sign * compareCursor(e.key(lq.Sort), c) })
@@ -421,7 +425,7 @@ func (h *handler) pageUpdated(ctx context.Context, lq listQuery) (listPage, erro
 	if lq.Before != nil {
 		q.Before = lq.Before.P
 	}
-	if (lq.After != nil && q.After == "") || (lq.Before != nil && q.Before == "") {
+	if lq.After.otherOrder() || lq.Before.otherOrder() {
 		return out, badRequestf("cursor: not a cursor of the updated order (pass the next or prev value of a page)")
 	}
 	pg, err := rd.List(ctx, q)

@@ -16,7 +16,11 @@ func ExampleStart() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	// SyncEvery 1 s only to keep "go test -race" quiet about a nats-server
 	// v2.15.2 timer race; the default (10 ms) is what services should use.

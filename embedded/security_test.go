@@ -46,11 +46,6 @@ func usableConn(t *testing.T, nc *nats.Conn, err error) {
 	}
 }
 
-// refused returns a check that a connection was refused.
-func refused(t *testing.T, what string) func(*nats.Conn, error) {
-	return func(nc *nats.Conn, err error) { refusedConn(t, what, nc, err) }
-}
-
 func refusedConn(t *testing.T, what string, nc *nats.Conn, err error) {
 	t.Helper()
 	if err == nil {

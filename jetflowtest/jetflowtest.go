@@ -169,6 +169,7 @@ func orStreams(s, def streams.Config) streams.Config {
 func (e *Env) startWorker(ctx context.Context, register func(w *worker.Worker) error) (*worker.Worker, error) {
 	wc := e.opts.Worker
 	wc.Now, wc.Streams = e.Clock.Now, orStreams(wc.Streams, e.opts.Streams)
+	wc.TrustClock = true // every role runs on this clock
 	if wc.Logger == nil {
 		wc.Logger = e.opts.Logger
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/sentinel"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -140,4 +142,22 @@ func (s *Store) FindQueued(fn, id string) func(ctx context.Context) (Found, erro
 		}
 		return Missing, err
 	}
+}
+
+// Transient reports an error after which the same write may succeed: no
+// stream or bucket leader (an election), no responder, a timeout, a
+// connection being re-established. Such a write may also have landed with
+// its reply lost: whoever writes it again settles a refusal with
+// CreateConfirmed (or a leader read of its own).
+func Transient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	var api *jetstream.APIError
+	if errors.As(err, &api) {
+		// 10008: JetStream system temporarily unavailable (no leader).
+		return api.ErrorCode == 10008 || strings.Contains(api.Description, "temporarily unavailable")
+	}
+	return sentinel.IsAny(err, nats.ErrNoResponders, jetstream.ErrNoStreamResponse, nats.ErrTimeout,
+		context.DeadlineExceeded, nats.ErrConnectionReconnecting, nats.ErrDisconnected)
 }

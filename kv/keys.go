@@ -50,7 +50,11 @@ func listOnce(ctx context.Context, b jetstream.KeyValue, filter string) (keys []
 		}
 		return nil, false, err
 	}
-	defer kl.Stop()
+	defer func() {
+		if err := kl.Stop(); err != nil {
+			_ = err // a key lister's consumer is ephemeral: nothing to undo
+		}
+	}()
 	for k := range kl.Keys() {
 		keys = append(keys, k)
 	}

@@ -44,7 +44,10 @@ type core struct {
 }
 
 func (c *core) wake(pool string) {
-	_ = c.st.nc.Publish(wakeSubject(c.scfg, pool), nil)
+	if err := c.st.nc.Publish(wakeSubject(c.scfg, pool), nil); err != nil {
+		// A hint only: the dispatcher's poll finds what the wake told.
+		c.log.Debug("wake the pool's dispatcher; its poll will", "pool", pool, "error", err)
+	}
 }
 
 // Register serves the pool's done function (DoneFunction) on w. Every

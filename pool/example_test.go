@@ -3,6 +3,7 @@ package pool_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"os"
 	"time"
 
@@ -30,7 +31,11 @@ var (
 func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "jetflow-pool-example-")
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			log.Print(err)
+		}
+	}()
 	// SyncEvery 1 s only to keep "go test -race" quiet about a nats-server
 	// v2.15.2 timer race; the default (10 ms) is what services should use.
 	srv, err := embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Second})
@@ -55,8 +60,14 @@ func Example() {
 	if err := pool.Register(w); err != nil {
 		panic(err)
 	}
-	_ = w.Start(ctx)
-	defer w.Stop(ctx)
+	if err := w.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	// The pool, and its dispatcher (any number may run; one is active).
 	p, _ := producer.New(ctx, js, producer.Config{})
@@ -67,8 +78,14 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	_ = pl.Start(ctx)
-	defer pl.Stop(ctx)
+	if err := pl.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() {
+		if err := pl.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	for _, to := range []string{"ann", "bob", "cy"} {
 		prio := pool.Normal
@@ -114,7 +131,11 @@ var RebuildReport = jetflow.Define[ReportArgs]("reports.rebuild")
 func Example_keys() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "jetflow-pool-keys-example-")
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			log.Print(err)
+		}
+	}()
 	srv, err := embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Second})
 	if err != nil {
 		panic(err)
@@ -133,8 +154,14 @@ func Example_keys() {
 	if err := pool.Register(w); err != nil {
 		panic(err)
 	}
-	_ = w.Start(ctx)
-	defer w.Stop(ctx)
+	if err := w.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	p, _ := producer.New(ctx, js, producer.Config{})
 	pl, err := pool.New(ctx, p, pool.Config{
@@ -146,8 +173,14 @@ func Example_keys() {
 	if err != nil {
 		panic(err)
 	}
-	_ = pl.Start(ctx)
-	defer pl.Stop(ctx)
+	if err := pl.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() {
+		if err := pl.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	for v := 1; v <= 3; v++ {
 		id := fmt.Sprintf("acme-v%d", v)

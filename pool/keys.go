@@ -135,15 +135,24 @@ func (d *dispatcher) forgetKey(kq *keyQ) {
 	// Admitted entries that started or went away leave the fifo here too:
 	// a key whose items all started is forgotten.
 	kq.fifo = slices.DeleteFunc(kq.fifo, func(e *entry) bool { return !d.live(e) })
-	if kq.hidx < 0 && kq.ready.Len() == 0 && !kq.limited && !kq.throttled && len(kq.incoming) == 0 &&
-		len(kq.fifo) == 0 && kq.deb == nil && d.keys[kq.key] == kq {
+	if !kq.standing() && !kq.hasItems() && d.keys[kq.key] == kq {
 		delete(d.keys, kq.key)
 	}
 }
 
+// standing reports whether kq is in the turns, or held aside (at its
+// limit, or throttled).
+func (kq *keyQ) standing() bool { return kq.hidx >= 0 || kq.limited || kq.throttled }
+
+// hasItems reports whether kq has items: ready, arriving, admitted or
+// debounced.
+func (kq *keyQ) hasItems() bool {
+	return kq.ready.Len()+len(kq.incoming)+len(kq.fifo) > 0 || kq.deb != nil
+}
+
 // activate makes kq runnable if it has ready items and nothing holds it.
 func (d *dispatcher) activate(kq *keyQ) {
-	if kq.hidx >= 0 || kq.limited || kq.throttled || kq.ready.Len() == 0 {
+	if kq.standing() || kq.ready.Len() == 0 {
 		return
 	}
 	if floor := d.vt - d.credit(); kq.pass < floor {
@@ -183,7 +192,7 @@ func (d *dispatcher) forget(e *entry) {
 // queueOnly reports whether the last state read admits every new item at
 // once (no key strategy to apply).
 func (d *dispatcher) queueOnly() bool {
-	return d.st == nil || d.st.KeyLimit <= 0 || d.st.KeyStrategy == Queue || d.st.KeyStrategy == ""
+	return d.st == nil || !d.st.strategyApplies()
 }
 
 // admit applies the key strategy to the new items that arrived since the
@@ -195,7 +204,7 @@ func (d *dispatcher) admit(st *poolState, counts map[string]int) {
 		in := kq.incoming
 		kq.incoming = nil
 		strat := st.KeyStrategy
-		if st.KeyLimit <= 0 || !keyLimited(key) || strat == Queue || strat == "" {
+		if !st.strategyApplies() || !keyLimited(key) {
 			kq.fifo = nil
 			for _, e := range in {
 				if d.live(e) {
@@ -488,7 +497,10 @@ func (d *dispatcher) cancelWaiting(ctx context.Context, e *entry, why cancelCaus
 		}
 		return
 	}
-	_ = d.pl.st.deleteMsg(ctx, e.seq)
+	if err := d.pl.st.deleteMsg(ctx, e.seq); err != nil {
+		// The entry of a finished item: dropped as stale by whoever finds it.
+		d.pl.log.Debug("remove the queue entry of a superseded item", "pool", d.pl.name, "item", e.id, "error", err)
+	}
 }
 
 // async runs f off the dispatcher's loop (bounded, awaited at the end of

@@ -412,7 +412,7 @@ func TestKeyDebounce(t *testing.T) {
 		t.Fatalf("%d runs started, want 2 (one per key; burst enqueued in %s, window %s): %+v", len(st), enqueuing, window, st)
 	}
 	for _, s := range st {
-		if !(s.group == "K" && s.n == 999 || s.group == "L" && s.n == 2) {
+		if last := s.group == "K" && s.n == 999 || s.group == "L" && s.n == 2; !last {
 			t.Errorf("run of %s with args n=%d, want the last item's", s.group, s.n)
 		}
 	}

@@ -112,7 +112,8 @@ func (d Debounce) validate() error {
 	if d.IsZero() {
 		return nil
 	}
-	if d.Window < time.Millisecond || d.MaxWait < 0 || d.MaxWait > 0 && d.MaxWait < d.Window {
+	maxWaitOK := d.MaxWait == 0 || d.MaxWait >= d.Window
+	if d.Window < time.Millisecond || !maxWaitOK {
 		return fmt.Errorf("%w: debounce window %s, max wait %s: the window must be at least 1ms and max wait 0 or at least the window",
 			ErrInvalidConfig, d.Window, d.MaxWait)
 	}
@@ -335,12 +336,21 @@ func ValidateName(name string) error {
 		return fmt.Errorf("%w: pool name %q must be 1-64 bytes", ErrInvalidConfig, name)
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+		if !nameByte(name[i]) {
 			return fmt.Errorf("%w: pool name %q: letters, digits and '_' only", ErrInvalidConfig, name)
 		}
 	}
 	return nil
+}
+
+// nameByte reports whether c may be in a pool name: an ASCII letter, a
+// digit or '_'.
+func nameByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_':
+		return true
+	}
+	return false
 }
 
 // Pool is a named work pool: a client (Enqueue, Status, Cancel, ...) and,
@@ -741,7 +751,10 @@ func (pl *Pool) enqueue(ctx context.Context, c jetflow.Call, opts []Option) (str
 		if cur.Enqueued.Equal(it.Enqueued) && cur.Function == it.Function {
 			return it.ID, nil // ours, started already
 		}
-		_ = pl.st.deleteMsg(ctx, seq)
+		if err := pl.st.deleteMsg(ctx, seq); err != nil {
+			// Dropped as stale by the dispatcher when it comes up.
+			pl.log.Debug("remove a duplicate queue entry", "pool", pl.name, "item", it.ID, "error", err)
+		}
 		return it.ID, fmt.Errorf("item %s: %w", it.ID, ErrAlreadyExists)
 	} else if !errors.Is(err, jetflow.ErrNotFound) {
 		// The entry is durable: if the item existed, the dispatcher drops it.
@@ -996,7 +1009,9 @@ func (pl *Pool) cancel(ctx context.Context, id string, why cancelCause) error {
 	// A retry waiting for its backoff: drop its queue entry (the dispatcher
 	// would drop it too when it comes up).
 	if _, seq, err := pl.st.getQueued(ctx, pl.name, id); err == nil {
-		_ = pl.st.deleteMsg(ctx, seq)
+		if err := pl.st.deleteMsg(ctx, seq); err != nil {
+			pl.log.Debug("remove the queue entry of a canceled retry; the dispatcher drops it", "pool", pl.name, "item", id, "error", err)
+		}
 	}
 	return pl.ensureCallback(ctx, it)
 }

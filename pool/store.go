@@ -66,6 +66,9 @@ type queued struct {
 	Deb *debounceEntry `json:"d,omitempty"`
 }
 
+// debounced reports whether q is a new item that debounces with its key.
+func (q *queued) debounced() bool { return q.Attempt == 1 && q.Deb != nil && q.Deb.Window > 0 }
+
 // check reports a queue entry that the pool did not write (another client
 // did): an attempt below 1, a new item whose id or pool is not the entry's,
 // a priority out of range. Errors: jetflow.ErrBadRecord.
@@ -201,6 +204,12 @@ func (st *poolState) runningByKey() map[string]int {
 
 // keyLimited reports whether key is under the per-key limit and rate.
 func keyLimited(key string) bool { return key != "" }
+
+// strategyApplies reports whether new items of a key at its limit meet a
+// strategy other than Queue (which lets them all wait).
+func (st *poolState) strategyApplies() bool {
+	return st.KeyLimit > 0 && st.KeyStrategy != Queue && st.KeyStrategy != ""
+}
 
 // keyAllowance is how many items of key may start at now under the per-key
 // rate limit, and when the next may start if none can (same definition as
@@ -561,7 +570,7 @@ func (s *store) putState(ctx context.Context, pool string, st *poolState, rev ui
 				// Absent may mean deleted: its delete marker is the
 				// last message, which the create must expect.
 				m, gerr := s.stream.GetLastMsgForSubject(ctx, streams.KVSubject(s.bucket, stateKey(pool)))
-				if gerr == nil && m.Sequence != 0 && (m.Header.Get("KV-Operation") != "" || m.Header.Get("Nats-Marker-Reason") != "") {
+				if gerr == nil && isMarker(m) {
 					return s.putState(ctx, pool, st, m.Sequence)
 				}
 			}
@@ -595,6 +604,11 @@ func (s *store) updateState(ctx context.Context, pool string, change func(st *po
 	}
 }
 
+// isMarker reports whether m is a KV delete, purge or TTL-expiry marker.
+func isMarker(m *jetstream.RawStreamMsg) bool {
+	return m.Sequence != 0 && (m.Header.Get("KV-Operation") != "" || m.Header.Get("Nats-Marker-Reason") != "")
+}
+
 // deleteMsg removes a message (a queue entry) by its sequence, leaving no
 // delete marker. One already gone is not an error.
 func (s *store) deleteMsg(ctx context.Context, seq uint64) error {
@@ -617,13 +631,17 @@ func addSat(a, b int64) int64 {
 	return c
 }
 
+// negatesMin reports whether a*b is -MinInt64: it wraps to MinInt64, which
+// c/b == a does not catch when b is -1.
+func negatesMin(a, b int64) bool { return min(a, b) == math.MinInt64 && max(a, b) == -1 }
+
 // mulSat is a*b, held within int64.
 func mulSat(a, b int64) int64 {
 	if a == 0 || b == 0 {
 		return 0
 	}
 	c := a * b
-	if c/b != a || (a == -1 && b == math.MinInt64) || (b == -1 && a == math.MinInt64) {
+	if c/b != a || negatesMin(a, b) {
 		if (a < 0) != (b < 0) {
 			return math.MinInt64
 		}

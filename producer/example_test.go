@@ -46,7 +46,11 @@ func ExampleProducer_Enqueue() {
 	if err := w.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer w.Stop(ctx)
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	id, err := p.Enqueue(ctx, SendEmail.With(EmailArgs{To: "a@b.c"}))
 	if err != nil {
@@ -79,7 +83,11 @@ func ExampleProducer_Batch() {
 	if err := w.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer w.Stop(ctx)
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	// All or none: the three records are written in one atomic batch.
 	ids, err := p.Batch(ctx, []producer.Item{

@@ -2,10 +2,7 @@ package producer
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/jetflow-dev/jetflow/internal/sentinel"
-	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -14,7 +11,6 @@ import (
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A producer rides out what a cluster does for a few seconds when a node
@@ -34,18 +30,7 @@ const rideAttempt = 2 * time.Second
 // transient reports an error after which the same request may succeed: no
 // stream or bucket leader (an election), no responder, a timeout, a
 // connection being re-established.
-func transient(err error) bool {
-	if err == nil || errors.Is(err, context.Canceled) {
-		return false
-	}
-	var api *jetstream.APIError
-	if errors.As(err, &api) {
-		// 10008: JetStream system temporarily unavailable (no leader).
-		return api.ErrorCode == 10008 || strings.Contains(api.Description, "temporarily unavailable")
-	}
-	return sentinel.IsAny(err, nats.ErrNoResponders, jetstream.ErrNoStreamResponse, nats.ErrTimeout,
-		context.DeadlineExceeded, nats.ErrConnectionReconnecting, nats.ErrDisconnected)
-}
+func transient(err error) bool { return kv.Transient(err) }
 
 // ride runs op until it succeeds, fails for good, or ctx (at most
 // rideDefault when ctx has no deadline) ends. retried tells op that an

@@ -254,7 +254,7 @@ func (p *Producer) Watch(ctx context.Context, id string) (<-chan *jetflow.Run, e
 	out := make(chan *jetflow.Run, 16)
 	go func() {
 		defer close(out)
-		defer w.Stop()
+		defer stopWatch(w)
 		sent := false
 		for {
 			select {
@@ -322,4 +322,12 @@ func (p *Producer) Wait(ctx context.Context, id string) (*jetflow.Run, error) {
 		return last, fmt.Errorf("producer: wait for %s: %w", id, err)
 	}
 	return last, fmt.Errorf("producer: watch of %s ended at %v", id, time.Now())
+}
+
+// stopWatch stops a record watch whose goroutine ends; its error leaves
+// nothing to undo (the watch's consumer is ephemeral and goes with it).
+func stopWatch(w interface{ Stop() error }) {
+	if err := w.Stop(); err != nil {
+		_ = err // nothing to undo: see above
+	}
 }

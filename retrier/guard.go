@@ -109,8 +109,12 @@ func (d *driver) guard(ctx context.Context, at internalAttempt, work func() erro
 // Other failures (an outage, a permission an operator may grant) are
 // retried.
 func unfixable(err error) bool {
-	return errors.Is(err, ErrBadRecord) || errors.Is(err, jetflow.ErrBadRecord) ||
-		errors.Is(err, jetflow.ErrBadArgs) || errors.Is(err, producer.ErrArgsTooLarge)
+	switch {
+	case errors.Is(err, ErrBadRecord), errors.Is(err, jetflow.ErrBadRecord),
+		errors.Is(err, jetflow.ErrBadArgs), errors.Is(err, producer.ErrArgsTooLarge):
+		return true
+	}
+	return false
 }
 
 // try runs work after the test's fault, if any, turning a panic into a

@@ -77,9 +77,9 @@ func TestStepOutlastsAnOutage(t *testing.T) {
 	if rec.State != jetflow.Success {
 		t.Fatalf("retrier ended %s (%s), want success", rec.State, rec.Error)
 	}
-	got := e.waitCallback(t, id)
+	e.waitCallback(t, id)
 	e.quiet(t)
-	if got = e.tg.completions(id); len(got) != 1 || got[0].Run.State != jetflow.Success {
+	if got := e.tg.completions(id); len(got) != 1 || got[0].Run.State != jetflow.Success {
 		t.Fatalf("callbacks %v, want one success", got)
 	}
 	if s := e.get(t, step); s.State != jetflow.Success || s.Attempts != outage+1 {
@@ -131,9 +131,9 @@ func TestInternalFailureEndsRetrier(t *testing.T) {
 				if err != nil || st.State != jetflow.Failed || st.Error != rec.Error {
 					t.Fatalf("status %+v (%v), want failed with the record's error", st, err)
 				}
-				got := e.waitCallback(t, id)
+				e.waitCallback(t, id)
 				e.quiet(t)
-				if got = e.tg.completions(id); len(got) != 1 || got[0].Run.State != jetflow.Failed {
+				if got := e.tg.completions(id); len(got) != 1 || got[0].Run.State != jetflow.Failed {
 					t.Fatalf("callbacks %v, want one failed", got)
 				}
 				wantCalls := 1 // the step runs after attempt 1
@@ -194,9 +194,9 @@ func TestCancelOfTheStartRun(t *testing.T) {
 			if st := e.wait(t, id); st.State != jetflow.Canceled {
 				t.Fatalf("status %+v, want canceled", st)
 			}
-			got := e.waitCallback(t, id)
+			e.waitCallback(t, id)
 			e.quiet(t)
-			if got = e.tg.completions(id); len(got) != 1 || got[0].Run.State != jetflow.Canceled || got[0].Run.ID != id {
+			if got := e.tg.completions(id); len(got) != 1 || got[0].Run.State != jetflow.Canceled || got[0].Run.ID != id {
 				t.Fatalf("callbacks %v, want one canceled of %s", got, id)
 			}
 			if n := e.tg.nCalls("k"); n != 0 {

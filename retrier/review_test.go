@@ -339,9 +339,9 @@ func TestCancelWhileRunning(t *testing.T) {
 		t.Fatal("the running attempt's context was never canceled")
 	}
 	e.waitEnd(t, id, jetflow.Canceled)
-	got := e.waitCallback(t, id)
+	e.waitCallback(t, id)
 	e.quiet(t)
-	if got = e.tg.completions(id); len(got) != 1 || got[0].Run.State != jetflow.Canceled {
+	if got := e.tg.completions(id); len(got) != 1 || got[0].Run.State != jetflow.Canceled {
 		t.Fatalf("callbacks %v, want one canceled", got)
 	}
 	if _, err := e.P.Get(ctx, retrier.AttemptID(id, 2)); !isNotFound(err) {

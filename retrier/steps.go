@@ -136,8 +136,12 @@ func (d *driver) startWork(ctx context.Context, j *worker.Job[spec], s spec) err
 // that no retry of the step changes: a function name, args or an id that
 // are not valid, args too large.
 func unschedulable(err error) bool {
-	return jetflow.IsPermanent(err) || errors.Is(err, jetflow.ErrInvalidName) || errors.Is(err, jetflow.ErrBadArgs) ||
-		errors.Is(err, jetflow.ErrInvalidRunID) || errors.Is(err, producer.ErrArgsTooLarge)
+	switch {
+	case jetflow.IsPermanent(err), errors.Is(err, jetflow.ErrInvalidName), errors.Is(err, jetflow.ErrBadArgs),
+		errors.Is(err, jetflow.ErrInvalidRunID), errors.Is(err, producer.ErrArgsTooLarge):
+		return true
+	}
+	return false
 }
 
 // schedule enqueues attempt n at t (idempotent), then checks that the

@@ -42,7 +42,11 @@ func ExampleScheduler_ConfigureCrons() {
 	if err := s.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer s.Stop(ctx)
+	defer func() {
+		if err := s.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 }
 
 // Preview shows the fire times of a schedule exactly as the evaluator fires
@@ -119,6 +123,8 @@ func cronExampleServer() (jetstream.JetStream, func()) {
 	return js, func() {
 		nc.Close()
 		srv.Stop()
-		os.RemoveAll(dir)
+		if err := os.RemoveAll(dir); err != nil {
+			log.Print(err)
+		}
 	}
 }

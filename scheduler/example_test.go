@@ -34,7 +34,11 @@ func ExampleScheduler() {
 	if err := s.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer s.Stop(ctx)
+	defer func() {
+		if err := s.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	p, err := producer.New(ctx, js, producer.Config{})
 	if err != nil {
@@ -64,7 +68,11 @@ func ExampleScheduler() {
 	if err := w.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer w.Stop(ctx)
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	run, err = p.Wait(ctx, id)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,8 +15,6 @@ import (
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 )
-
-func strconvFormat(n int64) string { return strconv.FormatInt(n, 10) }
 
 // fullRepairEvery is how often the repair loop reads every record although
 // the run index names its candidates: a safety net.

@@ -84,6 +84,9 @@ type Scheduler struct {
 
 	index *runindex.Indexer // run on the leader
 
+	health schedHealth // what liveness and readiness read (health.go)
+	ops    opsState    // the backlog reader (backlog_ops.go)
+
 	cronsMu sync.Mutex
 	crons   *Crons
 }
@@ -157,13 +160,16 @@ func (s *Scheduler) Start(ctx context.Context) error { return s.life.Start(ctx, 
 // Stop stops the scheduler, giving up the lease so a standby takes over. It
 // returns when the scheduler has stopped, or with ctx's error when ctx ends
 // first.
-func (s *Scheduler) Stop(ctx context.Context) error { return s.life.Stop(ctx) }
+func (s *Scheduler) Stop(ctx context.Context) error { s.health.drain(); return s.life.Stop(ctx) }
 
 // StopAndCancel is Stop: the scheduler runs no handler to cancel (its
 // publishes in flight end with it; a run they had not published yet is
 // published by the next leader). It exists so that every long-running part
 // has the same lifecycle (see worker.Worker.StopAndCancel).
-func (s *Scheduler) StopAndCancel(ctx context.Context) error { return s.life.Stop(ctx) }
+func (s *Scheduler) StopAndCancel(ctx context.Context) error {
+	s.health.drain()
+	return s.life.Stop(ctx)
+}
 
 // Stopped is closed when the scheduler has stopped.
 func (s *Scheduler) Stopped() <-chan struct{} { return s.life.Stopped() }
@@ -196,10 +202,11 @@ func (s *Scheduler) setLeader(v bool) {
 
 // run campaigns for the lease until ctx ends; each term leads.
 func (s *Scheduler) run(ctx context.Context) {
+	defer s.observeBacklog()() // the backlog gauges (backlog_ops.go)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.codeCheckLoop(ctx) })
-	e := &elect.Elector{Lease: s.lease, TTL: s.cfg.LeaseTTL, Now: s.now, Log: s.log, Name: "scheduler " + s.cfg.ID, OnTerm: s.setLeader}
+	e := &elect.Elector{Lease: s.lease, TTL: s.cfg.LeaseTTL, Now: s.now, Log: s.log, Name: "scheduler " + s.cfg.ID, OnTerm: s.setLeader, OnAttempt: s.health.attempt}
 	e.Run(ctx, s.lead)
 }
 
@@ -388,7 +395,11 @@ func (d *dispatcher) loop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer w.Stop()
+	defer func() {
+		if err := w.Stop(); err != nil {
+			s.log.Debug("stop the delayed bucket's watch", "error", err)
+		}
+	}()
 	if err := d.start(ctx); err != nil {
 		return err
 	}
@@ -883,10 +894,6 @@ func (d *dispatcher) retry(_ context.Context, it *item) {
 	}
 	d.mu.Unlock()
 	d.poke()
-}
-
-func itoa(n int64) string {
-	return strconvFormat(n)
 }
 
 // behindEntry reports whether a direct get's answer (r, err) is missing or

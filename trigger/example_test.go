@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"sort"
 	"strings"
@@ -30,7 +31,11 @@ var ShipOrder = jetflow.Define[Shipment]("orders.ship")
 func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "jetflow-trigger-example-")
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err := os.RemoveAll(dir); err != nil {
+			log.Print(err)
+		}
+	}()
 	// SyncEvery 1 s only to keep "go test -race" quiet about a nats-server
 	// v2.15.2 timer race; the default (10 ms) is what services should use.
 	srv, err := embedded.Start(embedded.Options{Dir: dir, SyncEvery: time.Second})
@@ -52,8 +57,14 @@ func Example() {
 		shipped <- j.Args.Order
 		return nil
 	})
-	_ = w.Start(ctx)
-	defer w.Stop(ctx)
+	if err := w.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	// The trigger runs in the worker's process, on its producer.
 	r := trigger.New(w.Producer(), trigger.Config{})
@@ -72,7 +83,11 @@ func Example() {
 	if err := r.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer r.Stop(ctx)
+	defer func() {
+		if err := r.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	for _, o := range []string{"A-1", "A-1", "B-2", ""} {
 		m := &nats.Msg{Subject: "orders.created", Data: []byte(o), Header: nats.Header{"Order-Id": {"id-" + o}}}

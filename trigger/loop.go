@@ -201,10 +201,16 @@ func (l *loop) fetch(cons jetstream.Consumer, n int) ([]jetstream.Msg, error) {
 	for m := range batch.Messages() {
 		msgs = append(msgs, m)
 	}
-	if err := batch.Error(); err != nil && len(msgs) == 0 && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout) {
+	if err := batch.Error(); len(msgs) == 0 && fetchFailed(err) {
 		return nil, err
 	}
 	return msgs, nil
+}
+
+// fetchFailed reports whether err, a fetch's, is a failure: no message
+// within the wait is not one.
+func fetchFailed(err error) bool {
+	return err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !errors.Is(err, nats.ErrTimeout)
 }
 
 // same reports whether cons is still the consumer the loop made (or found)
@@ -361,8 +367,12 @@ func (l *loop) one(ctx context.Context, it *item) {
 // badInput reports whether err is the message's fault: a second try would
 // fail the same way.
 func badInput(err error) bool {
-	return errors.Is(err, jetflow.ErrBadArgs) || errors.Is(err, jetflow.ErrInvalidName) ||
-		errors.Is(err, jetflow.ErrInvalidRunID) || errors.Is(err, producer.ErrArgsTooLarge)
+	switch {
+	case errors.Is(err, jetflow.ErrBadArgs), errors.Is(err, jetflow.ErrInvalidName),
+		errors.Is(err, jetflow.ErrInvalidRunID), errors.Is(err, producer.ErrArgsTooLarge):
+		return true
+	}
+	return false
 }
 
 // settle acks or naks the message of it after its run's outcome, counting

@@ -233,6 +233,7 @@ func ListOn(ctx context.Context, js jetstream.JetStream, scfg streams.Config) ([
 // It is best effort: a user not allowed to list streams or delete their
 // consumers leaves them (the first denial ends the sweep at once).
 func sweepConsumers(ctx context.Context, js jetstream.JetStream, consumer string) {
+	// Best effort (above): a failure leaves the consumers, nothing else.
 	_ = natsperm.Do(ctx, js.Conn(), func(ctx context.Context) error {
 		names := js.StreamNames(ctx)
 		var found []string

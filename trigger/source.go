@@ -206,9 +206,15 @@ func ownSource(scfg streams.Config, cfg jetstream.StreamConfig) string {
 		srcs = append([]*jetstream.StreamSource{cfg.Mirror}, srcs...)
 	}
 	for _, src := range srcs {
-		if src != nil && src.External == nil && src.Domain == "" && reservedStream(scfg, src.Name) {
+		if sameAccount(src) && reservedStream(scfg, src.Name) {
 			return src.Name
 		}
 	}
 	return ""
+}
+
+// sameAccount reports whether src (nil: none) is a source in the same
+// account and domain.
+func sameAccount(src *jetstream.StreamSource) bool {
+	return src != nil && src.External == nil && src.Domain == ""
 }

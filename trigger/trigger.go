@@ -351,7 +351,10 @@ const maxStreamName = 255
 // validStreamName reports whether s can name a stream: printable, no
 // whitespace, none of . * > / \.
 func validStreamName(s string) bool {
-	return s != "" && len(s) <= maxStreamName && printable(s) && !strings.ContainsAny(s, ".*>/\\")
+	if s == "" || len(s) > maxStreamName {
+		return false
+	}
+	return printable(s) && !strings.ContainsAny(s, ".*>/\\")
 }
 
 // printable reports whether s is valid UTF-8 of printable characters, none
@@ -432,9 +435,20 @@ func validSubject(s string) bool {
 // sameSource reports whether two definitions read the same messages the
 // same way (a change of anything else, the pause, needs no new consumer).
 func sameSource(a, b kv.TriggerDef) bool {
-	return a.Function == b.Function && a.Kind == b.Kind && a.Stream == b.Stream &&
-		slices.Equal(a.Subjects, b.Subjects) && a.IDHeader == b.IDHeader && a.Window == b.Window &&
-		a.DeliverNew == b.DeliverNew && a.Origin == b.Origin
+	return sourceOf(a) == sourceOf(b) && slices.Equal(a.Subjects, b.Subjects)
+}
+
+// sourceKey is what of a definition, but its subjects, decides which
+// messages the trigger reads and how.
+type sourceKey struct {
+	function, kind, stream, idHeader, origin string
+	window                                   int
+	deliverNew                               bool
+}
+
+func sourceOf(d kv.TriggerDef) sourceKey {
+	return sourceKey{function: d.Function, kind: d.Kind, stream: d.Stream, idHeader: d.IDHeader, origin: d.Origin,
+		window: d.Window, deliverNew: d.DeliverNew}
 }
 
 // Start writes the definitions of the triggers bound on r (a trigger

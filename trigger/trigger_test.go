@@ -136,8 +136,8 @@ func TestHeaderIDMakesOneRunPerEvent(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	recs := e.waitRecords(Ship.Name(), 2, jetflow.Success)
-	recs = e.waitRecords(Ship.Name(), 1, jetflow.Failed)
+	e.waitRecords(Ship.Name(), 2, jetflow.Success)
+	recs := e.waitRecords(Ship.Name(), 1, jetflow.Failed)
 	if len(recs) != 3 {
 		t.Fatalf("%d records, want 3: %v", len(recs), recs)
 	}
@@ -195,8 +195,8 @@ func TestBadMappingsAndFiltersLeaveFailedRecords(t *testing.T) {
 	}
 	e.publishRaw("orders.created", []byte("5"), nats.Header{"Skip": {"yes"}})
 	e.publishRaw("orders.created", []byte("6"), nil)
-	recs := e.waitRecords(Ship.Name(), 5, jetflow.Success)
-	recs = e.waitRecords(Ship.Name(), 3, jetflow.Failed)
+	e.waitRecords(Ship.Name(), 5, jetflow.Success)
+	recs := e.waitRecords(Ship.Name(), 3, jetflow.Failed)
 	if len(recs) != 8 {
 		t.Fatalf("%d records, want 8 (5 runs, 3 failed)", len(recs))
 	}
@@ -597,8 +597,8 @@ func TestArgsTooLargeIsAFailedRun(t *testing.T) {
 	}
 	e.publishRaw("orders.created", big, nil)
 	e.publishRaw("orders.created", []byte("small"), nil)
-	recs := e.waitRecords(Ship.Name(), 1, jetflow.Failed)
-	recs = e.waitRecords(Ship.Name(), 1, jetflow.Success)
+	e.waitRecords(Ship.Name(), 1, jetflow.Failed)
+	recs := e.waitRecords(Ship.Name(), 1, jetflow.Success)
 	bad := recs[trigger.StreamRunID("big", "ORDERS", e.streamEpoch("ORDERS"), 1)]
 	if bad == nil || bad.State != jetflow.Failed {
 		t.Fatalf("big message: %+v", bad)

@@ -261,6 +261,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBody))
 	if deadline {
 		// The rest of the request (storing) is not bounded by the sender.
+		// A clear that fails leaves the deadline set: nothing more is read.
 		_ = rc.SetReadDeadline(time.Time{})
 	}
 	if err != nil {
@@ -315,7 +316,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	_ = json.NewEncoder(w).Encode(resp)
+	if err := json.NewEncoder(w).Encode(resp); err != nil {
+		// Stored already: a sender gone before the answer sends it again,
+		// and its event id makes that a duplicate.
+		h.cfg.Logger.DebugContext(r.Context(), "webhook answer not written", "function", h.cfg.Function.Name(), "error", err)
+	}
 }
 
 // store enqueues ev. An event with a delivery id is stored under RunID, or,

@@ -53,7 +53,11 @@ func ExampleHandle() {
 	if err := w.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer w.Stop(ctx)
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 	// Retries wait in the delayed bucket: the scheduler starts them when due.
 	s, err := scheduler.New(ctx, js, scheduler.Config{})
 	if err != nil {
@@ -62,7 +66,11 @@ func ExampleHandle() {
 	if err := s.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer s.Stop(ctx)
+	defer func() {
+		if err := s.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	p := w.Producer()
 	for _, call := range []jetflow.Call{
@@ -117,7 +125,11 @@ func ExampleJob_RunAfter() {
 	if err := w.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer w.Stop(ctx)
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 	s, err := scheduler.New(ctx, js, scheduler.Config{})
 	if err != nil {
 		log.Fatal(err)
@@ -125,7 +137,11 @@ func ExampleJob_RunAfter() {
 	if err := s.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer s.Stop(ctx)
+	defer func() {
+		if err := s.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	p := w.Producer()
 	id, err := p.Enqueue(ctx, signup.With(SignupArgs{User: "ann@example.com"}))

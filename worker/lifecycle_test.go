@@ -107,11 +107,6 @@ func TestTerminalStateIsNeverOverwritten(t *testing.T) {
 	}
 }
 
-type recorder struct {
-	trace.Tracer
-	spans chan trace.SpanContext
-}
-
 func TestTraceContextTravelsToWorkerAndChildren(t *testing.T) {
 	e := setup(t, worker.Config{})
 	parents := make(chan trace.SpanContext, 2)

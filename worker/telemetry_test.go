@@ -134,13 +134,13 @@ func TestTraceOfEnqueueRunAndChildRun(t *testing.T) {
 			"jetflow.run_id":             c.id, "jetflow.function": c.fn,
 		}
 		for k, v := range want {
-			if got, ok := attrOf(c.s, k); !ok || got.Emit() != v {
-				t.Errorf("%s: %s = %q, want %q", c.what, k, got.Emit(), v)
+			if got, ok := attrOf(c.s, k); !ok || got.String() != v {
+				t.Errorf("%s: %s = %q, want %q", c.what, k, got.String(), v)
 			}
 		}
 		if c.op == "process" {
 			if got, ok := attrOf(c.s, "jetflow.attempt"); !ok || got.AsInt64() != 1 {
-				t.Errorf("%s: jetflow.attempt = %v", c.what, got.Emit())
+				t.Errorf("%s: jetflow.attempt = %v", c.what, got.String())
 			}
 		}
 		if c.s.InstrumentationScope.Name != "github.com/jetflow-dev/jetflow" || c.s.InstrumentationScope.Version == "" {

@@ -21,8 +21,7 @@ func TestDefinitionLifecycle(t *testing.T) {
 	def := workflow.Define("test.lifecycle", func(wf *workflow.Context, n int) (int, error) {
 		return workflow.Step(wf, "inc", func(ctx context.Context) (int, error) { return n + 1, nil })
 	})
-	var w *worker.Worker
-	w = e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	w := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
 	ctx := testCtx(t)
 	if st, err := workflow.DefinitionStateOf(ctx, e.P, def.Name()); err != nil || st != workflow.DefinitionActive {
 		t.Fatalf("initial state %q %v, want active", st, err)

@@ -68,7 +68,11 @@ func Example() {
 	if err := w.Start(ctx); err != nil {
 		log.Fatal(err)
 	}
-	defer w.Stop(ctx)
+	defer func() {
+		if err := w.Stop(ctx); err != nil {
+			log.Print(err)
+		}
+	}()
 
 	id, err := workflow.Start(ctx, p, Fulfil, Order{ID: "o-1", Amount: 42}, workflow.WithID("fulfil-o-1"))
 	if err != nil {

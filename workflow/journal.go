@@ -1,6 +1,7 @@
 package workflow
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -253,7 +254,7 @@ func (j *journal) read(ctx context.Context, filter string) ([]jetstream.KeyValue
 	if err != nil {
 		return nil, 0, fmt.Errorf("workflow: read journal: %w", err)
 	}
-	defer w.Stop()
+	defer func() { _ = w.Stop() }() // an unsubscribe: it fails only on a connection gone
 	var out []jetstream.KeyValueEntry
 	var seen uint64
 	for {
@@ -364,29 +365,88 @@ func (j *journal) putEntry(ctx context.Context, wf string, e *Entry) (*Entry, er
 			ErrResultTooLarge, wf, e.Step, len(b), limit)
 	}
 	key := stepKey(wf, e.Step)
-	var rev uint64
-	if e.Revision == 0 {
-		rev, err = j.kv.Create(ctx, key, b)
-	} else {
-		rev, err = j.kv.Update(ctx, key, b, e.Revision)
+	rev, err := j.writeEntry(ctx, key, b, e.Revision)
+	switch {
+	case err == nil:
+		e.Revision = rev
+		return e, nil
+	case !isWrongRev(err):
+		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
 	}
-	if err == nil {
+	return j.settleEntry(ctx, wf, e, key, b)
+}
+
+// entryWriteFor bounds how long a journal write whose answer was lost is
+// written again (a server restart, a leader election).
+const entryWriteFor = 2 * time.Minute
+
+// writeEntry writes b at key if its revision is still rev (0: create). A
+// write whose answer was lost (kv.Transient) is written again, as a run's
+// outcome is, until entryWriteFor or ctx ends: a step that finished is not
+// recorded as lost because its result write met a server restart. A try
+// that landed makes the next one refused: settleEntry finds it.
+func (j *journal) writeEntry(ctx context.Context, key string, b []byte, rev uint64) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, entryWriteFor)
+	defer cancel()
+	delay := 25 * time.Millisecond
+	for {
+		var n uint64
+		var err error
+		if rev == 0 {
+			n, err = j.kv.Create(ctx, key, b)
+		} else {
+			n, err = j.kv.Update(ctx, key, b, rev)
+		}
+		if err == nil || !kv.Transient(err) || ctx.Err() != nil {
+			return n, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, err
+		case <-t.C:
+		}
+		delay = min(2*delay, 500*time.Millisecond)
+	}
+}
+
+// settleEntry settles a journal write refused as changed meanwhile, on the
+// word of the journal stream's leader (a replica behind must not decide
+// it): the stored entry is this very write (it landed, its answer lost,
+// and a try again was refused) or another writer's, which stands.
+func (j *journal) settleEntry(ctx context.Context, wf string, e *Entry, key string, b []byte) (*Entry, error) {
+	data, rev, err := j.leaderGet(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
+	}
+	if bytes.Equal(data, b) {
 		e.Revision = rev
 		return e, nil
 	}
-	if !isWrongRev(err) {
-		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
-	}
-	cur, gerr := j.kv.Get(ctx, key)
-	if gerr != nil {
-		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, gerr)
-	}
-	stored, err := decodeEntry(key, e.Step, cur.Value())
+	stored, err := decodeEntry(key, e.Step, data)
 	if err != nil {
 		return nil, err
 	}
-	stored.Revision = cur.Revision()
+	stored.Revision = rev
 	return stored, nil
+}
+
+// leaderGet reads key from the journal stream's leader, or by a direct get
+// where the connection may not ask the leader.
+func (j *journal) leaderGet(ctx context.Context, key string) ([]byte, uint64, error) {
+	m, err := kv.LastFromLeader(ctx, j.js, streams.KVStream(j.bucket), streams.KVSubject(j.bucket, key))
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		e, gerr := j.kv.Get(ctx, key)
+		if gerr != nil {
+			return nil, 0, gerr
+		}
+		return e.Value(), e.Revision(), nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	return m.Data, m.Sequence, nil
 }
 
 // claim makes step the consumer of event seq; false when another await

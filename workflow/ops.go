@@ -48,26 +48,8 @@ var ErrNotRestartable = errors.New("workflow: only a failed or canceled workflow
 // Restart stalled for longer than a minute between two of its requests
 // may lose its claim that way.
 func Restart(ctx context.Context, p *producer.Producer, id string, opts ...StartOption) (string, error) {
-	r, err := p.Get(ctx, id)
+	r, jr, snap, err := restartable(ctx, p, id)
 	if err != nil {
-		return "", err
-	}
-	if r.State != jetflow.Failed && r.State != jetflow.Canceled {
-		return "", fmt.Errorf("workflow %s is %s: %w", id, r.State, ErrNotRestartable)
-	}
-	jr, err := openJournal(ctx, p)
-	if err != nil {
-		return "", err
-	}
-	snap, err := jr.load(ctx, id)
-	if err != nil {
-		return "", err
-	}
-	if snap.cur == nil && len(snap.steps) == 0 && !wfwire.IsWorkflow(r) {
-		return "", fmt.Errorf("%w (%w): %s is not a workflow", producer.ErrNotWorkflow, ErrBadRecord, id)
-	}
-	// Before the journal is copied: a refused start would leave it behind.
-	if _, err := startable(ctx, p, r.Name); err != nil {
 		return "", err
 	}
 	var o startOptions
@@ -79,10 +61,7 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 		opts = append(opts, WithID(o.id))
 	}
 	// The new id must be fresh: its journal is written before it starts.
-	if _, err := p.Get(ctx, o.id); !errors.Is(err, jetflow.ErrNotFound) {
-		if err == nil {
-			err = fmt.Errorf("workflow %s: %w", o.id, producer.ErrAlreadyExists)
-		}
+	if err := unused(ctx, p, o.id); err != nil {
 		return "", err
 	}
 	// Before the claim: if this process dies before the new record, the
@@ -94,45 +73,112 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 	if err != nil {
 		return "", err
 	}
-	cut := ""
-	for step, e := range snap.steps {
-		if e.State != StepDone && (cut == "" || stepLess(step, cut)) {
-			cut = step
-		}
-	}
-	for step, e := range snap.steps {
-		if e.State != StepDone || (cut != "" && !stepLess(step, cut)) {
-			continue
-		}
-		c := *e
-		c.Revision, c.Segment = 0, 0
-		got, err := jr.putEntry(ctx, o.id, &c)
-		if err == nil && got != &c {
-			// Another writer's entry under the claimed id: a Start of
-			// that id, racing this Restart.
-			err = fmt.Errorf("workflow %s: step %s written meanwhile: %w", o.id, step, producer.ErrAlreadyExists)
-		}
-		if err != nil {
-			f.unwind(ctx)
-			return "", err
-		}
-		f.wrote(stepKey(o.id, step), c.Revision)
+	if err := f.copySteps(ctx, snap.steps); err != nil {
+		return "", f.abandon(ctx, err)
 	}
 	// The claim again, just before the record: a claim taken over while
 	// this Restart was stalled is not written over, and a later Restart
 	// sees a fresh claim until the record is there.
 	if err := f.renew(ctx); err != nil {
-		f.unwind(ctx)
-		return "", err
+		return "", f.abandon(ctx, err)
 	}
 	nid, err := start(ctx, p, r.Name, r.Args, append(opts, func(o *startOptions) { o.forked = true })...)
 	if err != nil && (nid == "" || errors.Is(err, producer.ErrAlreadyExists)) {
 		// Refused before its record was written (the definition's state
 		// changed meanwhile, say), or the id started meanwhile by a
 		// Start: the copied journal is not the workflow's.
-		f.unwind(ctx)
+		err = f.abandon(ctx, err)
 	}
 	return nid, err
+}
+
+// restartable reads workflow id's record and journal for Restart, and
+// checks that it may restart: failed or canceled, a workflow, and its
+// definition startable (before the journal is copied: a refused start
+// would leave it behind).
+func restartable(ctx context.Context, p *producer.Producer, id string) (*jetflow.Run, *journal, *snapshot, error) {
+	r, err := p.Get(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if r.State != jetflow.Failed && r.State != jetflow.Canceled {
+		return nil, nil, nil, fmt.Errorf("workflow %s is %s: %w", id, r.State, ErrNotRestartable)
+	}
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	snap, err := jr.load(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if snap.cur == nil && len(snap.steps) == 0 && !wfwire.IsWorkflow(r) {
+		return nil, nil, nil, fmt.Errorf("%w (%w): %s is not a workflow", producer.ErrNotWorkflow, ErrBadRecord, id)
+	}
+	if _, err := startable(ctx, p, r.Name); err != nil {
+		return nil, nil, nil, err
+	}
+	return r, jr, snap, nil
+}
+
+// unused returns nil when no run has id, producer.ErrAlreadyExists when
+// one has.
+func unused(ctx context.Context, p *producer.Producer, id string) error {
+	_, err := p.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetflow.ErrNotFound):
+		return nil
+	case err == nil:
+		return fmt.Errorf("workflow %s: %w", id, producer.ErrAlreadyExists)
+	}
+	return err
+}
+
+// restartCut is the first step, in the order of the code, that did not
+// succeed among steps ("" when all did): Restart copies the steps before it.
+func restartCut(steps map[string]*Entry) string {
+	cut := ""
+	for step, e := range steps {
+		if e.State != StepDone {
+			if cut == "" || stepLess(step, cut) {
+				cut = step
+			}
+		}
+	}
+	return cut
+}
+
+// copied reports whether Restart copies step, in state, to the new
+// workflow's journal: it succeeded before cut ("" when every step did).
+func copied(step string, state StepState, cut string) bool {
+	if state != StepDone {
+		return false
+	}
+	return cut == "" || stepLess(step, cut)
+}
+
+// copySteps writes into the fork the steps that succeeded before the first
+// that did not.
+func (f *fork) copySteps(ctx context.Context, steps map[string]*Entry) error {
+	cut := restartCut(steps)
+	for step, e := range steps {
+		if !copied(step, e.State, cut) {
+			continue
+		}
+		c := *e
+		c.Revision, c.Segment = 0, 0
+		got, err := f.jr.putEntry(ctx, f.id, &c)
+		if err == nil && got != &c {
+			// Another writer's entry under the claimed id: a Start of
+			// that id, racing this Restart.
+			err = fmt.Errorf("workflow %s: step %s written meanwhile: %w", f.id, step, producer.ErrAlreadyExists)
+		}
+		if err != nil {
+			return err
+		}
+		f.wrote(stepKey(f.id, step), c.Revision)
+	}
+	return nil
 }
 
 // fork is the journal a Restart writes under the new id: its claim (the
@@ -168,8 +214,7 @@ func claimFork(ctx context.Context, p *producer.Producer, jr *journal, id string
 	}
 	f := &fork{jr: jr, id: id, writes: map[string]uint64{cursorKey(id): claim.rev}}
 	if err := purgeLeftoversBefore(ctx, p, id, claim.rev); err != nil {
-		f.unwind(ctx)
-		return nil, err
+		return nil, f.abandon(ctx, err)
 	}
 	return f, nil
 }
@@ -201,7 +246,7 @@ func takeOver(ctx context.Context, p *producer.Producer, jr *journal, id string)
 		return nil, fmt.Errorf("workflow %s: cursor: %w", id, err)
 	}
 	c, err := decodeCursor(e.Key(), e.Value())
-	if err != nil || c.Seg != 1 || c.Waiting || c.Done {
+	if err != nil || !c.isClaim() {
 		return nil, taken
 	}
 	st, err := jr.stream(ctx)
@@ -246,13 +291,22 @@ func takeOver(ctx context.Context, p *producer.Producer, jr *journal, id string)
 	}
 	f := &fork{jr: jr, id: id, writes: map[string]uint64{cursorKey(id): claim.rev}}
 	if err := st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(jr.bucket, id+".>")), jetstream.WithPurgeSequence(claim.rev)); err != nil {
-		f.unwind(ctx)
-		return nil, fmt.Errorf("workflow %s: purge an abandoned claim: %w", id, err)
+		return nil, f.abandon(ctx, fmt.Errorf("workflow %s: purge an abandoned claim: %w", id, err))
 	}
 	return f, nil
 }
 
 func (f *fork) wrote(key string, rev uint64) { f.writes[key] = rev }
+
+// abandon unwinds the fork of a Restart that failed with err, and returns
+// err, joined with the unwind's error when that failed too (what is left
+// is a dead claim, which the Restart's janitor removes).
+func (f *fork) abandon(ctx context.Context, err error) error {
+	if uerr := f.unwind(ctx); uerr != nil {
+		return errors.Join(err, fmt.Errorf("workflow %s: left for the janitor: %w", f.id, uerr))
+	}
+	return err
+}
 
 // renew writes the fork's claim again over the revision it wrote:
 // producer.ErrAlreadyExists when another Restart took it over meanwhile.
@@ -271,8 +325,9 @@ func (f *fork) renew(ctx context.Context) error {
 
 // unwind removes what the fork wrote, each key up to the revision it
 // wrote: a later write of another (a Start of the same id) stays. A
-// Restart that fails ignores its error (a claim left behind is a dead
-// claim, which its janitor removes); the janitor returns it.
+// Restart that fails returns its error beside its own (a claim left
+// behind is a dead claim, which its janitor removes); the janitor returns
+// it.
 func (f *fork) unwind(ctx context.Context) error {
 	st, err := f.jr.stream(ctx)
 	if err != nil {
@@ -482,7 +537,7 @@ func Watch(ctx context.Context, p *producer.Producer, id string) (<-chan *Status
 	}
 	runs, err := p.Watch(ctx, id)
 	if err != nil {
-		_ = jw.Stop()
+		_ = jw.Stop() // the error to return is err; the cancel ends the watch anyway
 		cancel()
 		return nil, err
 	}
@@ -490,7 +545,7 @@ func Watch(ctx context.Context, p *producer.Producer, id string) (<-chan *Status
 	// is seen): a plain run, an unknown id, is the caller's error.
 	first, err := Get(ctx, p, id)
 	if err != nil {
-		_ = jw.Stop()
+		_ = jw.Stop() // the error to return is err; the cancel ends the watch anyway
 		cancel()
 		return nil, err
 	}

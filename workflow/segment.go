@@ -227,7 +227,7 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 	if isBadJournal(err) {
 		return failBroken(ctx, p, name, id, err)
 	}
-	if err != nil || cur == nil || !cur.Waiting || cur.Done {
+	if err != nil || !cur.waits() {
 		return err
 	}
 	n := cur.Seg + 1
@@ -316,7 +316,7 @@ func failBroken(ctx context.Context, p *producer.Producer, name, id string, caus
 // that names a segment that never existed would leave the workflow
 // waiting for it for good.
 func checkAhead(ctx context.Context, p *producer.Producer, id string, cur *cursor) error {
-	if cur == nil || cur.Seg <= 1 || cur.Waiting || cur.Done {
+	if cur == nil || cur.Seg <= 1 || !cur.running() {
 		return nil
 	}
 	seg := SegmentID(id, cur.Seg)
@@ -330,110 +330,30 @@ func checkAhead(ctx context.Context, p *producer.Producer, id string, cur *curso
 	return err
 }
 
+// runSegment runs segment a.N of workflow a.WF: it reads the workflow's
+// record, takes the cursor (enter), claims the record, replays the
+// workflow's code, and ends, fails or parks the workflow (conclude).
 func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	a := j.Args
 	if a.WF == "" || a.N < 1 {
 		return jetflow.Permanent(fmt.Errorf("%w: segment %s", jetflow.ErrBadArgs, j.ID()))
 	}
-	eng := engine.Of(d.p)
-	name := d.def.Name()
-	rec, err := eng.Store().Get(ctx, a.WF)
-	if errors.Is(err, jetflow.ErrNotFound) {
-		rec, err = latestRecord(ctx, d.p, a.WF, err)
-	}
-	if errors.Is(err, jetflow.ErrNotFound) {
-		// Start writes the record before the first segment, and a record
-		// goes only when it expires: the workflow ended (a delayed start
-		// canceled long ago fires here) or never started. Nothing to run.
-		return nil
-	}
-	if err != nil {
+	rec, err := d.record(ctx, a.WF)
+	if rec == nil || err != nil {
 		return err
 	}
-	if rec.Name != name {
-		return jetflow.Permanent(fmt.Errorf("%w: run %s is a %s, not a %s", ErrBadRecord, a.WF, rec.Name, name))
-	}
 	if rec.State.Terminal() {
-		return schedulePurge(ctx, d.p, name, rec)
+		return schedulePurge(ctx, d.p, d.def.Name(), rec)
 	}
 	jr, err := d.journal(ctx)
 	if err != nil {
 		return err
 	}
-	// The cursor: written by the first segment when it parks (a workflow
-	// that ends in its first segment never writes one), moved on by
-	// compare-and-swap by each later segment, so that two segments never
-	// run at once. A first segment that runs first (Fresh: a first
-	// delivery of its first attempt) knows the journal is empty and reads
-	// nothing; any other reads the journal, cursor included.
-	var cur *cursor
-	var steps map[string]*Entry
-	var claims map[uint64]string
-	switch {
-	case a.N == 1 && j.Fresh() && !a.Forked:
-		cur, steps, claims = &cursor{Seg: 1}, map[string]*Entry{}, map[uint64]string{}
-	case a.N == 1:
-		snap, err := jr.load(ctx, a.WF)
-		if err != nil {
-			return err
-		}
-		steps, claims, cur = snap.steps, snap.claims, snap.cur
-		if cur == nil {
-			cur = &cursor{Seg: 1}
-			break
-		}
-		if cur.Done || cur.Seg > 1 {
-			return checkAhead(ctx, d.p, a.WF, cur) // a later segment ran, or the workflow ended
-		}
-		// Segment 1 again (a redelivery): it takes the cursor back.
-		cur.Waiting, cur.Waits = false, nil
-		if ok, err := jr.putCursor(ctx, a.WF, cur); err != nil {
-			return err
-		} else if !ok {
-			return jetflow.RetryAfter(100*time.Millisecond, errBusy)
-		}
-	default:
-		cur, err = jr.cursorOf(ctx, a.WF)
-		if err == nil && !(cur != nil && (cur.Done || cur.Seg >= a.N || cur.Seg == a.N-1 && cur.Waiting)) {
-			// No cursor, or one from before segment n-1 parked: a direct
-			// get, which a replica that is behind may answer, would end or
-			// drop this segment. The leader decides.
-			cur, err = jr.latestCursor(ctx, a.WF)
-		}
-		if err != nil {
-			return err
-		}
-		switch {
-		case cur == nil:
-			return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d without a cursor", a.WF, a.N))
-		case cur.Done || cur.Seg > a.N:
-			return checkAhead(ctx, d.p, a.WF, cur) // a later segment ran, or the workflow ended
-		case cur.Seg == a.N, cur.Seg == a.N-1 && cur.Waiting:
-			cur.Seg, cur.Waiting, cur.Waits = a.N, false, nil
-		case cur.Seg == a.N-1:
-			// Segment n-1 runs again (a redelivery): it resumes the workflow
-			// when it parks, with a segment of its own.
-			return nil
-		default:
-			return jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
-		}
-		kept := d.take(a.WF, cur.rev)
-		if ok, err := jr.putCursor(ctx, a.WF, cur); err != nil {
-			return err
-		} else if !ok {
-			return jetflow.RetryAfter(100*time.Millisecond, errBusy)
-		}
-		if kept != nil {
-			steps, claims = kept.steps, kept.claims
-		} else {
-			snap, err := jr.load(ctx, a.WF)
-			if err != nil {
-				return err
-			}
-			steps, claims = snap.steps, snap.claims
-		}
+	rs, err := d.enter(ctx, jr, a, j.Fresh())
+	if rs == nil || err != nil {
+		return err
 	}
-	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: steps, claims: claims, cur: cur, rec: rec, id: j.ID(), started: time.Now().UTC()}
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: rs.steps, claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC()}
 	// The record's claim (inProgress): a first segment that finds it
 	// pending writes it only if it runs for recordClaimAfter, or when it
 	// parks or starts a child (a short workflow goes from pending to its
@@ -453,6 +373,201 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	var ferr error
 	main := s.spawn(func() { out, ferr = d.def.run(&Context{seg: s}, rec.Args) })
 	s.wg.Wait()
+	return s.conclude(ctx, main, out, ferr)
+}
+
+// record reads the record of workflow wf; nil when there is none, and so
+// nothing to run.
+func (d *driver) record(ctx context.Context, wf string) (*jetflow.Run, error) {
+	name := d.def.Name()
+	rec, err := engine.Of(d.p).Store().Get(ctx, wf)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		rec, err = latestRecord(ctx, d.p, wf, err)
+	}
+	if errors.Is(err, jetflow.ErrNotFound) {
+		// Start writes the record before the first segment, and a record
+		// goes only when it expires: the workflow ended (a delayed start
+		// canceled long ago fires here) or never started. Nothing to run.
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.Name != name {
+		return nil, jetflow.Permanent(fmt.Errorf("%w: run %s is a %s, not a %s", ErrBadRecord, wf, rec.Name, name))
+	}
+	return rec, nil
+}
+
+// replayState is what a segment replays from: the cursor it holds, and the
+// journal's steps and claims.
+type replayState struct {
+	cur    *cursor
+	steps  map[string]*Entry
+	claims map[uint64]string
+}
+
+// enter takes the workflow's cursor for segment a.N and reads the journal;
+// nil when the segment has nothing to run.
+//
+// The cursor: written by the first segment when it parks (a workflow that
+// ends in its first segment never writes one), moved on by
+// compare-and-swap by each later segment, so that two segments never run
+// at once. A first segment that runs first (fresh: a first delivery of its
+// first attempt) knows the journal is empty and reads nothing; any other
+// reads the journal, cursor included.
+func (d *driver) enter(ctx context.Context, jr *journal, a segArgs, fresh bool) (*replayState, error) {
+	switch {
+	case a.N == 1 && fresh && !a.Forked:
+		return &replayState{cur: &cursor{Seg: 1}, steps: map[string]*Entry{}, claims: map[uint64]string{}}, nil
+	case a.N == 1:
+		return d.enterFirst(ctx, jr, a.WF)
+	}
+	return d.enterLater(ctx, jr, a)
+}
+
+// segmentTurn is what a segment finds the cursor says of its turn.
+type segmentTurn int
+
+const (
+	// turnMine: the segment's turn: it takes the cursor.
+	turnMine segmentTurn = iota
+	// turnFirst: no cursor yet, for the first segment: it starts one.
+	turnFirst
+	// turnNoCursor: no cursor for a later segment: the journal is broken.
+	turnNoCursor
+	// turnAhead: a later segment ran, or the workflow ended.
+	turnAhead
+	// turnRedelivered: the segment before runs again (a redelivery): it
+	// resumes the workflow when it parks, with a segment of its own.
+	turnRedelivered
+	// turnBehind: the cursor is at a segment older than the one before:
+	// the journal is broken.
+	turnBehind
+)
+
+// turnOf decides, from cursor cur, whether segment n may run.
+func turnOf(cur *cursor, n int) segmentTurn {
+	switch {
+	case cur == nil && n == 1:
+		return turnFirst
+	case cur == nil:
+		return turnNoCursor
+	case cur.Done || cur.Seg > n:
+		return turnAhead
+	case n == 1, cur.Seg == n, cur.parkedAt(n - 1):
+		// For the first segment: segment 1 again (a redelivery), it takes
+		// the cursor back.
+		return turnMine
+	case cur.Seg == n-1:
+		return turnRedelivered
+	}
+	return turnBehind
+}
+
+// running reports whether a segment holds cursor c: it neither waits nor
+// is done.
+func (c *cursor) running() bool { return !c.Waiting && !c.Done }
+
+// waits reports whether cursor c, nil when there is none, waits for the
+// next segment: a segment parked and the workflow has not ended.
+func (c *cursor) waits() bool { return c != nil && c.Waiting && !c.Done }
+
+// isClaim reports whether cursor c is as a Restart's claim writes it:
+// segment 1, held.
+func (c *cursor) isClaim() bool { return c.Seg == 1 && c.running() }
+
+// parkedAt reports whether segment seg parked: its cursor waits.
+func (c *cursor) parkedAt(seg int) bool { return c.Seg == seg && c.Waiting }
+
+// reached reports whether cursor c, nil when there is none, shows segment
+// n's turn or later: segment n-1 parked, segment n or a later one ran, or
+// the workflow ended.
+func (c *cursor) reached(n int) bool {
+	if c == nil {
+		return false
+	}
+	return c.Done || c.Seg >= n || c.parkedAt(n-1)
+}
+
+// enterFirst is enter for the first segment run again (or forked): it
+// reads the journal, and takes the cursor back if it has one.
+func (d *driver) enterFirst(ctx context.Context, jr *journal, wf string) (*replayState, error) {
+	snap, err := jr.load(ctx, wf)
+	if err != nil {
+		return nil, err
+	}
+	rs := &replayState{cur: snap.cur, steps: snap.steps, claims: snap.claims}
+	switch turnOf(snap.cur, 1) {
+	case turnFirst:
+		rs.cur = &cursor{Seg: 1}
+		return rs, nil
+	case turnAhead:
+		return nil, checkAhead(ctx, d.p, wf, snap.cur)
+	}
+	rs.cur.Waiting, rs.cur.Waits = false, nil
+	if err := holdCursor(ctx, jr, wf, rs.cur); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// enterLater is enter for segment a.N > 1: it moves the cursor on from
+// segment a.N-1 parked, then reads the journal (kept from the segment
+// before when this process ran it).
+func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*replayState, error) {
+	cur, err := jr.cursorOf(ctx, a.WF)
+	if err == nil && !cur.reached(a.N) {
+		// No cursor, or one from before segment n-1 parked: a direct
+		// get, which a replica that is behind may answer, would end or
+		// drop this segment. The leader decides.
+		cur, err = jr.latestCursor(ctx, a.WF)
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch turnOf(cur, a.N) {
+	case turnNoCursor:
+		return nil, jetflow.Permanent(fmt.Errorf("workflow %s: segment %d without a cursor", a.WF, a.N))
+	case turnAhead:
+		return nil, checkAhead(ctx, d.p, a.WF, cur)
+	case turnRedelivered:
+		return nil, nil
+	case turnBehind:
+		return nil, jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
+	}
+	cur.Seg, cur.Waiting, cur.Waits = a.N, false, nil
+	kept := d.take(a.WF, cur.rev)
+	if err := holdCursor(ctx, jr, a.WF, cur); err != nil {
+		return nil, err
+	}
+	if kept != nil {
+		return &replayState{cur: cur, steps: kept.steps, claims: kept.claims}, nil
+	}
+	snap, err := jr.load(ctx, a.WF)
+	if err != nil {
+		return nil, err
+	}
+	return &replayState{cur: cur, steps: snap.steps, claims: snap.claims}, nil
+}
+
+// holdCursor writes cur by compare-and-swap; a segment that loses it to
+// another is retried shortly.
+func holdCursor(ctx context.Context, jr *journal, wf string, cur *cursor) error {
+	ok, err := jr.putCursor(ctx, wf, cur)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return jetflow.RetryAfter(100*time.Millisecond, errBusy)
+	}
+	return nil
+}
+
+// conclude ends the segment once its branches have returned or suspended:
+// it stops (to be retried) on a canceled context or an abort, fails the
+// workflow, ends it with the main branch's result, or parks it.
+func (s *segment) conclude(ctx context.Context, main *branch, out json.RawMessage, ferr error) error {
 	if cause := context.Cause(ctx); ctx.Err() != nil {
 		s.leaving()
 		return cause
@@ -690,6 +805,9 @@ func (s *segment) leaving() {
 	}
 	ctx, cancel := s.detached()
 	defer cancel()
+	// Best effort on the way out: the segment's own outcome (canceled, or
+	// retried) is what its run records, and a retried segment arms the
+	// janitor when it parks.
 	_ = armJanitor(ctx, s.d.p, s.def.Name(), s.wf, time.Now().Add(engine.Of(s.d.p).Streams().Retention))
 }
 
@@ -892,7 +1010,11 @@ func (s *segment) adopt(id string) {
 		err = s.addChild(ctx, id)
 	}
 	if errors.Is(err, kv.ErrTerminal) {
-		_ = s.d.p.Cancel(ctx, id)
+		if cerr := s.d.p.Cancel(ctx, id); cerr != nil {
+			// The segment's error says so: the run goes on uncanceled.
+			s.abort(fmt.Errorf("%w (run %s it started: not canceled: %v)", jetflow.ErrCanceled, id, cerr))
+			return
+		}
 		s.abort(jetflow.ErrCanceled)
 	}
 	if err != nil {

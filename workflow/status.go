@@ -132,10 +132,22 @@ func get(ctx context.Context, p *producer.Producer, id string) (*Status, error) 
 	sort.Slice(st.Steps, func(a, b int) bool { return stepLess(st.Steps[a].Step, st.Steps[b].Step) })
 	if c := snap.cur; c != nil {
 		st.Segment, st.Waiting, st.Waits = c.Seg, c.Waiting, c.Waits
-	} else if wfwire.IsWorkflow(r) && (len(st.Steps) > 0 || r.State == jetflow.InProgress || r.State == jetflow.Success || r.State == jetflow.Failed) {
+	} else if wfwire.IsWorkflow(r) && firstSegmentRan(r, len(st.Steps)) {
 		st.Segment = 1 // the first segment writes the cursor only when it parks
 	}
 	return st, nil
+}
+
+// firstSegmentRan reports whether workflow r, with n steps and no cursor,
+// ran its first segment: it has steps, runs, succeeded or failed.
+func firstSegmentRan(r *jetflow.Run, n int) bool {
+	switch {
+	case n > 0:
+		return true
+	case r.State == jetflow.InProgress, r.State == jetflow.Success, r.State == jetflow.Failed:
+		return true
+	}
+	return false
 }
 
 // Result waits until workflow id has ended and returns its result decoded

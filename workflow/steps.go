@@ -132,7 +132,7 @@ func Step[T any](wf *Context, name string, fn func(ctx context.Context) (T, erro
 	for attempt := 1; ; attempt++ {
 		v, err = callStep(ctx, fn)
 		ne.Attempts = attempt
-		if err == nil || attempt >= maxAttempts || jetflow.IsPermanent(err) || ctx.Err() != nil {
+		if noRetry(err, attempt, maxAttempts) || ctx.Err() != nil {
 			break
 		}
 		t := time.NewTimer(o.Backoff.Delay(attempt))
@@ -316,7 +316,7 @@ func (s *segment) timer(step string, until time.Time) {
 	if err == nil && r.State.Terminal() {
 		// Fired early (clocks): one more, per segment.
 		id = jetflow.DerivedID(fmt.Sprintf("%s-%d", id, s.n))
-		r, err = s.d.p.Get(s.ctx, id)
+		_, err = s.d.p.Get(s.ctx, id)
 	}
 	if err == nil {
 		return
@@ -532,4 +532,10 @@ func Wait(futures ...Waiter) error {
 func Now(wf *Context) time.Time {
 	t, _ := Step(wf, "now", func(context.Context) (time.Time, error) { return time.Now().UTC(), nil })
 	return t
+}
+
+// noRetry reports whether a step's attempt that returned err is its last:
+// it succeeded, it was the last of maxAttempts, or its error is permanent.
+func noRetry(err error, attempt, maxAttempts int) bool {
+	return err == nil || attempt >= maxAttempts || jetflow.IsPermanent(err)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 
@@ -15,128 +16,39 @@ func init() {
 	register("bench", "measure jetflow beside raw JetStream (embedded server, both durability modes)", runBench)
 }
 
+// benchConfig is what bench's flags say: the core figures' options, and
+// the extra measures to take before them.
+type benchConfig struct {
+	o                                       bench.Options
+	quick, asJSON                           bool
+	pool, fairness, cron, wf, many, delayed bool
+	trig, cluster, index                    bool
+	clusterURL                              string
+	clusterN                                int
+	delayedSizes, indexSizes                []int
+}
+
 func runBench(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--fairness] [--cron] [--workflow] [--trigger] [--cluster | --cluster-url URL] [--index [--index-sizes N,N]] [--enqueue-many] [--delayed-scale [--delayed-sizes N,N]] [--json]")
-	n := fs.Int("n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
-	alwaysN := fs.Int("always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
-	mode := fs.String("mode", "both", "durability mode: interval, always or both")
-	late := fs.Int("lateness-runs", 0, "delayed runs of the lateness figure, due over 5 s (default 5000: 1,000/s; 100 over 1 s with -quick)")
-	size := fs.Int("args-size", 0, "bytes of JSON args per run and per raw message (default 100)")
-	dir := fs.String("dir", "", "data directory (default a temporary directory, removed afterwards)")
-	quick := fs.Bool("quick", false, "small figures for a smoke run")
-	claimFirst := fs.Bool("skip-claimfirst", false, "skip the end-to-end figure with every run claimed before its handler starts")
-	pool := fs.Bool("pool", false, "also measure work pools (before the core figures)")
-	fairness := fs.Bool("fairness", false, "also measure per-key fairness and keyed throughput of work pools (before the core figures)")
-	cron := fs.Bool("cron", false, "also measure the cron evaluator (before the core figures)")
-	wf := fs.Bool("workflow", false, "also measure durable workflows (before the core figures)")
-	many := fs.Bool("enqueue-many", false, "also measure Enqueue from 10, 100 and 1000 goroutines beside raw synchronous publishes (before the core figures)")
-	delayed := fs.Bool("delayed-scale", false, "also measure the delayed store with runs waiting (before the core figures)")
-	sizes := fs.String("delayed-sizes", "", "waiting runs of --delayed-scale, comma-separated (default 10000,100000,1000000; 1000,10000 with -quick)")
-	noProfile := fs.Bool("skip-profile", false, "skip the profiled repeats that print where the time goes")
-	cluster := fs.Bool("cluster", false, "also measure on a 3-node cluster started in this process (R3), beside raw R3 (before the core figures)")
-	clusterURL := fs.String("cluster-url", "", "measure on the running cluster at this URL (R3) instead of starting one (implies --cluster)")
-	clusterN := fs.Int("cluster-n", 0, "runs per cluster throughput figure (default 20000, 2000 with -quick)")
-	syncEvery := fs.Duration("sync-every", 0, "fsync interval of the servers it starts in interval mode (default 10ms, the embedded default)")
-	asJSON := fs.Bool("json", false, "print the core figures as one JSON array on stdout (one object per mode); the text goes to stderr")
-	index := fs.Bool("index", false, "also measure the run index: List pages, counts and the repair sweep over a runs bucket of each --index-sizes (before the core figures)")
-	indexSizes := fs.String("index-sizes", "100000,1000000", "runs bucket sizes of --index, comma-separated (each needs about 400 bytes of disk per record)")
-	trig := fs.Bool("trigger", false, "also measure triggers beside EnqueueAsync (before the core figures)")
-	pos, err := parseInterleaved(fs, args)
+	c, err := parseBenchFlags(ctx, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErrorf("bench: unexpected argument %q", pos[0])
-	}
-	var delayedSizes []int
-	if *sizes != "" {
-		for _, f := range strings.Split(*sizes, ",") {
-			v, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || v <= 0 {
-				return usageErrorf("bench: --delayed-sizes %q: want positive numbers separated by commas", *sizes)
-			}
-			delayedSizes = append(delayedSizes, v)
-		}
-	}
-	o := bench.Options{N: *n, AlwaysN: *alwaysN, LatenessRuns: *late, ArgsSize: *size, Dir: *dir, Quick: *quick, SkipClaimFirst: *claimFirst, SkipProfile: *noProfile}
-	switch *mode {
-	case "both":
-	case "interval":
-		o.Modes = []embedded.Sync{embedded.SyncInterval}
-	case "always":
-		o.Modes = []embedded.Sync{embedded.SyncAlways}
-	default:
-		return usageErrorf("bench: --mode %q: want interval, always or both", *mode)
-	}
-	if *syncEvery < 0 {
-		return usageErrorf("bench: --sync-every %s: must be positive", *syncEvery)
-	}
-	bench.SetSyncEvery(*syncEvery)
-	o.SyncEvery = *syncEvery
+	bench.SetSyncEvery(c.o.SyncEvery)
 	out := stdout(ctx)
-	if *asJSON {
+	if c.asJSON {
 		out = stderr(ctx)
 	}
-	if *pool {
-		if err := bench.RunPool(ctx, out, *quick); err != nil {
-			return fmt.Errorf("bench pool: %w", err)
+	for _, part := range c.parts(ctx, out) {
+		if !part.on {
+			continue
 		}
-	}
-	if *fairness {
-		if err := bench.RunFairness(ctx, out, *quick); err != nil {
-			return fmt.Errorf("bench fairness: %w", err)
-		}
-	}
-	if *cron {
-		if err := bench.RunCron(ctx, out, *quick); err != nil {
-			return fmt.Errorf("bench cron: %w", err)
-		}
-	}
-	if *index {
-		var sizes []int
-		for _, f := range strings.Split(*indexSizes, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil || n < 1 || (len(sizes) > 0 && n <= sizes[len(sizes)-1]) {
-				return usageErrorf("bench: --index-sizes %q: positive sizes in increasing order", *indexSizes)
-			}
-			sizes = append(sizes, n)
-		}
-		if err := bench.RunIndex(ctx, out, sizes); err != nil {
-			return fmt.Errorf("bench index: %w", err)
-		}
-	}
-	if *wf {
-		if err := bench.RunWorkflow(ctx, out, *quick); err != nil {
-			return fmt.Errorf("bench workflow: %w", err)
-		}
-	}
-	if *trig {
-		if err := bench.RunTrigger(ctx, out, *quick); err != nil {
-			return fmt.Errorf("bench trigger: %w", err)
-		}
-	}
-	if *cluster || *clusterURL != "" {
-		co := bench.ClusterOptions{URL: *clusterURL, N: *clusterN}
-		if *quick && co.N == 0 {
-			co.N, co.LatenessRuns = 2000, 100
-		}
-		if err := bench.RunCluster(ctx, out, co); err != nil {
-			return fmt.Errorf("bench cluster: %w", err)
-		}
-	}
-	if *many {
-		if err := bench.RunEnqueueMany(ctx, out, *quick); err != nil {
-			return fmt.Errorf("bench enqueue-many: %w", err)
-		}
-	}
-	if *delayed {
-		if err := bench.RunDelayedScale(ctx, out, *quick, delayedSizes); err != nil {
-			return fmt.Errorf("bench delayed-scale: %w", err)
+		if err := part.run(); err != nil {
+			return fmt.Errorf("bench %s: %w", part.name, err)
 		}
 	}
 	// The core figures come last, so that SUMMARY is the last line.
-	res, err := bench.Measure(ctx, o, out)
-	if err != nil || !*asJSON {
+	res, err := bench.Measure(ctx, c.o, out)
+	if err != nil || !c.asJSON {
 		return err
 	}
 	js := make([]bench.JSON, len(res))
@@ -146,4 +58,113 @@ func runBench(ctx context.Context, args []string) error {
 	enc := json.NewEncoder(stdout(ctx))
 	enc.SetIndent("", "  ")
 	return enc.Encode(js)
+}
+
+// benchPart is an extra measure of bench, taken when on.
+type benchPart struct {
+	name string
+	on   bool
+	run  func() error
+}
+
+// parts are the extra measures, in the order they are taken.
+func (c *benchConfig) parts(ctx context.Context, out io.Writer) []benchPart {
+	return []benchPart{
+		{"pool", c.pool, func() error { return bench.RunPool(ctx, out, c.quick) }},
+		{"fairness", c.fairness, func() error { return bench.RunFairness(ctx, out, c.quick) }},
+		{"cron", c.cron, func() error { return bench.RunCron(ctx, out, c.quick) }},
+		{"index", c.index, func() error { return bench.RunIndex(ctx, out, c.indexSizes) }},
+		{"workflow", c.wf, func() error { return bench.RunWorkflow(ctx, out, c.quick) }},
+		{"trigger", c.trig, func() error { return bench.RunTrigger(ctx, out, c.quick) }},
+		{"cluster", c.cluster || c.clusterURL != "", func() error {
+			co := bench.ClusterOptions{URL: c.clusterURL, N: c.clusterN}
+			if c.quick && co.N == 0 {
+				co.N, co.LatenessRuns = 2000, 100
+			}
+			return bench.RunCluster(ctx, out, co)
+		}},
+		{"enqueue-many", c.many, func() error { return bench.RunEnqueueMany(ctx, out, c.quick) }},
+		{"delayed-scale", c.delayed, func() error { return bench.RunDelayedScale(ctx, out, c.quick, c.delayedSizes) }},
+	}
+}
+
+// parseBenchFlags reads and checks bench's flags.
+func parseBenchFlags(ctx context.Context, args []string) (*benchConfig, error) {
+	c := &benchConfig{}
+	o := &c.o
+	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--fairness] [--cron] [--workflow] [--trigger] [--cluster | --cluster-url URL] [--index [--index-sizes N,N]] [--enqueue-many] [--delayed-scale [--delayed-sizes N,N]] [--json]")
+	fs.IntVar(&o.N, "n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
+	fs.IntVar(&o.AlwaysN, "always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
+	mode := fs.String("mode", "both", "durability mode: interval, always or both")
+	fs.IntVar(&o.LatenessRuns, "lateness-runs", 0, "delayed runs of the lateness figure, due over 5 s (default 5000: 1,000/s; 100 over 1 s with -quick)")
+	fs.IntVar(&o.ArgsSize, "args-size", 0, "bytes of JSON args per run and per raw message (default 100)")
+	fs.StringVar(&o.Dir, "dir", "", "data directory (default a temporary directory, removed afterwards)")
+	fs.BoolVar(&c.quick, "quick", false, "small figures for a smoke run")
+	fs.BoolVar(&o.SkipClaimFirst, "skip-claimfirst", false, "skip the end-to-end figure with every run claimed before its handler starts")
+	fs.BoolVar(&c.pool, "pool", false, "also measure work pools (before the core figures)")
+	fs.BoolVar(&c.fairness, "fairness", false, "also measure per-key fairness and keyed throughput of work pools (before the core figures)")
+	fs.BoolVar(&c.cron, "cron", false, "also measure the cron evaluator (before the core figures)")
+	fs.BoolVar(&c.wf, "workflow", false, "also measure durable workflows (before the core figures)")
+	fs.BoolVar(&c.many, "enqueue-many", false, "also measure Enqueue from 10, 100 and 1000 goroutines beside raw synchronous publishes (before the core figures)")
+	fs.BoolVar(&c.delayed, "delayed-scale", false, "also measure the delayed store with runs waiting (before the core figures)")
+	sizes := fs.String("delayed-sizes", "", "waiting runs of --delayed-scale, comma-separated (default 10000,100000,1000000; 1000,10000 with -quick)")
+	fs.BoolVar(&o.SkipProfile, "skip-profile", false, "skip the profiled repeats that print where the time goes")
+	fs.BoolVar(&c.cluster, "cluster", false, "also measure on a 3-node cluster started in this process (R3), beside raw R3 (before the core figures)")
+	fs.StringVar(&c.clusterURL, "cluster-url", "", "measure on the running cluster at this URL (R3) instead of starting one (implies --cluster)")
+	fs.IntVar(&c.clusterN, "cluster-n", 0, "runs per cluster throughput figure (default 20000, 2000 with -quick)")
+	fs.DurationVar(&o.SyncEvery, "sync-every", 0, "fsync interval of the servers it starts in interval mode (default 10ms, the embedded default)")
+	fs.BoolVar(&c.asJSON, "json", false, "print the core figures as one JSON array on stdout (one object per mode); the text goes to stderr")
+	fs.BoolVar(&c.index, "index", false, "also measure the run index: List pages, counts and the repair sweep over a runs bucket of each --index-sizes (before the core figures)")
+	indexSizes := fs.String("index-sizes", "100000,1000000", "runs bucket sizes of --index, comma-separated (each needs about 400 bytes of disk per record)")
+	fs.BoolVar(&c.trig, "trigger", false, "also measure triggers beside EnqueueAsync (before the core figures)")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, usageErrorf("bench: unexpected argument %q", pos[0])
+	}
+	o.Quick = c.quick
+	if *sizes != "" {
+		var ok bool
+		if c.delayedSizes, ok = parseSizes(*sizes, false); !ok {
+			return nil, usageErrorf("bench: --delayed-sizes %q: want positive numbers separated by commas", *sizes)
+		}
+	}
+	switch *mode {
+	case "both":
+	case "interval":
+		o.Modes = []embedded.Sync{embedded.SyncInterval}
+	case "always":
+		o.Modes = []embedded.Sync{embedded.SyncAlways}
+	default:
+		return nil, usageErrorf("bench: --mode %q: want interval, always or both", *mode)
+	}
+	if o.SyncEvery < 0 {
+		return nil, usageErrorf("bench: --sync-every %s: must be positive", o.SyncEvery)
+	}
+	if c.index {
+		var ok bool
+		if c.indexSizes, ok = parseSizes(*indexSizes, true); !ok {
+			return nil, usageErrorf("bench: --index-sizes %q: positive sizes in increasing order", *indexSizes)
+		}
+	}
+	return c, nil
+}
+
+// parseSizes parses a comma-separated list of positive numbers, in
+// increasing order when increasing is set.
+func parseSizes(text string, increasing bool) ([]int, bool) {
+	var sizes []int
+	for _, f := range strings.Split(text, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, false
+		}
+		if increasing && len(sizes) > 0 && n <= sizes[len(sizes)-1] {
+			return nil, false
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, true
 }

@@ -491,7 +491,7 @@ type cancelOn struct {
 
 func (c *cancelOn) Write(p []byte) (int, error) {
 	n, err := c.syncBuffer.Write(p)
-	if strings.Contains(c.syncBuffer.String(), c.marker) {
+	if strings.Contains(c.String(), c.marker) {
 		c.cancel()
 	}
 	return n, err

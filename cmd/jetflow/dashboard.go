@@ -187,7 +187,7 @@ func startDashboard(ctx context.Context, addr string, p *producer.Producer, cfg 
 	// of this base context, canceled before Shutdown waits for them.
 	baseCtx, cancelStreams := context.WithCancel(context.WithoutCancel(ctx))
 	srv := &http.Server{
-		Handler:           dashboard.New(p, cfg),
+		Handler:           withProbes(ctx, p, dashboard.New(p, cfg)), // health.go
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 	}
@@ -202,7 +202,7 @@ func startDashboard(ctx context.Context, addr string, p *producer.Producer, cfg 
 		login = "basic"
 	}
 	if sec.json {
-		_ = json.NewEncoder(out).Encode(map[string]string{"dashboard": url, "login": login})
+		_ = json.NewEncoder(out).Encode(map[string]string{"dashboard": url, "login": login}) // an output gone leaves nobody to tell
 	} else {
 		fmt.Fprintf(out, "jetflow dashboard: %s\n", url)
 		switch login {
@@ -220,7 +220,7 @@ func startDashboard(ctx context.Context, addr string, p *producer.Producer, cfg 
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(sctx); err != nil {
-			_ = srv.Close()
+			_ = srv.Close() // a graceful stop timed out: what Close returns changes nothing more
 		}
 		if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			fmt.Fprintf(stderr(ctx), "dashboard: %v\n", err)

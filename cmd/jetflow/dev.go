@@ -41,62 +41,32 @@ const devOnceLimit = 2 * time.Minute
 // its own scheduler lease back at once and replaces its registry entries.
 const devID = "jetflow-dev"
 
+// devConfig is what dev's flags say.
+type devConfig struct {
+	data, host, prefix, httpAddr string
+	user, password               string
+	tlsCert, tlsKey, tlsCA       string
+	port                         int
+	portSet                      bool // --port given: a taken port is an error, not a reason to pick another
+	sync                         embedded.Sync
+	syncEvery, forD              time.Duration
+	once, noDemo, asJSON         bool
+	sec                          dashboardSecurity
+}
+
 func runDev(ctx context.Context, args []string) error {
-	fs := newFlagSet(ctx, "dev", "[--data DIR] [--host H] [--port N] [--user U [--password P]] [--tlscert F --tlskey F [--tlsca F]] [--sync interval|always] [--once | --for D] [--http ADDR]")
-	data := fs.String("data", filepath.Join(".jetflow", "data"), "JetStream data directory")
-	host := fs.String("host", "127.0.0.1", "address to listen on")
-	port := fs.Int("port", 4222, "client port; 0 picks a free one (a taken 4222 does too)")
-	syncFlag := fs.String("sync", "interval", "fsync policy: interval (every --sync-every) or always (every write, 10-30x slower)")
-	syncEvery := fs.Duration("sync-every", 10*time.Millisecond, "fsync interval of --sync interval")
-	prefix := fs.String("prefix", "jetflow", "subject and bucket prefix")
-	once := fs.Bool("once", false, "exit once the demo runs have ended")
-	forD := fs.Duration("for", 0, "exit after this long (with --once: at most this long)")
-	noDemo := fs.Bool("no-demo", false, "do not schedule the demo runs at start")
-	httpAddr := fs.String("http", "", "also serve the web dashboard on this address, e.g. 127.0.0.1:8080")
-	var sec dashboardSecurity
-	sec.add(fs, "http-")
-	user := fs.String("user", os.Getenv("NATS_USER"), "clients must log in as this user (with --password), or give this token (without); default: no login (env NATS_USER)")
-	password := fs.String("password", os.Getenv("NATS_PASSWORD"), "the password of --user (env NATS_PASSWORD)")
-	tlsCert := fs.String("tlscert", "", "server TLS certificate file (PEM): clients must use TLS")
-	tlsKey := fs.String("tlskey", "", "server TLS private key file (PEM)")
-	tlsCA := fs.String("tlsca", "", "certificate authority file (PEM): clients must present a certificate it signed")
-	asJSON := fs.Bool("json", false, "print JSON lines on stdout: first {nats_url, data, prefix}, then each run change as its record (as runs watch --json); other text goes to stderr")
-	pos, err := parseInterleaved(fs, args)
+	c, err := parseDevFlags(ctx, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usageErrorf("dev: unexpected argument %q", pos[0])
-	}
-	var syncMode embedded.Sync
-	switch *syncFlag {
-	case "interval":
-		syncMode = embedded.SyncInterval
-	case "always":
-		syncMode = embedded.SyncAlways
-	default:
-		return fmt.Errorf("dev: --sync %q: want interval or always", *syncFlag)
-	}
-	if *once && *noDemo {
-		return errors.New("dev: --once waits for the demo runs; it cannot go with --no-demo")
-	}
-	if *syncEvery <= 0 {
-		return fmt.Errorf("dev: --sync-every %s: must be positive", *syncEvery)
-	}
-	if *forD < 0 {
-		return fmt.Errorf("dev: --for %s: must be positive", *forD)
-	}
-	portSet := false
-	fs.Visit(func(f *flag.Flag) { portSet = portSet || f.Name == "port" })
-
 	out := &lockedWriter{w: stdout(ctx)}
-	if *asJSON {
+	if c.asJSON {
 		// Text to stderr; stdout carries only the JSON lines.
 		out = &lockedWriter{w: stderr(ctx)}
 	}
-	dir, err := filepath.Abs(*data)
+	dir, err := filepath.Abs(c.data)
 	if err != nil {
-		return fmt.Errorf("dev: --data %s: %w", *data, err)
+		return fmt.Errorf("dev: --data %s: %w", c.data, err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("dev: %w", err)
@@ -106,42 +76,11 @@ func runDev(ctx context.Context, args []string) error {
 		return fmt.Errorf("dev: %w", err)
 	}
 	defer unlock()
-
-	listen := *port
-	if listen != 0 && !portFree(*host, listen) {
-		if portSet {
-			return fmt.Errorf("dev: port %d on %s is in use; pass another --port, or --port 0 for a free one", listen, *host)
-		}
-		fmt.Fprintf(out, "port %d on %s is in use (another NATS server?); using a free port instead\n", listen, *host)
-		listen = 0
-	}
-	opts := embedded.Options{Dir: dir, Host: *host, Port: listen, Sync: syncMode, SyncEvery: *syncEvery, ServerName: devID,
-		TLSCert: *tlsCert, TLSKey: *tlsKey, TLSCA: *tlsCA}
-	switch {
-	case *user != "" && *password != "":
-		opts.User, opts.Password = *user, *password
-	case *user != "":
-		opts.Token = *user
-	case *password != "":
-		return errors.New("dev: --password needs --user")
-	}
-	addSecrets(ctx, *password, opts.Token)
-	srv, err := embedded.Start(opts)
+	srv, opts, err := startDevServer(ctx, c, dir, out)
 	if err != nil {
-		return fmt.Errorf("dev: start server: %w", err)
+		return err
 	}
 	defer srv.Stop()
-	url := srv.ClientURL()
-	if !isLoopback(*host) && !opts.Secured() {
-		where := *host
-		if isUnspecified(*host) || *host == "" {
-			where = "every interface (" + *host + ")"
-		}
-		fmt.Fprintf(stderr(ctx), "\nWARNING: jetflow dev serves NATS with JetStream on %s WITHOUT ANY LOGIN:\n"+
-			"anyone who can reach port %d can read, enqueue, cancel and delete runs and every stream.\n"+
-			"Set --user and --password (or --user TOKEN), with --tlscert and --tlskey, or keep --host 127.0.0.1.\n\n", where, srv.Addr().(*net.TCPAddr).Port)
-	}
-
 	nc, err := srv.Connect()
 	if err != nil {
 		return fmt.Errorf("dev: connect: %w", err)
@@ -151,7 +90,7 @@ func runDev(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
 	}
-	sc := streams.Config{Prefix: *prefix}
+	sc := streams.Config{Prefix: c.prefix}
 	p, err := producer.New(ctx, js, producer.Config{Streams: sc})
 	if err != nil {
 		return fmt.Errorf("dev: %w", err)
@@ -159,7 +98,7 @@ func runDev(ctx context.Context, args []string) error {
 
 	// Watch every run before anything is scheduled, so no change is missed.
 	tr := newRunTracker(out)
-	if *asJSON {
+	if c.asJSON {
 		tr.json = json.NewEncoder(&lockedWriter{w: stdout(ctx)})
 	}
 	wctx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
@@ -170,33 +109,161 @@ func runDev(ctx context.Context, args []string) error {
 	}
 	defer func() { stopWatch(); <-watchDone }()
 
+	s, stopRoles, err := startDevRoles(js, p, sc)
+	if err != nil {
+		return err
+	}
+	defer stopRoles(out)
+
+	url := srv.ClientURL()
+	printDevBanner(out, url, dir, c.sync, c.syncEvery, c.prefix, tr.existing(), opts)
+	if tr.json != nil {
+		tr.emit(map[string]any{"nats_url": url, "data": dir, "prefix": c.prefix, "unfinished_runs": tr.existing()})
+	}
+	if c.httpAddr != "" {
+		stopHTTP, err := startDevDashboard(ctx, c, p, s, out)
+		if err != nil {
+			return err
+		}
+		defer stopHTTP()
+	}
+
+	var seeded []demo.Scheduled
+	if !c.noDemo {
+		seeded, err = demo.Seed(ctx, p)
+		if err != nil && ctx.Err() == nil {
+			return fmt.Errorf("dev: %w", err)
+		}
+		if ctx.Err() != nil {
+			// Ctrl-C while it seeded, right after the banner: a graceful
+			// stop, as any other.
+			fmt.Fprintln(out, "stopping...")
+			return nil
+		}
+	}
+	return c.wait(ctx, out, tr, seeded, watchDone)
+}
+
+// parseDevFlags reads and checks dev's flags.
+func parseDevFlags(ctx context.Context, args []string) (*devConfig, error) {
+	c := &devConfig{}
+	fs := newFlagSet(ctx, "dev", "[--data DIR] [--host H] [--port N] [--user U [--password P]] [--tlscert F --tlskey F [--tlsca F]] [--sync interval|always] [--once | --for D] [--http ADDR]")
+	fs.StringVar(&c.data, "data", filepath.Join(".jetflow", "data"), "JetStream data directory")
+	fs.StringVar(&c.host, "host", "127.0.0.1", "address to listen on")
+	fs.IntVar(&c.port, "port", 4222, "client port; 0 picks a free one (a taken 4222 does too)")
+	syncFlag := fs.String("sync", "interval", "fsync policy: interval (every --sync-every) or always (every write, 10-30x slower)")
+	fs.DurationVar(&c.syncEvery, "sync-every", 10*time.Millisecond, "fsync interval of --sync interval")
+	fs.StringVar(&c.prefix, "prefix", "jetflow", "subject and bucket prefix")
+	fs.BoolVar(&c.once, "once", false, "exit once the demo runs have ended")
+	fs.DurationVar(&c.forD, "for", 0, "exit after this long (with --once: at most this long)")
+	fs.BoolVar(&c.noDemo, "no-demo", false, "do not schedule the demo runs at start")
+	fs.StringVar(&c.httpAddr, "http", "", "also serve the web dashboard on this address, e.g. 127.0.0.1:8080")
+	c.sec.add(fs, "http-")
+	fs.StringVar(&c.user, "user", os.Getenv("NATS_USER"), "clients must log in as this user (with --password), or give this token (without); default: no login (env NATS_USER)")
+	fs.StringVar(&c.password, "password", os.Getenv("NATS_PASSWORD"), "the password of --user (env NATS_PASSWORD)")
+	fs.StringVar(&c.tlsCert, "tlscert", "", "server TLS certificate file (PEM): clients must use TLS")
+	fs.StringVar(&c.tlsKey, "tlskey", "", "server TLS private key file (PEM)")
+	fs.StringVar(&c.tlsCA, "tlsca", "", "certificate authority file (PEM): clients must present a certificate it signed")
+	fs.BoolVar(&c.asJSON, "json", false, "print JSON lines on stdout: first {nats_url, data, prefix}, then each run change as its record (as runs watch --json); other text goes to stderr")
+	pos, err := parseInterleaved(fs, args)
+	if err != nil {
+		return nil, err
+	}
+	if len(pos) > 0 {
+		return nil, usageErrorf("dev: unexpected argument %q", pos[0])
+	}
+	switch *syncFlag {
+	case "interval":
+		c.sync = embedded.SyncInterval
+	case "always":
+		c.sync = embedded.SyncAlways
+	default:
+		return nil, fmt.Errorf("dev: --sync %q: want interval or always", *syncFlag)
+	}
+	if c.once && c.noDemo {
+		return nil, errors.New("dev: --once waits for the demo runs; it cannot go with --no-demo")
+	}
+	if c.syncEvery <= 0 {
+		return nil, fmt.Errorf("dev: --sync-every %s: must be positive", c.syncEvery)
+	}
+	if c.forD < 0 {
+		return nil, fmt.Errorf("dev: --for %s: must be positive", c.forD)
+	}
+	fs.Visit(func(f *flag.Flag) { c.portSet = c.portSet || f.Name == "port" })
+	return c, nil
+}
+
+// startDevServer starts the embedded server on the data directory dir:
+// on a free port when the default one is taken, with the login and TLS of
+// the flags, and a warning on stderr when it serves other hosts without a
+// login.
+func startDevServer(ctx context.Context, c *devConfig, dir string, out io.Writer) (*embedded.Server, embedded.Options, error) {
+	listen := c.port
+	if listen != 0 && !portFree(c.host, listen) {
+		if c.portSet {
+			return nil, embedded.Options{}, fmt.Errorf("dev: port %d on %s is in use; pass another --port, or --port 0 for a free one", listen, c.host)
+		}
+		fmt.Fprintf(out, "port %d on %s is in use (another NATS server?); using a free port instead\n", listen, c.host)
+		listen = 0
+	}
+	opts := embedded.Options{Dir: dir, Host: c.host, Port: listen, Sync: c.sync, SyncEvery: c.syncEvery, ServerName: devID,
+		TLSCert: c.tlsCert, TLSKey: c.tlsKey, TLSCA: c.tlsCA}
+	switch {
+	case c.user != "" && c.password != "":
+		opts.User, opts.Password = c.user, c.password
+	case c.user != "":
+		opts.Token = c.user
+	case c.password != "":
+		return nil, opts, errors.New("dev: --password needs --user")
+	}
+	addSecrets(ctx, c.password, opts.Token)
+	srv, err := embedded.Start(opts)
+	if err != nil {
+		return nil, opts, fmt.Errorf("dev: start server: %w", err)
+	}
+	if !isLoopback(c.host) && !opts.Secured() {
+		where := c.host
+		if isUnspecified(c.host) || c.host == "" {
+			where = "every interface (" + c.host + ")"
+		}
+		fmt.Fprintf(stderr(ctx), "\nWARNING: jetflow dev serves NATS with JetStream on %s WITHOUT ANY LOGIN:\n"+
+			"anyone who can reach port %d can read, enqueue, cancel and delete runs and every stream.\n"+
+			"Set --user and --password (or --user TOKEN), with --tlscert and --tlskey, or keep --host 127.0.0.1.\n\n", where, srv.Addr().(*net.TCPAddr).Port)
+	}
+	return srv, opts, nil
+}
+
+// startDevRoles starts the demo worker, the scheduler and the triggers'
+// runner, with a context of their own: the returned stop stops them
+// gracefully, printing to out.
+func startDevRoles(js jetstream.JetStream, p *producer.Producer, sc streams.Config) (*scheduler.Scheduler, func(out io.Writer), error) {
+	ctx := context.Background()
 	w, err := worker.New(ctx, js, worker.Config{Streams: sc, ID: devID})
 	if err != nil {
-		return fmt.Errorf("dev: %w", err)
+		return nil, nil, fmt.Errorf("dev: %w", err)
 	}
 	if err := demo.Register(w); err != nil {
-		return fmt.Errorf("dev: %w", err)
+		return nil, nil, fmt.Errorf("dev: %w", err)
 	}
 	s, err := scheduler.New(ctx, js, scheduler.Config{Streams: sc, ID: devID})
 	if err != nil {
-		return fmt.Errorf("dev: %w", err)
+		return nil, nil, fmt.Errorf("dev: %w", err)
 	}
-	// Started with a context of their own: they are stopped gracefully below.
-	if err := w.Start(context.Background()); err != nil {
-		return fmt.Errorf("dev: start worker: %w", err)
+	if err := w.Start(ctx); err != nil {
+		return nil, nil, fmt.Errorf("dev: start worker: %w", err)
 	}
-	if err := s.Start(context.Background()); err != nil {
+	if err := s.Start(ctx); err != nil {
 		stopQuietly(w.Stop)
-		return fmt.Errorf("dev: start scheduler: %w", err)
+		return nil, nil, fmt.Errorf("dev: start scheduler: %w", err)
 	}
 	// Triggers added at run time (jetflow triggers add) run here.
 	trig := trigger.New(p, trigger.Config{ID: devID})
-	if err := trig.Start(context.Background()); err != nil {
+	if err := trig.Start(ctx); err != nil {
 		stopQuietly(w.Stop)
 		stopQuietly(s.Stop)
-		return fmt.Errorf("dev: start triggers: %w", err)
+		return nil, nil, fmt.Errorf("dev: start triggers: %w", err)
 	}
-	defer func() {
+	stop := func(out io.Writer) {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := trig.Stop(sctx); err != nil {
@@ -209,47 +276,37 @@ func runDev(ctx context.Context, args []string) error {
 			fmt.Fprintf(out, "scheduler stop: %v\n", err)
 		}
 		fmt.Fprintln(out, "jetflow dev stopped")
-	}()
-
-	printDevBanner(out, url, dir, syncMode, *syncEvery, *prefix, tr.existing(), opts)
-	if tr.json != nil {
-		tr.emit(map[string]any{"nats_url": url, "data": dir, "prefix": *prefix, "unfinished_runs": tr.existing()})
 	}
-	if *httpAddr != "" {
-		dcfg, err := sec.config(*httpAddr)
-		if err != nil {
-			return fmt.Errorf("dev: --http: %w", err)
-		}
-		dcfg.Crons = s.Crons()
-		dcfg.Steps = workflow.StepsFunc(p)
-		dout := io.Writer(out)
-		if *asJSON {
-			sec.json, dout = true, stdout(ctx)
-		}
-		stopHTTP, err := startDashboard(withOutput(ctx, dout, stderr(ctx)), *httpAddr, p, dcfg, sec)
-		if err != nil {
-			return fmt.Errorf("dev: %w", err)
-		}
-		defer stopHTTP()
-	}
+	registerDevHealth(w, s)
+	return s, stop, nil
+}
 
-	var seeded []demo.Scheduled
-	if !*noDemo {
-		seeded, err = demo.Seed(ctx, p)
-		if err != nil && ctx.Err() == nil {
-			return fmt.Errorf("dev: %w", err)
-		}
-		if ctx.Err() != nil {
-			// Ctrl-C while it seeded, right after the banner: a graceful
-			// stop, as any other.
-			fmt.Fprintln(out, "stopping...")
-			return nil
-		}
+// startDevDashboard serves the dashboard on --http.
+func startDevDashboard(ctx context.Context, c *devConfig, p *producer.Producer, s *scheduler.Scheduler, out io.Writer) (func(), error) {
+	dcfg, err := c.sec.config(c.httpAddr)
+	if err != nil {
+		return nil, fmt.Errorf("dev: --http: %w", err)
 	}
+	dcfg.Crons = s.Crons()
+	dcfg.Steps = workflow.StepsFunc(p)
+	dout := out
+	if c.asJSON {
+		c.sec.json, dout = true, stdout(ctx)
+	}
+	ctx = withHealth(ctx, devHealthOf(s)) // the worker's and scheduler's probes (health.go)
+	stop, err := startDashboard(withOutput(ctx, dout, stderr(ctx)), c.httpAddr, p, dcfg, c.sec)
+	if err != nil {
+		return nil, fmt.Errorf("dev: %w", err)
+	}
+	return stop, nil
+}
 
+// wait runs until Ctrl-C, --for, or with --once the end of the seeded
+// demo runs.
+func (c *devConfig) wait(ctx context.Context, out io.Writer, tr *runTracker, seeded []demo.Scheduled, watchDone <-chan struct{}) error {
 	var deadline <-chan time.Time
-	limit := *forD
-	if *once && limit == 0 {
+	limit := c.forD
+	if c.once && limit == 0 {
 		limit = devOnceLimit
 	}
 	if limit > 0 {
@@ -258,7 +315,7 @@ func runDev(ctx context.Context, args []string) error {
 		deadline = t.C
 	}
 	for {
-		if *once {
+		if c.once {
 			if done, sum := tr.ended(seeded); done {
 				fmt.Fprintf(out, "demo runs ended: %s\n", sum)
 				return nil
@@ -269,7 +326,7 @@ func runDev(ctx context.Context, args []string) error {
 			fmt.Fprintln(out, "stopping...")
 			return nil
 		case <-deadline:
-			if *once {
+			if c.once {
 				_, sum := tr.ended(seeded)
 				return fmt.Errorf("dev: demo runs did not all end within %s: %s", limit, sum)
 			}
@@ -329,14 +386,14 @@ func portFree(host string, port int) bool {
 	if err != nil {
 		return false
 	}
-	_ = l.Close()
+	_ = l.Close() // a probe: the port is free whatever its close says
 	return true
 }
 
 func stopQuietly(stop func(context.Context) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = stop(ctx)
+	_ = stop(ctx) // on the way out after an earlier error, which is the one to report
 }
 
 // lockedWriter serializes writes from the watch goroutine and the command.
@@ -490,13 +547,13 @@ func (t *runTracker) ended(runs []demo.Scheduled) (bool, string) {
 // notable reports whether r differs from prev in something a person
 // watching cares about: state, attempts, error or progress.
 func notable(prev, r *jetflow.Run) bool {
-	return prev.State != r.State || prev.Attempts != r.Attempts || prev.Error != r.Error ||
-		!sameProgress(prev.Progress, r.Progress)
+	return !sameAttempt(prev, r) || prev.Error != r.Error || !sameProgress(prev.Progress, r.Progress)
 }
 
 // emit writes v as one JSON line (--json).
 func (t *runTracker) emit(v any) {
 	t.jmu.Lock()
 	defer t.jmu.Unlock()
+	// A stdout gone (a closed pipe) leaves nobody to tell: the runs go on.
 	_ = t.json.Encode(v)
 }

@@ -42,34 +42,13 @@ func runEnqueue(ctx context.Context, args []string) error {
 	if err := checkJSON(raw); err != nil {
 		return fmt.Errorf("enqueue: arguments %s: %w", raw, err)
 	}
-	if *id != "" {
-		if err := jetflow.ValidateRunID(*id); err != nil {
-			return fmt.Errorf("enqueue: --id %q: 1-200 letters, digits, '_' or '-': %w", *id, err)
-		}
+	opts, err := enqueueOptions(*id, *maxAttempts)
+	if err != nil {
+		return err
 	}
-	if *maxAttempts < 0 {
-		return fmt.Errorf("enqueue: --max-attempts %d: must be positive", *maxAttempts)
-	}
-	var when time.Time
-	switch {
-	case *at != "" && *after != 0:
-		return errors.New("enqueue: give --after or --at, not both")
-	case *at != "":
-		when, err = time.Parse(time.RFC3339Nano, *at)
-		if err != nil {
-			return fmt.Errorf("enqueue: --at %q: not an RFC 3339 time such as 2026-12-25T09:00:00Z", *at)
-		}
-	case *after < 0:
-		return fmt.Errorf("enqueue: --after %s: must not be negative", *after)
-	case *after > 0:
-		when = time.Now().Add(*after)
-	}
-	var opts []producer.Option
-	if *id != "" {
-		opts = append(opts, producer.WithID(*id))
-	}
-	if *maxAttempts > 0 {
-		opts = append(opts, producer.WithMaxAttempts(*maxAttempts))
+	when, err := runTime(*at, *after)
+	if err != nil {
+		return err
 	}
 	c, err := cf.client(ctx)
 	if err != nil {
@@ -83,17 +62,65 @@ func runEnqueue(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("enqueue %s: %w", fn, err)
 	}
-	if *asJSON {
-		r, err := c.getRun(ctx, runID)
-		if err != nil {
-			return fmt.Errorf("enqueue %s: run %s scheduled, but reading it back: %w", fn, runID, err)
-		}
-		if err := writeJSON(stdout(ctx), r); err != nil {
-			return err
-		}
-	} else {
-		fmt.Fprintln(stdout(ctx), runID)
+	if err := printEnqueued(ctx, c, fn, runID, *asJSON); err != nil {
+		return err
 	}
+	warnUnserved(ctx, c, fn, runID)
+	return nil
+}
+
+// enqueueOptions checks --id and --max-attempts, and returns their options.
+func enqueueOptions(id string, maxAttempts int) ([]producer.Option, error) {
+	var opts []producer.Option
+	if id != "" {
+		if err := jetflow.ValidateRunID(id); err != nil {
+			return nil, fmt.Errorf("enqueue: --id %q: 1-200 letters, digits, '_' or '-': %w", id, err)
+		}
+		opts = append(opts, producer.WithID(id))
+	}
+	if maxAttempts < 0 {
+		return nil, fmt.Errorf("enqueue: --max-attempts %d: must be positive", maxAttempts)
+	}
+	if maxAttempts > 0 {
+		opts = append(opts, producer.WithMaxAttempts(maxAttempts))
+	}
+	return opts, nil
+}
+
+// runTime is when --at or --after start the run: the zero time for now.
+func runTime(at string, after time.Duration) (time.Time, error) {
+	switch {
+	case at != "" && after != 0:
+		return time.Time{}, errors.New("enqueue: give --after or --at, not both")
+	case at != "":
+		when, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("enqueue: --at %q: not an RFC 3339 time such as 2026-12-25T09:00:00Z", at)
+		}
+		return when, nil
+	case after < 0:
+		return time.Time{}, fmt.Errorf("enqueue: --after %s: must not be negative", after)
+	case after > 0:
+		return time.Now().Add(after), nil
+	}
+	return time.Time{}, nil
+}
+
+// printEnqueued prints the run's id, or its record as JSON.
+func printEnqueued(ctx context.Context, c *client, fn, runID string, asJSON bool) error {
+	if !asJSON {
+		_, err := fmt.Fprintln(stdout(ctx), runID)
+		return err
+	}
+	r, err := c.getRun(ctx, runID)
+	if err != nil {
+		return fmt.Errorf("enqueue %s: run %s scheduled, but reading it back: %w", fn, runID, err)
+	}
+	return writeJSON(stdout(ctx), r)
+}
+
+// warnUnserved warns on stderr when no worker serves function fn.
+func warnUnserved(ctx context.Context, c *client, fn, runID string) {
 	served, err := c.functions(ctx, fn)
 	switch {
 	case err != nil:
@@ -101,7 +128,6 @@ func runEnqueue(ctx context.Context, args []string) error {
 	case len(served) == 0:
 		fmt.Fprintf(stderr(ctx), "warning: no worker serves %s right now; run %s waits as pending until one does\n", fn, runID)
 	}
-	return nil
 }
 
 // checkJSON says where JSON text is broken, with a hint about shell quoting.

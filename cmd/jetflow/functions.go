@@ -29,12 +29,15 @@ type functionRow struct {
 }
 
 func runFunctions(ctx context.Context, args []string) error {
-	const functionsUsage = "usage: jetflow functions list [--json] | pause <function> | resume <function>   [--url URL] [--prefix P]"
+	const functionsUsage = "usage: jetflow functions list [--json] | stats [--json] [--target N] | pause <function> | resume <function>   [--url URL] [--prefix P]"
 	if done, err := subcommandHelp(ctx, "functions", functionsUsage, args); done {
 		return err
 	}
 	if args[0] == "pause" || args[0] == "resume" {
 		return runFunctionPause(ctx, args[0], args[1:])
+	}
+	if args[0] == "stats" {
+		return runFunctionStats(ctx, args[1:]) // stats.go
 	}
 	if args[0] != "list" && args[0] != "ls" {
 		fmt.Fprintln(stderr(ctx), functionsUsage)

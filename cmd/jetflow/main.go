@@ -45,7 +45,7 @@ var commands = map[string]command{}
 
 // longRunning commands keep going after a permissions violation (printed
 // on stderr); others end at once with it.
-var longRunning = map[string]bool{"dev": true, "dashboard": true, "bench": true}
+var longRunning = map[string]bool{"dev": true, "dashboard": true, "bench": true, "doctor": true}
 
 func register(name, usage string, run func(ctx context.Context, args []string) error) {
 	commands[name] = command{usage: usage, run: commandRun(name, run)}
@@ -255,11 +255,21 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 		if kind != "" {
 			line += " " + kind
 		}
-		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "0s" {
+		if !zeroDefault(f.DefValue) {
 			text += fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(w, "%s\n      %s\n", line, text)
 	})
+}
+
+// zeroDefault reports whether a flag's default, as text, is its type's
+// zero value: the help does not print it.
+func zeroDefault(v string) bool {
+	switch v {
+	case "", "0", "false", "0s":
+		return true
+	}
+	return false
 }
 
 // isHelp reports whether arg asks for help.

@@ -24,7 +24,7 @@ func printableLines(s string) string { return escapeText(s, true) }
 func escapeText(s string, keepNewlines bool) string {
 	clean := true
 	for _, r := range s {
-		if !printableRune(r) && !(keepNewlines && r == '\n') {
+		if keep := printableRune(r) || keepNewlines && r == '\n'; !keep {
 			clean = false
 			break
 		}

@@ -392,8 +392,7 @@ func describeChange(prev, r *jetflow.Run) string {
 		from = printable(string(prev.State))
 	}
 	state := printable(string(r.State))
-	if prev != nil && prev.State == r.State && prev.Attempts == r.Attempts && r.Progress != nil &&
-		!sameProgress(prev.Progress, r.Progress) {
+	if progressOnly(prev, r) {
 		fmt.Fprintf(&b, "%s  progress %s", state, progressText(r.Progress))
 		return b.String()
 	}
@@ -402,6 +401,15 @@ func describeChange(prev, r *jetflow.Run) string {
 	} else {
 		fmt.Fprintf(&b, "%s -> %s", from, state)
 	}
+	if notes := changeNotes(r); len(notes) > 0 {
+		fmt.Fprintf(&b, "  (%s)", strings.Join(notes, ", "))
+	}
+	return b.String()
+}
+
+// changeNotes are the notes of describeChange on record r: when it is due,
+// how its attempt went.
+func changeNotes(r *jetflow.Run) []string {
 	var notes []string
 	switch {
 	case r.State == jetflow.Pending && r.Attempts == 0:
@@ -431,17 +439,29 @@ func describeChange(prev, r *jetflow.Run) string {
 			notes = append(notes, oneLine(r.Error, 80))
 		}
 	}
-	if len(notes) > 0 {
-		fmt.Fprintf(&b, "  (%s)", strings.Join(notes, ", "))
-	}
-	return b.String()
+	return notes
 }
 
 func sameProgress(a, b *jetflow.Progress) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Percent == b.Percent && a.Processed == b.Processed && a.Total == b.Total && a.Message == b.Message
+	x, y := *a, *b
+	x.Updated, y.Updated = time.Time{}, time.Time{} // when is not what
+	return x == y
+}
+
+// sameAttempt reports whether a and b, two records of a run, are at the
+// same attempt in the same state.
+func sameAttempt(a, b *jetflow.Run) bool { return a.State == b.State && a.Attempts == b.Attempts }
+
+// progressOnly reports whether record r differs from prev (nil: none) only
+// by its progress.
+func progressOnly(prev, r *jetflow.Run) bool {
+	if prev == nil || r.Progress == nil {
+		return false
+	}
+	return sameAttempt(prev, r) && !sameProgress(prev.Progress, r.Progress)
 }
 
 func progressText(p *jetflow.Progress) string {

@@ -26,122 +26,168 @@ const workflowsUsage = `usage: jetflow workflows get <id> [--json]
        jetflow workflows definition <name> [active|paused|deprecated|deleted]
 (list them with: jetflow runs list --function <workflow name>)`
 
+// workflowsCall is a workflows subcommand as its flags and arguments say.
+type workflowsCall struct {
+	verb    string
+	pos     []string
+	id      string // pos[0]
+	asJSON  bool
+	newID   string          // restart's --id
+	payload json.RawMessage // send-event's
+	out     io.Writer
+	c       *client
+}
+
 func runWorkflows(ctx context.Context, args []string) error {
 	if done, err := subcommandHelp(ctx, "workflows", workflowsUsage, args); done {
 		return err
 	}
-	verb, rest := args[0], args[1:]
-	want := map[string]int{"get": 1, "send-event": 3, "cancel": 1, "restart": 1, "definition": 1}
-	n, ok := want[verb]
-	if !ok {
-		fmt.Fprintln(stderr(ctx), workflowsUsage)
-		return usageErrorf("workflows: unknown subcommand %q", verb)
-	}
-	fs := newFlagSet(ctx, "workflows "+verb, "")
-	var cf connFlags
-	cf.add(fs)
-	asJSON := fs.Bool("json", false, "print as JSON")
-	newID := fs.String("id", "", "restart: the new workflow's id (default generated)")
-	pos, err := parseInterleaved(fs, rest)
+	w, cf, err := parseWorkflowsArgs(ctx, args)
 	if err != nil {
 		return err
-	}
-	if len(pos) != n && !(verb == "definition" && len(pos) == 2) {
-		return usageErrorf("workflows %s: want %d argument(s), got %d", verb, n, len(pos))
-	}
-	if verb != "restart" && *newID != "" {
-		return usageErrorf("workflows %s: --id is restart's flag", verb)
-	}
-	var payload json.RawMessage
-	if verb == "send-event" {
-		if !json.Valid([]byte(pos[2])) {
-			return usageErrorf("workflows send-event: the payload %q is not JSON", pos[2])
-		}
-		payload = json.RawMessage(pos[2])
 	}
 	c, err := cf.client(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	out := stdout(ctx)
-	id := pos[0]
-	switch verb {
+	w.c, w.out = c, stdout(ctx)
+	switch w.verb {
 	case "definition":
-		if len(pos) == 2 {
-			if err := workflow.SetDefinitionState(ctx, c.p, id, workflow.DefinitionState(pos[1])); err != nil {
-				return fmt.Errorf("workflow definition %s: %w", id, err)
-			}
-		}
-		st, err := workflow.DefinitionStateOf(ctx, c.p, id)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
-			return writeJSON(out, map[string]string{"definition": id, "state": string(st)})
-		}
-		fmt.Fprintf(out, "workflow definition %s is %s\n", printable(id), printable(string(st)))
-		return nil
+		return w.definition(ctx)
 	case "get":
-		st, err := workflow.Get(ctx, c.p, id)
-		if err != nil {
-			return fmt.Errorf("workflow %s: %w", id, err)
-		}
-		if *asJSON {
-			return writeJSON(out, st)
-		}
-		printWorkflow(out, st)
-		return nil
+		return w.get(ctx)
 	case "send-event":
-		if err := workflow.SendEvent(ctx, c.p, id, pos[1], payload); err != nil {
-			return fmt.Errorf("workflow %s: event %s: %w", id, pos[1], err)
-		}
-		if *asJSON {
-			return writeJSON(out, map[string]any{"workflow": id, "event": pos[1], "sent": true})
-		}
-		fmt.Fprintf(out, "event %s sent to workflow %s\n", printable(pos[1]), printable(id))
-		return nil
+		return w.sendEvent(ctx)
 	case "cancel":
-		// A plain run is not canceled as a workflow (runs cancel does that).
-		r, err := c.p.Get(ctx, id)
-		if err != nil {
-			return fmt.Errorf("workflow %s: %w", id, err)
-		}
-		if !wfwire.IsWorkflow(r) {
-			return fmt.Errorf("run %s (%s): %w (cancel it with: jetflow runs cancel %s)", id, r.Name, producer.ErrNotWorkflow, id)
-		}
-		res, err := c.p.CancelRun(ctx, id)
-		if err != nil {
-			return fmt.Errorf("workflow %s: %w", id, err)
-		}
-		if *asJSON {
-			return writeJSON(out, map[string]any{"canceled": res.Canceled, "run": res.Run})
-		}
-		if res.Canceled {
-			fmt.Fprintf(out, "workflow %s canceled: it stops at its next step, and what it started is canceled\n", id)
-		} else {
-			fmt.Fprintf(out, "workflow %s had already ended (%s)\n", id, printable(string(res.Run.State)))
-		}
-		return nil
-	default: // restart
-		var opts []workflow.StartOption
-		if *newID != "" {
-			opts = append(opts, workflow.WithID(*newID))
-		}
-		nid, err := workflow.Restart(ctx, c.p, id, opts...)
-		if err != nil {
-			return fmt.Errorf("workflow %s: %w", id, err)
-		}
-		if *asJSON {
-			return writeJSON(out, map[string]string{"restartOf": id, "id": nid})
-		}
-		fmt.Fprintf(out, "workflow %s restarted as %s (the steps that succeeded keep their results)\n", id, nid)
-		return nil
+		return w.cancel(ctx)
 	}
+	return w.restart(ctx)
+}
+
+// parseWorkflowsArgs reads and checks a workflows subcommand's flags and
+// arguments.
+func parseWorkflowsArgs(ctx context.Context, args []string) (*workflowsCall, *connFlags, error) {
+	verb, rest := args[0], args[1:]
+	want := map[string]int{"get": 1, "send-event": 3, "cancel": 1, "restart": 1, "definition": 1}
+	n, ok := want[verb]
+	if !ok {
+		fmt.Fprintln(stderr(ctx), workflowsUsage)
+		return nil, nil, usageErrorf("workflows: unknown subcommand %q", verb)
+	}
+	fs := newFlagSet(ctx, "workflows "+verb, "")
+	cf := &connFlags{}
+	cf.add(fs)
+	w := &workflowsCall{verb: verb}
+	fs.BoolVar(&w.asJSON, "json", false, "print as JSON")
+	fs.StringVar(&w.newID, "id", "", "restart: the new workflow's id (default generated)")
+	pos, err := parseInterleaved(fs, rest)
+	if err != nil {
+		return nil, nil, err
+	}
+	argsOK := len(pos) == n || verb == "definition" && len(pos) == 2
+	if !argsOK {
+		return nil, nil, usageErrorf("workflows %s: want %d argument(s), got %d", verb, n, len(pos))
+	}
+	if verb != "restart" && w.newID != "" {
+		return nil, nil, usageErrorf("workflows %s: --id is restart's flag", verb)
+	}
+	if verb == "send-event" {
+		if !json.Valid([]byte(pos[2])) {
+			return nil, nil, usageErrorf("workflows send-event: the payload %q is not JSON", pos[2])
+		}
+		w.payload = json.RawMessage(pos[2])
+	}
+	w.pos, w.id = pos, pos[0]
+	return w, cf, nil
+}
+
+// definition sets the state of a workflow definition (when given), and
+// prints it.
+func (w *workflowsCall) definition(ctx context.Context) error {
+	if len(w.pos) == 2 {
+		if err := workflow.SetDefinitionState(ctx, w.c.p, w.id, workflow.DefinitionState(w.pos[1])); err != nil {
+			return fmt.Errorf("workflow definition %s: %w", w.id, err)
+		}
+	}
+	st, err := workflow.DefinitionStateOf(ctx, w.c.p, w.id)
+	if err != nil {
+		return err
+	}
+	if w.asJSON {
+		return writeJSON(w.out, map[string]string{"definition": w.id, "state": string(st)})
+	}
+	_, err = fmt.Fprintf(w.out, "workflow definition %s is %s\n", printable(w.id), printable(string(st)))
+	return err
+}
+
+func (w *workflowsCall) get(ctx context.Context) error {
+	st, err := workflow.Get(ctx, w.c.p, w.id)
+	if err != nil {
+		return fmt.Errorf("workflow %s: %w", w.id, err)
+	}
+	if w.asJSON {
+		return writeJSON(w.out, st)
+	}
+	return printWorkflow(w.out, st)
+}
+
+func (w *workflowsCall) sendEvent(ctx context.Context) error {
+	event := w.pos[1]
+	if err := workflow.SendEvent(ctx, w.c.p, w.id, event, w.payload); err != nil {
+		return fmt.Errorf("workflow %s: event %s: %w", w.id, event, err)
+	}
+	if w.asJSON {
+		return writeJSON(w.out, map[string]any{"workflow": w.id, "event": event, "sent": true})
+	}
+	_, err := fmt.Fprintf(w.out, "event %s sent to workflow %s\n", printable(event), printable(w.id))
+	return err
+}
+
+// cancel cancels a workflow; a plain run is not canceled as a workflow
+// (runs cancel does that).
+func (w *workflowsCall) cancel(ctx context.Context) error {
+	id := w.id
+	r, err := w.c.p.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("workflow %s: %w", id, err)
+	}
+	if !wfwire.IsWorkflow(r) {
+		return fmt.Errorf("run %s (%s): %w (cancel it with: jetflow runs cancel %s)", id, r.Name, producer.ErrNotWorkflow, id)
+	}
+	res, err := w.c.p.CancelRun(ctx, id)
+	if err != nil {
+		return fmt.Errorf("workflow %s: %w", id, err)
+	}
+	if w.asJSON {
+		return writeJSON(w.out, map[string]any{"canceled": res.Canceled, "run": res.Run})
+	}
+	if res.Canceled {
+		_, err = fmt.Fprintf(w.out, "workflow %s canceled: it stops at its next step, and what it started is canceled\n", id)
+	} else {
+		_, err = fmt.Fprintf(w.out, "workflow %s had already ended (%s)\n", id, printable(string(res.Run.State)))
+	}
+	return err
+}
+
+func (w *workflowsCall) restart(ctx context.Context) error {
+	var opts []workflow.StartOption
+	if w.newID != "" {
+		opts = append(opts, workflow.WithID(w.newID))
+	}
+	nid, err := workflow.Restart(ctx, w.c.p, w.id, opts...)
+	if err != nil {
+		return fmt.Errorf("workflow %s: %w", w.id, err)
+	}
+	if w.asJSON {
+		return writeJSON(w.out, map[string]string{"restartOf": w.id, "id": nid})
+	}
+	_, err = fmt.Fprintf(w.out, "workflow %s restarted as %s (the steps that succeeded keep their results)\n", w.id, nid)
+	return err
 }
 
 // printWorkflow prints a workflow's record and steps.
-func printWorkflow(w io.Writer, st *workflow.Status) {
+func printWorkflow(w io.Writer, st *workflow.Status) error {
 	r := st.Run
 	fmt.Fprintf(w, "workflow  %s (%s)\nstate     %s", printable(r.ID), printable(r.Name), printable(string(r.State)))
 	if st.Waiting && !r.State.Terminal() {
@@ -155,8 +201,8 @@ func printWorkflow(w io.Writer, st *workflow.Status) {
 		fmt.Fprintf(w, "result    %s\n", printableLines(string(r.Result)))
 	}
 	if len(st.Steps) == 0 {
-		fmt.Fprintln(w, "no step journaled yet")
-		return
+		_, err := fmt.Fprintln(w, "no step journaled yet")
+		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "STEP\tNAME\tKIND\tSTATE\tATTEMPTS\tSTARTED\tCOMPLETED\tERROR")
@@ -164,7 +210,7 @@ func printWorkflow(w io.Writer, st *workflow.Status) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", printable(s.Step), printable(s.Name), printable(string(s.Kind)),
 			printable(string(s.State)), s.Attempts, fmtStepTime(s.Started), fmtStepTime(s.Completed), printable(s.Error))
 	}
-	_ = tw.Flush()
+	return tw.Flush()
 }
 
 func fmtStepTime(t time.Time) string {

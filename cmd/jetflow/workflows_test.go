@@ -223,13 +223,17 @@ func TestPrintWorkflowEndedIsNotWaiting(t *testing.T) {
 		Waits:   []string{"step 1 (event): event approved"},
 	}
 	var b strings.Builder
-	printWorkflow(&b, st)
+	if err := printWorkflow(&b, st); err != nil {
+		t.Fatal(err)
+	}
 	if out := b.String(); strings.Contains(out, "waiting for") || !strings.Contains(out, "state     canceled\n") {
 		t.Fatalf("a canceled workflow:\n%s", out)
 	}
 	st.Run.State = jetflow.InProgress
 	b.Reset()
-	printWorkflow(&b, st)
+	if err := printWorkflow(&b, st); err != nil {
+		t.Fatal(err)
+	}
 	if out := b.String(); !strings.Contains(out, "state     inProgress, waiting for step 1 (event): event approved\n") {
 		t.Fatalf("a waiting workflow:\n%s", out)
 	}

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -112,7 +113,11 @@ func run(ctx context.Context, url string, verbose bool) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	defer w.Stop(context.Background())
+	defer func() {
+		if err := w.Stop(context.Background()); err != nil {
+			log.Print(err)
+		}
+	}()
 	p := w.Producer()
 
 	// The triggers, declared in code. A runner runs them; any number of
@@ -190,7 +195,11 @@ func run(ctx context.Context, url string, verbose bool) error {
 	if err := r2.Start(ctx); err != nil {
 		return err
 	}
-	defer r2.Stop(context.Background())
+	defer func() {
+		if err := r2.Stop(context.Background()); err != nil {
+			log.Print(err)
+		}
+	}()
 	if err := waitRuns(ctx, p, []string{"C-3"}); err != nil {
 		return err
 	}

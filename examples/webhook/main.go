@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -253,7 +254,11 @@ func send(ctx context.Context, endpoint string, body []byte, delivery, signature
 	if err != nil {
 		return 0, out, err
 	}
-	defer res.Body.Close()
+	defer func() {
+		if err := res.Body.Close(); err != nil {
+			log.Print(err)
+		}
+	}()
 	data, err := io.ReadAll(res.Body)
 	if err != nil {
 		return 0, out, err

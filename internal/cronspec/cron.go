@@ -150,96 +150,28 @@ func parseField(def fieldDef, raw string) (string, uint64, *FieldError) {
 	return strings.Join(out, ","), mask, nil
 }
 
+// parseItem parses one item of a field's list: *, ?, a modifier (L, nW,
+// nL, n#k), a step, a range or a value. It returns the item's canonical
+// text and the values it selects.
 func parseItem(def fieldDef, item string) (string, uint64, *FieldError) {
-	bad := func(format string, args ...any) (string, uint64, *FieldError) {
-		return "", 0, invalidf(def.name, item, format, args...)
-	}
-	switch {
-	case item == "":
-		return bad("has an empty list item")
-	case item == "*":
+	switch item {
+	case "":
+		return "", 0, invalidf(def.name, item, "has an empty list item")
+	case "*":
 		return "*", span(def.min, def.max, 1), nil
-	case item == "?":
+	case "?":
 		if !def.dom && !def.dow {
-			return bad("value \"?\" is only allowed in day-of-month and day-of-week")
+			return "", 0, invalidf(def.name, item, "value \"?\" is only allowed in day-of-month and day-of-week")
 		}
 		return "?", 0, nil
 	}
-
 	// gronx modifiers: L and nW in day-of-month, nL and n#k in day-of-week.
 	if strings.ContainsAny(item, "#LW") && !isName(def, item) {
-		switch {
-		case def.dom && item == "L":
-			return "L", 0, nil
-		case def.dom && item == "LW":
-			return bad("value \"LW\" is not supported (use L or nW)")
-		case def.dom && strings.HasSuffix(item, "W"):
-			n, err := value(def, item[:len(item)-1], item)
-			if err != nil {
-				if !allDigits(item[:len(item)-1]) {
-					return bad("value %q is not valid (day-of-month modifiers are L and nW)", item)
-				}
-				return "", 0, err
-			}
-			return strconv.Itoa(n) + "W", 0, nil
-		case def.dow && strings.Contains(item, "#"):
-			day, nth, _ := strings.Cut(item, "#")
-			d, err := value(def, day, item)
-			if err != nil {
-				return "", 0, err
-			}
-			k, convErr := strconv.Atoi(nth)
-			if convErr != nil || !allDigits(nth) || k < 1 || k > 5 {
-				return bad("value %q: occurrence after # must be 1-5", item)
-			}
-			return fmt.Sprintf("%d#%d", d, k), 0, nil
-		case def.dow && strings.HasSuffix(item, "L") && len(item) > 1:
-			d, err := value(def, item[:len(item)-1], item)
-			if err != nil {
-				if _, name := def.names[item[:len(item)-1]]; !name && !allDigits(item[:len(item)-1]) {
-					return bad("value %q is not valid (day-of-week modifiers are nL and n#k)", item)
-				}
-				return "", 0, err
-			}
-			return strconv.Itoa(d) + "L", 0, nil
-		case def.dom:
-			return bad("value %q is not valid (day-of-month modifiers are L and nW)", item)
-		case def.dow:
-			return bad("value %q is not valid (day-of-week modifiers are nL and n#k)", item)
-		default:
-			return bad("value %q is not valid (modifiers L, W and # are only allowed in day-of-month and day-of-week)", item)
-		}
+		return parseModifier(def, item)
 	}
-
-	// Steps: */n, a/n, a-b/n.
 	if base, stepText, ok := strings.Cut(item, "/"); ok {
-		maxStep := def.max - def.min + 1
-		step, err := strconv.Atoi(stepText)
-		if err != nil || !allDigits(stepText) {
-			return bad("value %q: step %q is not a number", item, stepText)
-		}
-		if step < 1 || step > maxStep {
-			return bad("value %q: step %d out of range 1-%d", item, step, maxStep)
-		}
-		lo, hi := def.min, def.max
-		switch {
-		case base == "*":
-			return "*/" + stepText, span(lo, hi, step), nil
-		case strings.Contains(base, "-"):
-			a, b, ferr := rangeValues(def, base, item)
-			if ferr != nil {
-				return "", 0, ferr
-			}
-			return fmt.Sprintf("%d-%d/%d", a, b, step), span(a, b, step), nil
-		default:
-			a, ferr := value(def, base, item)
-			if ferr != nil {
-				return "", 0, ferr
-			}
-			return fmt.Sprintf("%d/%d", a, step), span(a, hi, step), nil
-		}
+		return parseStep(def, item, base, stepText)
 	}
-
 	if strings.Contains(item, "-") {
 		a, b, err := rangeValues(def, item, item)
 		if err != nil {
@@ -247,12 +179,96 @@ func parseItem(def fieldDef, item string) (string, uint64, *FieldError) {
 		}
 		return fmt.Sprintf("%d-%d", a, b), span(a, b, 1), nil
 	}
-
 	v, err := value(def, item, item)
 	if err != nil {
 		return "", 0, err
 	}
 	return strconv.Itoa(v), span(v, v, 1), nil
+}
+
+// parseModifier parses an item with a gronx modifier: L and nW in
+// day-of-month, nL and n#k in day-of-week. The days it selects depend on
+// the month: its mask is 0.
+func parseModifier(def fieldDef, item string) (string, uint64, *FieldError) {
+	bad := func(format string, args ...any) (string, uint64, *FieldError) {
+		return "", 0, invalidf(def.name, item, format, args...)
+	}
+	switch {
+	case def.dom && item == "L":
+		return "L", 0, nil
+	case def.dom && item == "LW":
+		return bad("value \"LW\" is not supported (use L or nW)")
+	case def.dom && strings.HasSuffix(item, "W"):
+		n, err := value(def, item[:len(item)-1], item)
+		if err != nil {
+			if !allDigits(item[:len(item)-1]) {
+				return bad("value %q is not valid (day-of-month modifiers are L and nW)", item)
+			}
+			return "", 0, err
+		}
+		return strconv.Itoa(n) + "W", 0, nil
+	case def.dow && strings.Contains(item, "#"):
+		day, nth, _ := strings.Cut(item, "#")
+		d, err := value(def, day, item)
+		if err != nil {
+			return "", 0, err
+		}
+		k, ok := occurrence(nth)
+		if !ok {
+			return bad("value %q: occurrence after # must be 1-5", item)
+		}
+		return fmt.Sprintf("%d#%d", d, k), 0, nil
+	case def.dow && strings.HasSuffix(item, "L") && len(item) > 1:
+		d, err := value(def, item[:len(item)-1], item)
+		if err != nil {
+			if _, name := def.names[item[:len(item)-1]]; !name && !allDigits(item[:len(item)-1]) {
+				return bad("value %q is not valid (day-of-week modifiers are nL and n#k)", item)
+			}
+			return "", 0, err
+		}
+		return strconv.Itoa(d) + "L", 0, nil
+	case def.dom:
+		return bad("value %q is not valid (day-of-month modifiers are L and nW)", item)
+	case def.dow:
+		return bad("value %q is not valid (day-of-week modifiers are nL and n#k)", item)
+	}
+	return bad("value %q is not valid (modifiers L, W and # are only allowed in day-of-month and day-of-week)", item)
+}
+
+// occurrence parses the k of n#k: 1 to 5, digits only.
+func occurrence(nth string) (int, bool) {
+	if !allDigits(nth) {
+		return 0, false
+	}
+	k, err := strconv.Atoi(nth)
+	return k, err == nil && k >= 1 && k <= 5
+}
+
+// parseStep parses a step item (base/stepText): */n, a/n, a-b/n.
+func parseStep(def fieldDef, item, base, stepText string) (string, uint64, *FieldError) {
+	maxStep := def.max - def.min + 1
+	step, err := strconv.Atoi(stepText)
+	if err != nil || !allDigits(stepText) {
+		return "", 0, invalidf(def.name, item, "value %q: step %q is not a number", item, stepText)
+	}
+	if step < 1 || step > maxStep {
+		return "", 0, invalidf(def.name, item, "value %q: step %d out of range 1-%d", item, step, maxStep)
+	}
+	switch {
+	case base == "*":
+		return "*/" + stepText, span(def.min, def.max, step), nil
+	case strings.Contains(base, "-"):
+		a, b, ferr := rangeValues(def, base, item)
+		if ferr != nil {
+			return "", 0, ferr
+		}
+		return fmt.Sprintf("%d-%d/%d", a, b, step), span(a, b, step), nil
+	}
+	a, ferr := value(def, base, item)
+	if ferr != nil {
+		return "", 0, ferr
+	}
+	return fmt.Sprintf("%d/%d", a, step), span(a, def.max, step), nil
 }
 
 func rangeValues(def fieldDef, text, item string) (int, int, *FieldError) {

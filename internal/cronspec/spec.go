@@ -239,48 +239,68 @@ func (s Spec) compile() (*plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &plan{spec: s, loc: loc}
-
-	type field struct {
-		name  string
-		value int
-		used  bool
-	}
-	checkUnused := func(fields ...field) error {
-		for _, f := range fields {
-			if !f.used && f.value != 0 {
-				return invalidf(f.name, fmt.Sprint(f.value), "value %d is not used by kind %q and must be zero", f.value, string(s.Kind))
-			}
-		}
-		if s.Kind != KindInterval && s.Every != 0 {
-			return invalidf("every", s.Every.String(), "value %v is not used by kind %q and must be zero", s.Every, string(s.Kind))
-		}
-		if s.Kind != KindCron && s.Expr != "" {
-			return invalidf("expr", s.Expr, "value %q is not used by kind %q and must be empty", s.Expr, string(s.Kind))
-		}
-		return nil
-	}
-	minute := field{"minute", s.Minute, s.Kind != KindInterval && s.Kind != KindCron}
-	hour := field{"hour", s.Hour, minute.used && s.Kind != KindHourly}
-	day := field{"day", s.Day, s.Kind == KindMonthly}
-	weekday := field{"weekday", int(s.Weekday), s.Kind == KindWeekly}
-	if err := checkUnused(minute, hour, day, weekday); err != nil {
+	if err := s.checkFields(); err != nil {
 		return nil, err
 	}
+	p := &plan{spec: s, loc: loc}
+	if err := p.setKind(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// specField is a field of a Spec that some kinds use.
+type specField struct {
+	name  string
+	value int
+	used  bool // by the spec's kind
+}
+
+// checkFields checks that the fields the spec's kind does not use are
+// zero, and that the minute and hour it uses are in range.
+func (s Spec) checkFields() error {
+	minute := specField{"minute", s.Minute, s.Kind != KindInterval && s.Kind != KindCron}
+	hour := specField{"hour", s.Hour, minute.used && s.Kind != KindHourly}
+	day := specField{"day", s.Day, s.Kind == KindMonthly}
+	weekday := specField{"weekday", int(s.Weekday), s.Kind == KindWeekly}
+	if err := s.checkUnused(minute, hour, day, weekday); err != nil {
+		return err
+	}
 	if minute.used && (s.Minute < 0 || s.Minute > 59) {
-		return nil, rangeErr("minute", s.Minute, 0, 59)
+		return rangeErr("minute", s.Minute, 0, 59)
 	}
 	if hour.used && (s.Hour < 0 || s.Hour > 23) {
-		return nil, rangeErr("hour", s.Hour, 0, 23)
+		return rangeErr("hour", s.Hour, 0, 23)
 	}
+	return nil
+}
 
+func (s Spec) checkUnused(fields ...specField) error {
+	for _, f := range fields {
+		if !f.used && f.value != 0 {
+			return invalidf(f.name, fmt.Sprint(f.value), "value %d is not used by kind %q and must be zero", f.value, string(s.Kind))
+		}
+	}
+	if s.Kind != KindInterval && s.Every != 0 {
+		return invalidf("every", s.Every.String(), "value %v is not used by kind %q and must be zero", s.Every, string(s.Kind))
+	}
+	if s.Kind != KindCron && s.Expr != "" {
+		return invalidf("expr", s.Expr, "value %q is not used by kind %q and must be empty", s.Expr, string(s.Kind))
+	}
+	return nil
+}
+
+// setKind checks the fields proper to the spec's kind and sets the plan's
+// next function.
+func (p *plan) setKind() error {
+	s := p.spec
 	switch s.Kind {
 	case KindInterval:
 		switch {
 		case s.Every <= 0:
-			return nil, invalidf("every", s.Every.String(), "value %v must be positive", s.Every)
+			return invalidf("every", s.Every.String(), "value %v must be positive", s.Every)
 		case s.Every%time.Second != 0:
-			return nil, invalidf("every", s.Every.String(), "value %v is not a whole number of seconds", s.Every)
+			return invalidf("every", s.Every.String(), "value %v is not a whole number of seconds", s.Every)
 		}
 	case KindHourly:
 		p.rawNext = p.hourly
@@ -288,25 +308,25 @@ func (s Spec) compile() (*plan, error) {
 		p.rawNext = p.daily
 	case KindWeekly:
 		if s.Weekday < time.Sunday || s.Weekday > time.Saturday {
-			return nil, rangeErr("weekday", int(s.Weekday), 0, 6)
+			return rangeErr("weekday", int(s.Weekday), 0, 6)
 		}
 		p.rawNext = p.weekly
 	case KindMonthly:
 		if s.Day < 1 || s.Day > 31 {
-			return nil, rangeErr("day", s.Day, 1, 31)
+			return rangeErr("day", s.Day, 1, 31)
 		}
 		p.rawNext = p.monthly
 	case KindCron:
 		c, err := parseCron(s.Expr)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		p.cron = c
 		p.rawNext = c.nextWall
 	default:
-		return nil, invalidf("kind", string(s.Kind), "value %q is not one of interval, hourly, daily, weekly, monthly, cron", string(s.Kind))
+		return invalidf("kind", string(s.Kind), "value %q is not one of interval, hourly, daily, weekly, monthly, cron", string(s.Kind))
 	}
-	return p, nil
+	return nil
 }
 
 // zones caches loaded locations: time.LoadLocation reads the zoneinfo

@@ -40,6 +40,10 @@ type Elector struct {
 	// OnTerm is called with true when a term starts and false when it
 	// ends (optional).
 	OnTerm func(leader bool)
+	// OnAttempt is called after each try to take or renew the lease with
+	// its error: nil (held), kv.ErrNotLeader (another holds it) or why
+	// the lease could not be read (optional; health probes read it).
+	OnAttempt func(err error)
 }
 
 // Run campaigns until ctx ends, running lead for each term with a ctx
@@ -86,6 +90,9 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) {
 		actx, c := context.WithTimeout(ctx, e.TTL/2)
 		err := e.Lease.Acquire(actx)
 		c()
+		if e.OnAttempt != nil {
+			e.OnAttempt(err)
+		}
 		if cur != nil {
 			select {
 			case <-cur.done: // the term ended by itself

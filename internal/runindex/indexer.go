@@ -233,34 +233,23 @@ type state struct {
 	served *Checkpoint
 }
 
+// term is one leadership term of the indexer: it marks the term in the
+// index, reads the checkpoint (or recounts from nothing when rebuild is
+// set or the checkpoint cannot serve), then follows the runs stream from
+// the checkpoint, counting each write and storing its index entry, with a
+// checkpoint every Every.
 func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // also ends a delivery blocked on msgs when the term returns
 	js := ix.js
-	idx, err := js.Stream(ctx, ix.cfg.IndexStream())
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		// Deleted since Run provisioned it: make it again (if this user
-		// may), the counts and entries then rebuilt from nothing.
-		err = natsperm.Do(ctx, js.Conn(), func(ctx context.Context) error {
-			return streams.ProvisionIndex(ctx, js, ix.cfg)
-		}, "$JS.API.")
-		if err == nil {
-			idx, err = js.Stream(ctx, ix.cfg.IndexStream())
-		}
-	}
+	idx, err := ix.indexStream(ctx)
 	if err != nil {
 		return err
 	}
-	// The term's chain starts with a marker stored right after the stream's
-	// last message as read from its leader (expected last sequence): the
-	// entries resume after the last one before the marker (resumePoint).
-	st0 := time.Now()
-	marker := nats.NewMsg(ix.cfg.IndexTermSubject())
-	markerID := fmt.Sprintf("term-%s-%d", ix.Name, st0.UnixNano())
-	marker.Header.Set(jetstream.MsgIDHeader, markerID)
-	ack, err := js.PublishMsg(ctx, marker, jetstream.WithExpectLastSequence(idx.CachedInfo().State.LastSeq))
+	began := time.Now()
+	markerSeq, markerID, err := ix.markTerm(ctx, idx, began)
 	if err != nil {
-		return fmt.Errorf("runindex: term marker: %w", err)
+		return err
 	}
 	ents, err := newEntries(js.Conn(), 4096, markerID, ix.ackWait)
 	if err != nil {
@@ -271,13 +260,69 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	if err != nil {
 		return err
 	}
+	st, err := ix.begin(ctx, rs, idx, markerSeq, rebuild, began)
+	if err != nil {
+		return err
+	}
+	msgs, stop, err := ix.follow(ctx, rs, st.cp.Seq)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	defer ix.leave(ctx, ents, st)
+	caughtUp := rs.CachedInfo().State.LastSeq <= st.cp.Seq
+	if caughtUp && st.rebuild {
+		st.cp.Rebuilding = false
+	}
+	ix.setCaughtUp(caughtUp && !st.cp.Rebuilding)
+	return ix.consume(ctx, ents, st, msgs)
+}
+
+// indexStream returns the index stream; one deleted since Run provisioned
+// it is made again (if this user may), the counts and entries then rebuilt
+// from nothing.
+func (ix *Indexer) indexStream(ctx context.Context) (jetstream.Stream, error) {
+	js := ix.js
+	idx, err := js.Stream(ctx, ix.cfg.IndexStream())
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return idx, err
+	}
+	err = natsperm.Do(ctx, js.Conn(), func(ctx context.Context) error {
+		return streams.ProvisionIndex(ctx, js, ix.cfg)
+	}, "$JS.API.")
+	if err != nil {
+		return nil, err
+	}
+	return js.Stream(ctx, ix.cfg.IndexStream())
+}
+
+// markTerm stores the marker that starts the term's chain, right after the
+// index's last message as read from its leader (expected last sequence):
+// the entries resume after the last one before the marker (resumePoint).
+// It returns the marker's sequence and message id.
+func (ix *Indexer) markTerm(ctx context.Context, idx jetstream.Stream, began time.Time) (uint64, string, error) {
+	marker := nats.NewMsg(ix.cfg.IndexTermSubject())
+	markerID := fmt.Sprintf("term-%s-%d", ix.Name, began.UnixNano())
+	marker.Header.Set(jetstream.MsgIDHeader, markerID)
+	ack, err := ix.js.PublishMsg(ctx, marker, jetstream.WithExpectLastSequence(idx.CachedInfo().State.LastSeq))
+	if err != nil {
+		return 0, "", fmt.Errorf("runindex: term marker: %w", err)
+	}
+	return ack.Sequence, markerID, nil
+}
+
+// begin is the term's first state: the checkpoint's counts, or nothing to
+// recount from (rebuild, no checkpoint, one of a recount, or one of
+// another retention), with the entries resuming after the last one stored
+// before the term's marker at markerSeq.
+func (ix *Indexer) begin(ctx context.Context, rs, idx jetstream.Stream, markerSeq uint64, rebuild bool, began time.Time) (*state, error) {
 	var st state
-	cp, err := ReadCheckpoint(ctx, js, ix.cfg)
+	cp, err := ReadCheckpoint(ctx, ix.js, ix.cfg)
 	switch {
 	case errors.Is(err, ErrNoCheckpoint):
 		rebuild = true
 	case err != nil:
-		return err
+		return nil, err
 	case cp.Rebuilding, cp.Retention != ix.cfg.Retention:
 		rebuild = true
 	default:
@@ -297,13 +342,13 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	}
 	// Entries resume after the last one stored: the index holds every
 	// entry up to it, in order, and none after (entries.go).
-	if rev, ok, err := ix.resumePoint(ctx, idx, ack.Sequence); err != nil {
-		return err
+	if rev, ok, err := ix.resumePoint(ctx, idx, markerSeq); err != nil {
+		return nil, err
 	} else if ok {
 		st.cp.IndexSeq = rev
 	}
 	st.at = st.cp.At
-	st.began = st0
+	st.began = began
 	st.base = st.cp.Seq
 	st.cp.Rebuilding = rebuild
 	st.cp.Leader = ix.Name
@@ -317,19 +362,24 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 	ix.stats.CaughtUp = false
 	ix.stats.Seq = st.cp.Seq
 	ix.mu.Unlock()
+	return &st, nil
+}
 
+// follow consumes the headers of the runs stream's writes after seq (all
+// when 0) into the returned channel, until stop.
+func (ix *Indexer) follow(ctx context.Context, rs jetstream.Stream, seq uint64) (<-chan jetstream.Msg, func(), error) {
 	occ := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{ix.pfx + ">"},
 		HeadersOnly:    true,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	}
-	if st.cp.Seq > 0 {
+	if seq > 0 {
 		occ.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		occ.OptStartSeq = st.cp.Seq + 1
+		occ.OptStartSeq = seq + 1
 	}
 	c, err := rs.OrderedConsumer(ctx, occ)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	msgs := make(chan jetstream.Msg, 4096)
 	cc, err := c.Consume(func(m jetstream.Msg) {
@@ -343,26 +393,32 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 		// pulls of 2 s, that is 2 s of index lag, not nats.go's 30 s.
 		jetstream.PullExpiry(2*time.Second))
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	defer cc.Stop()
-	defer func() {
-		// A term that ends (a graceful stop, the lease given up) leaves
-		// a checkpoint at what it read, so the next resumes from there.
-		if context.Cause(ctx) == context.Canceled && !st.cp.Rebuilding {
-			fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = ix.checkpoint(fctx, js, ents, &st)
-		}
-	}()
+	return msgs, cc.Stop, nil
+}
+
+// leave writes, when the term ends by a cancel (a graceful stop, the lease
+// given up), a checkpoint at what it read, so the next term resumes from
+// there.
+func (ix *Indexer) leave(ctx context.Context, ents *entries, st *state) {
+	if context.Cause(ctx) != context.Canceled || st.cp.Rebuilding {
+		return
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := ix.checkpoint(fctx, ix.js, ents, st); err != nil {
+		ix.Log.Info("run index: the term's last checkpoint; the next term reads from the one before", "error", err)
+	}
+}
+
+// consume counts each write of msgs and stores its index entry, and writes
+// a checkpoint every Every while writes come (every 5 x Every otherwise),
+// until ctx ends or a write fails.
+func (ix *Indexer) consume(ctx context.Context, ents *entries, st *state, msgs <-chan jetstream.Msg) error {
 	tick := time.NewTicker(ix.Every)
 	defer tick.Stop()
 	dirty, lastWrite := true, time.Time{}
-	caughtUp := rs.CachedInfo().State.LastSeq <= st.cp.Seq
-	if caughtUp && rebuild {
-		st.cp.Rebuilding = false
-	}
-	ix.setCaughtUp(caughtUp && !st.cp.Rebuilding)
 	for {
 		select {
 		case <-ctx.Done():
@@ -372,7 +428,7 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			if err != nil {
 				continue
 			}
-			if err := ix.apply(ctx, ents, &st, m, md); err != nil {
+			if err := ix.apply(ctx, ents, st, m, md); err != nil {
 				return err
 			}
 			if ents.failed.Load() {
@@ -380,23 +436,28 @@ func (ix *Indexer) term(ctx context.Context, rebuild bool) error {
 			}
 			dirty = true
 			if md.NumPending == 0 {
-				caughtUp = true
-				if st.cp.Rebuilding {
-					st.cp.Rebuilding = false
-					ix.Log.Info("run index: recount done", "seq", st.cp.Seq)
-				}
-				ix.setCaughtUp(true)
+				ix.reachedEnd(st)
 			}
 		case <-tick.C:
 			if !dirty && time.Since(lastWrite) < 5*ix.Every {
 				continue
 			}
-			if err := ix.checkpoint(ctx, js, ents, &st); err != nil {
+			if err := ix.checkpoint(ctx, ix.js, ents, st); err != nil {
 				return err
 			}
 			dirty, lastWrite = false, time.Now()
 		}
 	}
+}
+
+// reachedEnd notes that the term has read the runs stream to its end: a
+// recount is done.
+func (ix *Indexer) reachedEnd(st *state) {
+	if st.cp.Rebuilding {
+		st.cp.Rebuilding = false
+		ix.Log.Info("run index: recount done", "seq", st.cp.Seq)
+	}
+	ix.setCaughtUp(true)
 }
 
 func (ix *Indexer) setCaughtUp(v bool) {

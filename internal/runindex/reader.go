@@ -404,8 +404,12 @@ type pager struct {
 
 // match reports whether a record's state and function fit the query.
 func (p *pager) match(state jetflow.State, fn string) bool {
-	return (p.q.State == "" || state == p.q.State) && (p.q.Function == "" || fn == p.q.Function)
+	return fits(p.q.State, state) && fits(p.q.Function, fn)
 }
+
+// fits reports whether got is what a query asks for: want, or anything
+// when want is "".
+func fits[S ~string](want, got S) bool { return want == "" || got == want }
 
 // record reads run id and returns it if its revision is still rev (0: any)
 // and it fits the query.
@@ -512,10 +516,56 @@ func (p *pager) get(ctx context.Context, id string) (*jetflow.Run, error) {
 	return p.r.store.Get(ctx, id)
 }
 
+// pageRows are the rows a page reads, up to want: the page's limit and one
+// more, which says there is a page beyond.
+type pageRows struct {
+	rows []row
+	want int
+}
+
+func (w *pageRows) full() bool                   { return len(w.rows) >= w.want }
+func (w *pageRows) need() int                    { return w.want - len(w.rows) }
+func (w *pageRows) add(ps pos, run *jetflow.Run) { w.rows = append(w.rows, row{ps, run}) }
+
+// newestFirst is the page of rows read newest first, after a cursor
+// (after) or from the top; str writes a cursor.
+func newestFirst(rows []row, limit int, after bool, str func(pos) string) Page {
+	var page Page
+	if len(rows) > limit {
+		rows = rows[:limit]
+		page.Next = str(rows[len(rows)-1].pos)
+	}
+	for _, rw := range rows {
+		page.Runs = append(page.Runs, rw.run)
+	}
+	if after && len(rows) > 0 {
+		page.Prev = str(rows[0].pos)
+	}
+	return page
+}
+
+// oldestFirst is the page of rows read oldest first, back from a cursor;
+// str writes a cursor.
+func oldestFirst(rows []row, limit int, str func(pos) string) Page {
+	var page Page
+	if len(rows) > limit {
+		rows = rows[:limit]
+		page.Prev = str(rows[len(rows)-1].pos)
+	}
+	slices.Reverse(rows)
+	for _, rw := range rows {
+		page.Runs = append(page.Runs, rw.run)
+	}
+	if len(rows) > 0 {
+		page.Next = str(rows[len(rows)-1].pos)
+	}
+	return page
+}
+
 // tailRows is the visitor of the runs stream's tail (the writes not
 // indexed yet): each write that matches the page's filter adds its record
-// to rows, until full.
-func (p *pager) tailRows(ctx context.Context, rows *[]row, full func() bool) func(uint64, jetstream.Msg) (bool, error) {
+// to w, until full.
+func (p *pager) tailRows(ctx context.Context, w *pageRows) func(uint64, jetstream.Msg) (bool, error) {
 	return func(seq uint64, m jetstream.Msg) (bool, error) {
 		h := m.Headers()
 		if !p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
@@ -526,9 +576,9 @@ func (p *pager) tailRows(ctx context.Context, rows *[]row, full func() bool) fun
 			return false, err
 		}
 		if run != nil {
-			*rows = append(*rows, row{pos{class: classTail, seq: seq}, run})
+			w.add(pos{class: classTail, seq: seq}, run)
 		}
-		return !full(), nil
+		return !w.full(), nil
 	}
 }
 
@@ -564,204 +614,230 @@ func (p *pager) prefetch(ctx context.Context, ids []string, n int) {
 	}
 }
 
-// forward is a page newest first after cursor (nil: the first page).
+// forward is a page newest first after cursor (nil: the first page): the
+// runs waiting without a record, then the records not indexed yet, then
+// the index entries.
 func (p *pager) forward(ctx context.Context, after *pos, queued []queuedRun, runsLast, idxLast uint64) (Page, error) {
-	want := p.q.Limit + 1
-	var rows []row
-	full := func() bool { return len(rows) >= want }
-	// Runs waiting without a record.
+	w := &pageRows{want: p.q.Limit + 1}
 	if after == nil || after.class == classQueued {
-		for i := len(queued) - 1; i >= 0 && !full(); i-- {
-			qr := queued[i]
-			if after != nil && qr.seq >= after.seq {
-				continue
-			}
-			if p.match(qr.run.State, qr.run.Name) {
-				p.seen[qr.id] = true
-				rows = append(rows, row{pos{class: classQueued, seq: qr.seq}, qr.run})
-			}
+		p.queuedNewest(w, after, queued)
+	}
+	if err := p.tailNewest(ctx, w, after, runsLast); err != nil {
+		return Page{}, err
+	}
+	if err := p.indexNewest(ctx, w, after, idxLast); err != nil {
+		return Page{}, err
+	}
+	return newestFirst(w.rows, p.q.Limit, after != nil, pos.String), nil
+}
+
+// queuedNewest adds the runs waiting without a record, newest first,
+// older than after (nil: all).
+func (p *pager) queuedNewest(w *pageRows, after *pos, queued []queuedRun) {
+	for i := len(queued) - 1; i >= 0 && !w.full(); i-- {
+		qr := queued[i]
+		if after != nil && qr.seq >= after.seq {
+			continue
+		}
+		if p.match(qr.run.State, qr.run.Name) {
+			p.seen[qr.id] = true
+			w.add(pos{class: classQueued, seq: qr.seq}, qr.run)
 		}
 	}
-	// Records not indexed yet: the runs stream's tail.
+}
+
+// tailNewest adds the records not indexed yet (the runs stream's tail,
+// up to runsLast), newest first, older than after (nil: all).
+func (p *pager) tailNewest(ctx context.Context, w *pageRows, after *pos, runsLast uint64) error {
+	if after != nil && after.class < classTail {
+		return nil // the cursor is past the tail, in the index
+	}
 	tailTop := runsLast + 1
 	if after != nil && after.class == classTail {
 		tailTop = after.seq
 	}
-	if !full() && (after == nil || after.class >= classTail) && tailTop > p.lastIndexed+1 {
-		pre := func(ms []jetstream.Msg) {
-			ids := make([]string, len(ms))
-			for i, m := range ms {
-				if h := m.Headers(); p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
-					ids[i] = m.Subject()[len(p.r.pfx):]
-				}
-			}
-			p.prefetch(ctx, ids, want-len(rows))
-		}
-		err := back(ctx, p.rs, p.r.pfx+">", false, tailTop, p.lastIndexed, func() int { return want - len(rows) }, pre, p.tailRows(ctx, &rows, full))
-		if err != nil {
-			return Page{}, err
-		}
+	if w.full() || tailTop <= p.lastIndexed+1 {
+		return nil
 	}
-	// Index entries.
-	if !full() && p.idx != nil && p.lastIndexed > 0 {
-		top := idxLast + 1
-		var revBelow uint64 // skip entries of writes shown from the tail
-		if after != nil && after.class == classIndex {
-			top = after.seq
-		}
-		if after != nil && after.class == classTail {
-			revBelow = after.seq
-		}
-		// An entry counts if it names a run, is not of a write shown from
-		// the tail on this page (after the index's end as read) or on the
-		// one before (the cursor's).
-		shown := func(h nats.Header) (string, uint64, bool) {
-			id, rev, ok := entryOf(h)
-			return id, rev, ok && rev <= p.lastIndexed && (revBelow == 0 || rev < revBelow)
-		}
-		pre := func(ms []jetstream.Msg) {
-			ids := make([]string, len(ms))
-			for i, m := range ms {
-				if id, _, ok := shown(m.Headers()); ok {
-					ids[i] = id
-				}
+	pre := func(ms []jetstream.Msg) {
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			if h := m.Headers(); p.match(jetflow.State(h.Get(kv.HeaderState)), h.Get(kv.HeaderFunction)) {
+				ids[i] = m.Subject()[len(p.r.pfx):]
 			}
-			p.prefetch(ctx, ids, want-len(rows))
 		}
-		err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), true, top, 0, func() int { return want - len(rows) }, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
-			id, rev, ok := shown(m.Headers())
-			if !ok {
-				return true, nil
+		p.prefetch(ctx, ids, w.need())
+	}
+	return back(ctx, p.rs, p.r.pfx+">", false, tailTop, p.lastIndexed, w.need, pre, p.tailRows(ctx, w))
+}
+
+// indexNewest adds the runs of the index entries (up to idxLast), newest
+// first, older than after (nil: all).
+func (p *pager) indexNewest(ctx context.Context, w *pageRows, after *pos, idxLast uint64) error {
+	if w.full() || p.idx == nil || p.lastIndexed == 0 {
+		return nil
+	}
+	top := idxLast + 1
+	var revBelow uint64 // skip entries of writes shown from the tail
+	if after != nil && after.class == classIndex {
+		top = after.seq
+	}
+	if after != nil && after.class == classTail {
+		revBelow = after.seq
+	}
+	shown := func(h nats.Header) (string, uint64, bool) {
+		id, rev, ok := entryOf(h)
+		return id, rev, ok && indexShows(rev, p.lastIndexed, revBelow)
+	}
+	pre := func(ms []jetstream.Msg) {
+		ids := make([]string, len(ms))
+		for i, m := range ms {
+			if id, _, ok := shown(m.Headers()); ok {
+				ids[i] = id
 			}
-			run, err := p.record(ctx, id, rev)
-			if err != nil {
-				return false, err
-			}
-			if run != nil {
-				rows = append(rows, row{pos{class: classIndex, seq: seq, rev: rev}, run})
-			}
-			return !full(), nil
-		})
-		if err != nil {
-			return Page{}, err
 		}
+		p.prefetch(ctx, ids, w.need())
 	}
-	var page Page
-	if len(rows) > p.q.Limit {
-		rows = rows[:p.q.Limit]
-		page.Next = rows[len(rows)-1].pos.String()
+	return back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), true, top, 0, w.need, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
+		id, rev, ok := shown(m.Headers())
+		if !ok {
+			return true, nil
+		}
+		return p.indexRow(ctx, w, seq, id, rev)
+	})
+}
+
+// indexRow adds to w the run of index entry seq (run id at revision rev),
+// and reports whether w wants more.
+func (p *pager) indexRow(ctx context.Context, w *pageRows, seq uint64, id string, rev uint64) (bool, error) {
+	run, err := p.record(ctx, id, rev)
+	if err != nil {
+		return false, err
 	}
-	for _, rw := range rows {
-		page.Runs = append(page.Runs, rw.run)
+	if run != nil {
+		w.add(pos{class: classIndex, seq: seq, rev: rev}, run)
 	}
-	if after != nil && len(rows) > 0 {
-		page.Prev = rows[0].pos.String()
-	}
-	return page, nil
+	return !w.full(), nil
+}
+
+// indexShows reports whether an index entry of revision rev is shown from
+// the index: it is not of a write shown from the tail, on this page (after
+// the index's end as read, lastIndexed) or on the one before (at or after
+// revBelow, the cursor's; 0: none).
+func indexShows(rev, lastIndexed, revBelow uint64) bool {
+	return rev <= lastIndexed && (revBelow == 0 || rev < revBelow)
 }
 
 // backward is the page of runs just newer than cursor before, newest
-// first.
+// first: read oldest first from the cursor, the index entries, then the
+// records not indexed yet, then the runs waiting without a record.
 func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, runsLast, idxLast uint64) (Page, error) {
-	want := p.q.Limit + 1
-	var rows []row // oldest first
-	full := func() bool { return len(rows) >= want }
+	w := &pageRows{want: p.q.Limit + 1} // oldest first
 	if before.class == classIndex && p.idx != nil {
-		err := ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq+1, func(seq uint64, m jetstream.Msg) (bool, error) {
-			id, rev, ok := entryOf(m.Headers())
-			if !ok {
-				return true, nil // names no run: not an entry the indexer wrote
-			}
-			if rev > p.lastIndexed {
-				return false, nil // newer than the index's end as read: the tail has it
-			}
-			run, err := p.record(ctx, id, rev)
-			if err != nil {
-				return false, err
-			}
-			if run != nil {
-				rows = append(rows, row{pos{class: classIndex, seq: seq, rev: rev}, run})
-			}
-			return !full(), nil
-		})
-		if err != nil {
+		if err := p.indexOldest(ctx, w, before); err != nil {
 			return Page{}, err
 		}
 	}
-	if before.class == classTail && before.seq < p.lastIndexed && p.idx != nil {
-		// The cursor was in the runs stream's tail and the index has
-		// caught up past it since: the writes after it and up to the
-		// index's end are index entries now, the newest ones. Read from
-		// the end back to the cursor (what was written since its page),
-		// then their records oldest first.
-		type entry struct {
-			seq, rev uint64
-			id       string
-		}
-		var newer []entry
-		err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), true, idxLast+1, 0, func() int { return want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
-			id, rev, ok := entryOf(m.Headers())
-			switch {
-			case !ok:
-				// Not an entry the indexer wrote: it names no run.
-			case rev <= before.seq:
-				return false, nil
-			case rev <= p.lastIndexed:
-				newer = append(newer, entry{seq, rev, id})
-			}
-			return true, nil
-		})
-		if err != nil {
-			return Page{}, err
-		}
-		for i := len(newer) - 1; i >= 0 && !full(); i-- {
-			e := newer[i]
-			run, err := p.record(ctx, e.id, e.rev)
-			if err != nil {
-				return Page{}, err
-			}
-			if run != nil {
-				rows = append(rows, row{pos{class: classIndex, seq: e.seq, rev: e.rev}, run})
-			}
-		}
-	}
-	if !full() && before.class <= classTail {
-		start := p.lastIndexed + 1
-		if before.class == classTail {
-			start = max(start, before.seq+1)
-		}
-		if before.class == classIndex {
-			start = max(start, before.rev+1)
-		}
-		err := ahead(ctx, p.rs, p.r.pfx+">", start, p.tailRows(ctx, &rows, full))
-		if err != nil {
+	if p.caughtUp(before) {
+		if err := p.caughtUpOldest(ctx, w, before, idxLast); err != nil {
 			return Page{}, err
 		}
 	}
+	if !w.full() && before.class <= classTail {
+		if err := p.tailOldest(ctx, w, before); err != nil {
+			return Page{}, err
+		}
+	}
+	p.queuedOldest(w, before, queued)
+	return oldestFirst(w.rows, p.q.Limit, pos.String), nil
+}
+
+// indexOldest adds the runs of the index entries after cursor before (in
+// the index), oldest first, up to the index's end as read.
+func (p *pager) indexOldest(ctx context.Context, w *pageRows, before pos) error {
+	return ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq+1, func(seq uint64, m jetstream.Msg) (bool, error) {
+		id, rev, ok := entryOf(m.Headers())
+		if !ok {
+			return true, nil // names no run: not an entry the indexer wrote
+		}
+		if rev > p.lastIndexed {
+			return false, nil // newer than the index's end as read: the tail has it
+		}
+		return p.indexRow(ctx, w, seq, id, rev)
+	})
+}
+
+// caughtUp reports whether cursor before was in the runs stream's tail and
+// the index has caught up past it since.
+func (p *pager) caughtUp(before pos) bool {
+	if p.idx == nil {
+		return false
+	}
+	return before.class == classTail && before.seq < p.lastIndexed
+}
+
+// caughtUpOldest adds the runs written after cursor before (in the runs
+// stream's tail when its page was read) and indexed since: the writes
+// after it and up to the index's end are index entries now, the newest
+// ones. It reads from the end (idxLast) back to the cursor, then their
+// records oldest first.
+func (p *pager) caughtUpOldest(ctx context.Context, w *pageRows, before pos, idxLast uint64) error {
+	type entry struct {
+		seq, rev uint64
+		id       string
+	}
+	var newer []entry
+	err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), true, idxLast+1, 0, func() int { return w.want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
+		id, rev, ok := entryOf(m.Headers())
+		switch {
+		case !ok:
+			// Not an entry the indexer wrote: it names no run.
+		case rev <= before.seq:
+			return false, nil
+		case rev <= p.lastIndexed:
+			newer = append(newer, entry{seq, rev, id})
+		}
+		return true, nil
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(newer) - 1; i >= 0 && !w.full(); i-- {
+		e := newer[i]
+		if _, err := p.indexRow(ctx, w, e.seq, e.id, e.rev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// tailOldest adds the records not indexed yet after cursor before, oldest
+// first.
+func (p *pager) tailOldest(ctx context.Context, w *pageRows, before pos) error {
+	start := p.lastIndexed + 1
+	if before.class == classTail {
+		start = max(start, before.seq+1)
+	}
+	if before.class == classIndex {
+		start = max(start, before.rev+1)
+	}
+	return ahead(ctx, p.rs, p.r.pfx+">", start, p.tailRows(ctx, w))
+}
+
+// queuedOldest adds the runs waiting without a record, oldest first, newer
+// than cursor before and not shown yet.
+func (p *pager) queuedOldest(w *pageRows, before pos, queued []queuedRun) {
 	for _, qr := range queued {
-		if full() {
+		if w.full() {
 			break
 		}
 		if before.class == classQueued && qr.seq <= before.seq || p.seen[qr.id] {
 			continue
 		}
 		if p.match(qr.run.State, qr.run.Name) {
-			rows = append(rows, row{pos{class: classQueued, seq: qr.seq}, qr.run})
+			w.add(pos{class: classQueued, seq: qr.seq}, qr.run)
 		}
 	}
-	var page Page
-	if len(rows) > p.q.Limit {
-		rows = rows[:p.q.Limit]
-		page.Prev = rows[len(rows)-1].pos.String()
-	}
-	slices.Reverse(rows)
-	for _, rw := range rows {
-		page.Runs = append(page.Runs, rw.run)
-	}
-	if len(rows) > 0 {
-		page.Next = rows[len(rows)-1].pos.String()
-	}
-	return page, nil
 }
 
 // back visits the messages of stream on filter with a sequence in (floor,
@@ -903,7 +979,7 @@ func ahead(ctx context.Context, st jetstream.Stream, filter string, from uint64,
 func drop(st jetstream.Stream, c jetstream.Consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	_ = st.DeleteConsumer(ctx, c.CachedInfo().Name)
+	_ = st.DeleteConsumer(ctx, c.CachedInfo().Name) // best effort: the server deletes it after InactiveThreshold anyway
 }
 
 // consumer is a short-lived consumer of stream on filter from sequence

@@ -22,30 +22,51 @@ func (r *Reader) ListScan(ctx context.Context, q Query) (Page, error) {
 		q.Limit = 100
 	}
 	p := &pager{r: r, q: q, seen: map[string]bool{}}
+	sc, err := p.scan(ctx)
+	if err != nil {
+		return Page{}, err
+	}
+	if before != nil {
+		return sc.backward(ctx, *before)
+	}
+	return sc.forward(ctx, after)
+}
+
+// scanned is every run of a ListScan's query, newest first: the records'
+// positions, and the runs waiting without a record (byID).
+type scanned struct {
+	p    *pager
+	all  []pos
+	byID map[string]*jetflow.Run
+}
+
+// scan reads the header of every record that fits the query, and the
+// subjects of the runs waiting.
+func (p *pager) scan(ctx context.Context) (*scanned, error) {
+	r, q := p.r, p.q
 	// Queued messages first: a run's record is written before its message
 	// goes, so a run taken between the two scans is still seen once.
 	queued := map[string]string{}
 	if q.State == "" || q.State == jetflow.Pending {
 		if err := r.store.ScanQueued(ctx, q.Function, func(fn, id string) { queued[id] = fn }); err != nil {
-			return Page{}, err
+			return nil, err
 		}
 	}
-	var all []pos // newest first
-	err = r.store.Scan(ctx, func(h kv.Header) {
+	sc := &scanned{p: p, byID: map[string]*jetflow.Run{}}
+	err := r.store.Scan(ctx, func(h kv.Header) {
 		delete(queued, h.ID)
 		if p.match(h.State, h.Function) {
-			all = append(all, pos{class: classTail, seq: h.Revision, id: h.ID})
+			sc.all = append(sc.all, pos{class: classTail, seq: h.Revision, id: h.ID})
 		}
 	})
 	if err != nil {
-		return Page{}, err
+		return nil, err
 	}
-	byID := map[string]*jetflow.Run{}
 	for id, fn := range queued {
 		read.Add(1)
 		run, seq, ok, err := r.store.QueuedRunSeq(ctx, fn, id)
 		if err != nil {
-			return Page{}, err
+			return nil, err
 		}
 		if !ok {
 			// Taken meanwhile: its record was written before its
@@ -53,10 +74,10 @@ func (r *Reader) ListScan(ctx context.Context, q Query) (Page, error) {
 			// left to the next page read.
 			continue
 		}
-		byID[id] = run
-		all = append(all, pos{class: classQueued, seq: seq, id: id})
+		sc.byID[id] = run
+		sc.all = append(sc.all, pos{class: classQueued, seq: seq, id: id})
 	}
-	slices.SortFunc(all, func(a, b pos) int {
+	slices.SortFunc(sc.all, func(a, b pos) int {
 		if newer(a, b) {
 			return -1
 		}
@@ -65,73 +86,65 @@ func (r *Reader) ListScan(ctx context.Context, q Query) (Page, error) {
 		}
 		return 0
 	})
-	load := func(ps pos) (*jetflow.Run, error) {
-		if ps.class == classQueued {
-			if run := byID[ps.id]; p.match(run.State, run.Name) {
-				return run, nil
-			}
-			return nil, nil
+	return sc, nil
+}
+
+// load reads the run at ps: nil when it no longer fits the query.
+func (sc *scanned) load(ctx context.Context, ps pos) (*jetflow.Run, error) {
+	if ps.class == classQueued {
+		if run := sc.byID[ps.id]; sc.p.match(run.State, run.Name) {
+			return run, nil
 		}
-		return p.record(ctx, ps.id, 0)
+		return nil, nil
 	}
-	var page Page
-	var rows []row
-	if before != nil {
-		// The rows just newer than before, walked oldest first.
-		i := len(all) - 1
-		for ; i >= 0 && !newer(all[i], *before); i-- {
-		}
-		for ; i >= 0 && len(rows) <= q.Limit; i-- {
-			run, err := load(all[i])
-			if errors.Is(err, jetflow.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return page, err
-			}
-			if run != nil {
-				rows = append(rows, row{all[i], run})
-			}
-		}
-		if len(rows) > q.Limit {
-			rows = rows[:q.Limit]
-			page.Prev = rows[len(rows)-1].pos.scanString()
-		}
-		slices.Reverse(rows)
-		if len(rows) > 0 {
-			page.Next = rows[len(rows)-1].pos.scanString()
-		}
-	} else {
-		for _, ps := range all {
-			if after != nil && !newer(*after, ps) {
-				continue
-			}
-			if len(rows) > q.Limit {
-				break
-			}
-			run, err := load(ps)
-			if errors.Is(err, jetflow.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return page, err
-			}
-			if run != nil {
-				rows = append(rows, row{ps, run})
-			}
-		}
-		if len(rows) > q.Limit {
-			rows = rows[:q.Limit]
-			page.Next = rows[len(rows)-1].pos.scanString()
-		}
-		if after != nil && len(rows) > 0 {
-			page.Prev = rows[0].pos.scanString()
+	return sc.p.record(ctx, ps.id, 0)
+}
+
+// add loads the run at ps into w; a record gone meanwhile is left out.
+func (sc *scanned) add(ctx context.Context, w *pageRows, ps pos) error {
+	run, err := sc.load(ctx, ps)
+	if errors.Is(err, jetflow.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if run != nil {
+		w.add(ps, run)
+	}
+	return nil
+}
+
+// backward is the page of the rows just newer than before, walked oldest
+// first.
+func (sc *scanned) backward(ctx context.Context, before pos) (Page, error) {
+	w := &pageRows{want: sc.p.q.Limit + 1}
+	i := len(sc.all) - 1
+	for ; i >= 0 && !newer(sc.all[i], before); i-- {
+	}
+	for ; i >= 0 && !w.full(); i-- {
+		if err := sc.add(ctx, w, sc.all[i]); err != nil {
+			return Page{}, err
 		}
 	}
-	for _, rw := range rows {
-		page.Runs = append(page.Runs, rw.run)
+	return oldestFirst(w.rows, sc.p.q.Limit, pos.scanString), nil
+}
+
+// forward is the page of the rows older than after (nil: the first page).
+func (sc *scanned) forward(ctx context.Context, after *pos) (Page, error) {
+	w := &pageRows{want: sc.p.q.Limit + 1}
+	for _, ps := range sc.all {
+		if after != nil && !newer(*after, ps) {
+			continue
+		}
+		if w.full() {
+			break
+		}
+		if err := sc.add(ctx, w, ps); err != nil {
+			return Page{}, err
+		}
 	}
-	return page, nil
+	return newestFirst(w.rows, sc.p.q.Limit, after != nil, pos.scanString), nil
 }
 
 // scanString is the cursor of a row of ListScan: a record's is its

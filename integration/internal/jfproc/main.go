@@ -227,7 +227,7 @@ func run(ctx context.Context, c config) error {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer closeLedger(f)
 		log = slog.New(both{log.Handler(), slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})})
 	}
 	nc, err := nats.Connect(c.url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond),
@@ -767,4 +767,12 @@ func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams
 	}
 	marker("DONE %d %d", accepted.Load(), failed.Load())
 	return nil
+}
+
+// closeLedger closes a ledger file; its lines were fsynced as written, so
+// a failed close is only said.
+func closeLedger(f *os.File) {
+	if err := f.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "close ledger:", err)
+	}
 }

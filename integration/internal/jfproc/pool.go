@@ -79,7 +79,7 @@ func runPool(ctx context.Context, c config, js jetstream.JetStream, scfg streams
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer closeLedger(f)
 	led := &eventLedger{f: f}
 	var w *worker.Worker
 	if err := setup(func(ctx context.Context) error {

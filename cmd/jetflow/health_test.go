@@ -1,0 +1,46 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+)
+
+// jetflow dashboard and jetflow dev serve /livez and /readyz at the root,
+// beside the dashboard (under its base path); dev's include its worker's
+// and scheduler's checks.
+func TestDashboardAndDevServeProbes(t *testing.T) {
+	t.Parallel()
+	get := func(url string) (int, string) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	e := setup(t)
+	out, _ := startCommand(t, "dashboard", "--url", e.URL, "--listen", "127.0.0.1:0", "--base-path", "/jf")
+	root := strings.TrimSuffix(waitDashboard(t, out), "jf/")
+	for _, path := range []string{"livez", "readyz"} {
+		if code, body := get(root + path); code != http.StatusOK || !strings.Contains(body, `"status":"ok"`) {
+			t.Errorf("dashboard /%s: %d %s", path, code, body)
+		}
+	}
+
+	dout, _ := startCommand(t, "dev", "--no-demo", "--port", "0", "--data", t.TempDir(),
+		"--sync-every", testSyncEvery.String(), "--http", "127.0.0.1:0")
+	droot := waitDashboard(t, dout)
+	testserver.Eventually(t, 20*time.Second, "jetflow dev ready", func() bool {
+		code, body := get(droot + "readyz")
+		return code == http.StatusOK && strings.Contains(body, "dev.worker.checks") && strings.Contains(body, "dev.scheduler.checks")
+	})
+	if code, body := get(droot + "livez"); code != http.StatusOK {
+		t.Errorf("dev /livez: %d %s", code, body)
+	}
+}

@@ -1,0 +1,79 @@
+package runindex
+
+import (
+	"testing"
+
+	"github.com/jetflow-dev/jetflow"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func TestIndexShows(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                       string
+		rev, lastIndexed, revBelow uint64
+		want                       bool
+	}{
+		{"indexed, no cursor in the tail", 5, 10, 0, true},
+		{"after the index's end as read: the tail shows it", 11, 10, 0, false},
+		{"the index's last entry", 10, 10, 0, true},
+		{"below a tail cursor", 5, 10, 6, true},
+		{"at a tail cursor: shown on the page before", 6, 10, 6, false},
+		{"above a tail cursor", 8, 10, 6, false},
+	} {
+		if got := indexShows(tc.rev, tc.lastIndexed, tc.revBelow); got != tc.want {
+			t.Errorf("%s: indexShows = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestMatch(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		q     Query
+		state jetflow.State
+		fn    string
+		want  bool
+	}{
+		{Query{}, jetflow.Failed, "a", true},
+		{Query{State: jetflow.Failed}, jetflow.Failed, "a", true},
+		{Query{State: jetflow.Failed}, jetflow.Success, "a", false},
+		{Query{Function: "a"}, jetflow.Success, "a", true},
+		{Query{Function: "a"}, jetflow.Success, "b", false},
+		{Query{State: jetflow.Failed, Function: "a"}, jetflow.Failed, "a", true},
+		{Query{State: jetflow.Failed, Function: "a"}, jetflow.Failed, "b", false},
+		{Query{State: jetflow.Failed, Function: "a"}, jetflow.Pending, "a", false},
+	} {
+		p := &pager{q: tc.q}
+		if got := p.match(tc.state, tc.fn); got != tc.want {
+			t.Errorf("%+v: match(%s, %s) = %v, want %v", tc.q, tc.state, tc.fn, got, tc.want)
+		}
+	}
+}
+
+func TestCaughtUp(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		index  bool
+		before pos
+		want   bool
+	}{
+		{"tail cursor, index past it", true, pos{class: classTail, seq: 5}, true},
+		{"tail cursor, index not past it", true, pos{class: classTail, seq: 10}, false},
+		{"no index", false, pos{class: classTail, seq: 5}, false},
+		{"index cursor", true, pos{class: classIndex, seq: 5}, false},
+		{"queued cursor", true, pos{class: classQueued, seq: 5}, false},
+	} {
+		p := &pager{lastIndexed: 10}
+		if tc.index {
+			p.idx = fakeStream{}
+		}
+		if got := p.caughtUp(tc.before); got != tc.want {
+			t.Errorf("%s: caughtUp = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// fakeStream stands for an index stream that nothing reads.
+type fakeStream struct{ jetstream.Stream }
