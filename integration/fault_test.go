@@ -85,6 +85,7 @@ type ledgerLine struct {
 	id      string
 	attempt int
 	pid     int
+	at      time.Time // when it started, by the real clock (zero in lines without it)
 }
 
 // readLedger reads every complete line of the ledger at path.
@@ -102,17 +103,24 @@ func readLedger(t *testing.T, path string) []ledgerLine {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		p := strings.Fields(sc.Text())
-		if len(p) != 3 {
+		if len(p) != 3 && len(p) != 4 {
 			t.Errorf("ledger: malformed line %q", sc.Text())
 			continue
 		}
 		a, err1 := strconv.Atoi(p[1])
 		pid, err2 := strconv.Atoi(p[2])
-		if err1 != nil || err2 != nil {
+		var at time.Time
+		var err3 error
+		if len(p) == 4 {
+			var ns int64
+			ns, err3 = strconv.ParseInt(p[3], 10, 64)
+			at = time.Unix(0, ns)
+		}
+		if err1 != nil || err2 != nil || err3 != nil {
 			t.Errorf("ledger: malformed line %q", sc.Text())
 			continue
 		}
-		out = append(out, ledgerLine{p[0], a, pid})
+		out = append(out, ledgerLine{p[0], a, pid, at})
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
@@ -269,7 +277,7 @@ func (e *loadEnv) accepted() (map[string]string, int) {
 		for _, s := range l.snapshot() {
 			f := strings.Fields(s)
 			switch {
-			case len(f) == 3 && f[0] == "ENQUEUED":
+			case len(f) >= 3 && f[0] == "ENQUEUED":
 				ids[f[1]] = f[2]
 			case len(f) >= 1 && f[0] == "FAILED":
 				failed++

@@ -125,6 +125,7 @@ type natsServer struct {
 	clusterPort int
 	dir         string
 	routes      []string
+	args        []string // more nats-server arguments (a partitioned cluster's advertised proxies)
 	log         *syncBuffer
 
 	mu   sync.Mutex
@@ -169,6 +170,7 @@ func (s *natsServer) start() {
 			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", s.clusterPort),
 			"--routes", strings.Join(s.routes, ","))
 	}
+	args = append(args, s.args...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
 	if err := cmd.Start(); err != nil {
@@ -212,6 +214,20 @@ func (s *natsServer) stop(sig syscall.Signal) {
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
 		<-done
+	}
+}
+
+// signal sends sig to the running server process (SIGSTOP, SIGCONT).
+func (s *natsServer) signal(sig syscall.Signal) {
+	s.t.Helper()
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil {
+		s.t.Fatalf("%s: not running", s.name)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		s.t.Fatalf("%s: signal %v: %v", s.name, sig, err)
 	}
 }
 
@@ -402,11 +418,12 @@ type runLog struct {
 	mu       sync.Mutex
 	last     map[string]*jetflow.Run
 	terminal map[string]int
+	ended    map[string]time.Time // when the watch first saw a terminal record of each run (this process's clock)
 }
 
 func watchRuns(t *testing.T, js jetstream.JetStream, scfg streams.Config) *runLog {
 	t.Helper()
-	l := &runLog{last: map[string]*jetflow.Run{}, terminal: map[string]int{}}
+	l := &runLog{last: map[string]*jetflow.Run{}, terminal: map[string]int{}, ended: map[string]time.Time{}}
 	var w jetstream.KeyWatcher
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -433,6 +450,9 @@ func watchRuns(t *testing.T, js jetstream.JetStream, scfg streams.Config) *runLo
 			}
 			if r.State.Terminal() {
 				l.terminal[r.ID]++
+				if _, ok := l.ended[r.ID]; !ok {
+					l.ended[r.ID] = time.Now()
+				}
 			}
 			l.mu.Unlock()
 		}

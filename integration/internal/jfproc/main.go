@@ -8,7 +8,8 @@
 //	SUCCESS <run id> <attempt>        a handler is about to return nil
 //	LEADER <id>                       the scheduler holds the lease
 //	STANDBY <id>                      the scheduler lost (or waits for) the lease
-//	ENQUEUED <run id> [<class>]       the producer (or load) scheduled a run
+//	ENQUEUED <run id> [<class> [exists]] the producer (or load) scheduled a run
+//	                                  (exists: the call answered ErrAlreadyExists)
 //	FAILED <i> <class> <ms> <error>   a load call failed (without -retry)
 //	DONE [<accepted> <failed>]        the producer has scheduled every run
 //	STATS heap=<bytes> goroutines=<n> the worker's heap after a GC (on
@@ -19,9 +20,15 @@
 // its first function: a message with a Bad header is refused by the
 // mapping (a failed run), one with a Skip header skipped by the filter.
 //
-// With -ledger, every handler execution appends "<run id> <attempt> <pid>"
-// to that file (O_APPEND, fsynced) when it starts, before it returns: the
-// record of side effects the fault tests count.
+// With -ledger, every handler execution appends "<run id> <attempt> <pid>
+// <unix ns>" to that file (O_APPEND, fsynced) when it starts, before it
+// returns: the record of side effects the fault tests count; and the same
+// line to <ledger>.ends when it returns. The times are the process's real
+// clock (time.Now), whatever -clock-offset says.
+//
+// With -clock-offset, the role's jetflow clock (worker, scheduler and
+// producer Config.Now) is time.Now() plus that offset: a host whose clock
+// is skewed.
 //
 // Logs (slog, text) go to stderr. SIGINT and SIGTERM stop the role
 // gracefully; the test decides whether a process dies any other way.
@@ -103,6 +110,8 @@ type config struct {
 	idPfx  string
 
 	ledger     string
+	prefetch   int
+	clockOff   time.Duration
 	statsEvery time.Duration
 	retrier    bool
 
@@ -146,6 +155,8 @@ func main() {
 	flag.DurationVar(&c.spread, "spread", 0, "producer: due times spread over this span")
 	flag.StringVar(&c.idPfx, "id-prefix", "run", "producer: run ids are <prefix>-<i>")
 	flag.StringVar(&c.ledger, "ledger", "", "worker: append \"<run id> <attempt> <pid>\" to this file at each handler start (fsynced)")
+	flag.IntVar(&c.prefetch, "prefetch", 0, "worker: Options.Prefetch of every function (0: the default)")
+	flag.DurationVar(&c.clockOff, "clock-offset", 0, "worker, scheduler, producer, load: the jetflow clock (Config.Now) is time.Now() plus this")
 	flag.BoolVar(&c.workflow, "workflow", false, "worker: also serve the workflows it.flow (steps a, b at-most-once, c; each appends \"<workflow id>/<step> 0 <pid>\" to the ledger and works -work long) and it.sleep (sleeps an hour, then a step)")
 	flag.DurationVar(&c.statsEvery, "stats-every", 0, "worker: print a STATS line this often (0: only on SIGUSR1)")
 	flag.StringVar(&c.trigger, "trigger", "", "worker: also run a trigger of this name starting runs of the first function (bad messages: header Bad; skipped: header Skip)")
@@ -258,11 +269,21 @@ func run(ctx context.Context, c config) error {
 	case "producer":
 		return runProducer(ctx, c, js, scfg, fn, setup)
 	case "load":
-		return runLoad(ctx, c, js, scfg, setup)
+		return runLoad(ctx, c, js, scfg, log, setup)
 	case "pool":
 		return runPool(ctx, c, js, scfg, log, setup)
 	}
 	return fmt.Errorf("unknown role %q", c.role)
+}
+
+// now is the role's jetflow clock: nil (the default, time.Now) without
+// -clock-offset.
+func (c config) now() func() time.Time {
+	if c.clockOff == 0 {
+		return nil
+	}
+	off := c.clockOff
+	return func() time.Time { return time.Now().Add(off) }
 }
 
 // functions parses -function: names separated by commas, each optionally
@@ -293,8 +314,9 @@ func functions(list, defKind string) ([]jetflow.Function[Args], error) {
 
 // ledger appends one fsynced line per handler execution.
 type ledger struct {
-	mu sync.Mutex
-	f  *os.File
+	mu   sync.Mutex
+	f    *os.File
+	ends *os.File
 }
 
 func openLedger(path string) (*ledger, error) {
@@ -305,22 +327,38 @@ func openLedger(path string) (*ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ledger{f: f}, nil
+	ends, err := os.OpenFile(path+".ends", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return &ledger{f: f, ends: ends}, nil
 }
 
-// note writes "<run id> <attempt> <pid>" in one write and syncs it: a
-// SIGKILL right after leaves the whole line on disk or none of it.
+// note writes "<run id> <attempt> <pid> <unix ns>" in one write and syncs
+// it: a SIGKILL right after leaves the whole line on disk or none of it.
 func (l *ledger) note(id string, attempt int) error {
 	if l == nil {
 		return nil
 	}
-	line := fmt.Sprintf("%s %d %d\n", id, attempt, os.Getpid())
+	return l.write(l.f, id, attempt)
+}
+
+// ended notes the end of a handler in <ledger>.ends.
+func (l *ledger) ended(id string, attempt int) error {
+	if l == nil {
+		return nil
+	}
+	return l.write(l.ends, id, attempt)
+}
+
+func (l *ledger) write(f *os.File, id string, attempt int) error {
+	line := fmt.Sprintf("%s %d %d %d\n", id, attempt, os.Getpid(), time.Now().UnixNano())
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, err := l.f.WriteString(line); err != nil {
+	if _, err := f.WriteString(line); err != nil {
 		return err
 	}
-	return l.f.Sync()
+	return f.Sync()
 }
 
 // Flow is the workflow it.flow: three inline steps, the second at most
@@ -382,7 +420,7 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 	var w *worker.Worker
 	err = setup(func(ctx context.Context) error {
 		var err error
-		w, err = worker.New(ctx, js, worker.Config{Streams: scfg, Logger: log, ID: c.id, AckWait: c.ackWait, LostAfter: c.lostAfter, Concurrency: c.concurrency})
+		w, err = worker.New(ctx, js, worker.Config{Streams: scfg, Logger: log, ID: c.id, AckWait: c.ackWait, LostAfter: c.lostAfter, Concurrency: c.concurrency, Now: c.now()})
 		return err
 	})
 	if err != nil {
@@ -394,6 +432,12 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 			log.Error("ledger", "error", err)
 			os.Exit(3) // a missing ledger line would make the test's count wrong
 		}
+		defer func() {
+			if err := led.ended(j.ID(), j.Attempt()); err != nil {
+				log.Error("ledger", "error", err)
+				os.Exit(3)
+			}
+		}()
 		if !c.quiet {
 			marker("STARTED %s %d", j.ID(), j.Attempt())
 		}
@@ -446,7 +490,7 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 		return nil
 	}
 	for _, fn := range fns {
-		worker.Handle(w, fn, h, worker.Options{ClaimAfter: c.claimAfter})
+		worker.Handle(w, fn, h, worker.Options{ClaimAfter: c.claimAfter, Prefetch: c.prefetch})
 	}
 	fn0 := fns[0]
 	if c.retrier {
@@ -525,7 +569,7 @@ func runScheduler(ctx context.Context, c config, js jetstream.JetStream, scfg st
 		var err error
 		s, err = scheduler.New(ctx, js, scheduler.Config{
 			Streams: scfg, Logger: log, ID: c.id, LeaseTTL: c.leaseTTL,
-			RepairInterval: c.repairInterval, RepairGrace: c.repairGrace,
+			RepairInterval: c.repairInterval, RepairGrace: c.repairGrace, Now: c.now(),
 		})
 		return err
 	})
@@ -563,7 +607,7 @@ func runProducer(ctx context.Context, c config, js jetstream.JetStream, scfg str
 	var p *producer.Producer
 	err := setup(func(ctx context.Context) error {
 		var err error
-		p, err = producer.New(ctx, js, producer.Config{Streams: scfg})
+		p, err = producer.New(ctx, js, producer.Config{Streams: scfg, Now: c.now()})
 		return err
 	})
 	if err != nil {
@@ -608,11 +652,11 @@ var loadClasses = []string{
 // paced over -spread. With -retry a call that fails is made again until it
 // returns an id (ErrAlreadyExists means an earlier try was written);
 // without, each failed call is reported and its run not counted.
-func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams.Config, setup func(func(context.Context) error) error) error {
+func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams.Config, log *slog.Logger, setup func(func(context.Context) error) error) error {
 	var p *producer.Producer
 	err := setup(func(ctx context.Context) error {
 		var err error
-		p, err = producer.New(ctx, js, producer.Config{Streams: scfg})
+		p, err = producer.New(ctx, js, producer.Config{Streams: scfg, Now: c.now(), Logger: log})
 		return err
 	})
 	if err != nil {
@@ -677,6 +721,7 @@ func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams
 					span := max(c.maxDelay-200*time.Millisecond, time.Millisecond)
 					due = time.Now().Add(200*time.Millisecond + time.Duration(i*7919)%span)
 				}
+				var lastErr error
 				for try := 0; ; try++ {
 					t0 := time.Now()
 					cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
@@ -688,14 +733,21 @@ func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams
 						id, err = p.RunAt(cctx, due, fn.With(a), opts...)
 					}
 					cancel()
+					exists := ""
 					if errors.Is(err, producer.ErrAlreadyExists) && try > 0 {
 						err = nil // an earlier try was written
+						exists = " exists"
 					}
 					if err == nil {
 						accepted.Add(1)
-						marker("ENQUEUED %s %s", id, class)
+						marker("ENQUEUED %s %s%s", id, class, exists)
+						if try > 0 {
+							// For diagnosis: what the tries before answered.
+							log.Info("enqueued after failed calls", "run_id", id, "class", class, "tries", try+1, "exists", exists != "", "last_error", lastErr)
+						}
 						break
 					}
+					lastErr = err
 					if ctx.Err() != nil {
 						return
 					}
