@@ -216,8 +216,10 @@ func (p *Producer) runAt(ctx context.Context, t time.Time, c jetflow.Call, opts 
 		return r.ID, nil
 	}
 	if err := p.d.Dispatch(ctx, r); err != nil {
-		// The record is durable: the scheduler's repair sweep dispatches it.
-		p.log.WarnContext(ctx, "dispatch failed; repair sweep will publish", "run_id", r.ID, "error", err)
+		// The record is durable: it is dispatched again in the background,
+		// and the scheduler's repair sweep stands behind that.
+		p.log.WarnContext(ctx, "dispatch failed; trying again in the background", "run_id", r.ID, "error", err)
+		p.d.DispatchLater(r, p.now)
 	}
 	return r.ID, nil
 }

@@ -1077,7 +1077,8 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	r.Revision = newRev
 	w.releaseHeld(ctx, j, false)
 	if err := w.p.DispatchAt(ctx, &r, w.clock.Now()); err != nil {
-		w.log.Warn("schedule retry; repair sweep will", "run_id", r.ID, "error", err)
+		w.log.Warn("schedule retry failed; trying again in the background", "run_id", r.ID, "error", err)
+		w.p.DispatchLater(&r, w.clock.Now)
 	}
 	met.Retried.Add(ctx, 1, j.fn.attr)
 	w.settle(m, ackIt)

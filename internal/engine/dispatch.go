@@ -154,6 +154,26 @@ func (d *Dispatcher) DispatchAt(ctx context.Context, r *jetflow.Run, now time.Ti
 	return nil
 }
 
+// redispatchFor bounds DispatchLater's tries.
+const redispatchFor = 30 * time.Second
+
+// DispatchLater tries Dispatch again in the background, for up to
+// redispatchFor, after a caller's own try failed (its ctx ended in an
+// election or a partition): the run starts when the stream answers again,
+// not at the repair sweep's next pass. A second publish is harmless: its
+// Nats-Msg-Id dedups it, and a delayed entry is one key. now is the
+// present for the due check (Dispatch's, or the server's time).
+func (d *Dispatcher) DispatchLater(r *jetflow.Run, now func() time.Time) {
+	c := *r
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), redispatchFor)
+		defer cancel()
+		if err := d.DispatchAt(ctx, &c, now()); err != nil {
+			return // the repair sweep dispatches it
+		}
+	}()
+}
+
 // Create writes run r's record, pending, create-only: kv.ErrExists when
 // its id is taken. A try whose answer was lost in an election is checked
 // (the stored record is r's) before it is made again.
