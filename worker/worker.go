@@ -84,12 +84,8 @@ type Options struct {
 	Concurrency int
 	// Prefetch is how many runs this process pulls ahead, waiting for a
 	// free runner (nats.go's PullMaxMessages). Default and minimum
-	// Concurrency. More keeps more deliveries on their way, which helps
-	// functions of short handlers on a cluster, where the server sends each
-	// message only once its delivery is replicated; with long handlers it
-	// only keeps runs waiting here that another worker could take. A run
-	// that may have waited here half of AckWait is claimed before it starts
-	// (JetStream may have redelivered it elsewhere meanwhile).
+	// Concurrency. More helps short handlers on a cluster; a run that
+	// waited here half of AckWait is claimed before it starts.
 	Prefetch int
 	// MaxParallel is the most runs of this function in flight across all
 	// workers (the consumer's MaxAckPending). Default 1000.
