@@ -81,13 +81,20 @@ func (j *jobCore) maxAttempts() int {
 	return j.fn.opts.MaxAttempts
 }
 
+// resultRoom is what SetResult leaves of the max payload for a record's
+// fields beside its args and result.
+const resultRoom = 2048
+
 // SetResult stores v (JSON-encoded) on the run record when the run succeeds.
 func (j *jobCore) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("%w: result: %v", jetflow.ErrBadArgs, err)
 	}
-	if max := j.w.nc.MaxPayload(); max > 0 && int64(len(b)+len(j.env.Args))+8192 > max {
+	// Args and result within the server's max payload less resultRoom for
+	// the record's other fields: args at the producer's limit (max payload
+	// less 4096) still leave room for a result of up to 2 KB.
+	if max := j.w.nc.MaxPayload(); max > 0 && int64(len(b)+len(j.env.Args)+resultRoom) > max {
 		return fmt.Errorf("%w: result of %d bytes does not fit the server's max payload %d with the args", ErrResultTooLarge, len(b), max)
 	}
 	j.mu.Lock()
