@@ -177,11 +177,11 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 	// delivery or as a redelivery (its consumer state reached the disk or
 	// not): either may repeat a run still running, unclaimed, elsewhere.
 	replay := w.mayBeReplay(m)
-	kind := classify(deliveryFacts{
-		numDelivered: numDelivered, replay: replay, held: held,
-		reload: env.Reload, isNew: env.New, rev: env.Rev, attempt: env.Attempt,
+	kind := engine.Classify(engine.DeliveryFacts{
+		NumDelivered: numDelivered, Replay: replay, Held: held,
+		Reload: env.Reload, IsNew: env.New, Rev: env.Rev, Attempt: env.Attempt,
 	})
-	if kind == waited {
+	if kind == engine.Waited {
 		w.log.Debug("delivery may have waited here (held long, or across a stall): claimed first", "function", e.name, "run_id", env.ID)
 	}
 	if !w.accept(ctx, j, m, kind, replay, numDelivered) || w.canceledHere(ctx, env.ID, m) {
@@ -193,7 +193,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 	// from here on each lost attempt counts (a handler that kills its
 	// process every time fails after MaxAttempts instead of being
 	// redelivered forever).
-	if e.claimFirst() || kind.claimsFirst() && !e.opts.NoClaim {
+	if e.claimFirst() || kind.ClaimsFirst() && !e.opts.NoClaim {
 		if !w.claimBeforeStart(ctx, j, m) {
 			return
 		}
@@ -271,8 +271,8 @@ func orTime(t, def time.Time) time.Time {
 // for a fresh delivery, the pending record its message carries (its claim
 // or outcome creates the stored one, create-only: a Cancel that recorded it
 // first wins).
-func (w *Worker) accept(ctx context.Context, j *jobCore, m jetstream.Msg, kind deliveryKind, replay bool, numDelivered uint64) bool {
-	if kind.readsRecord() {
+func (w *Worker) accept(ctx context.Context, j *jobCore, m jetstream.Msg, kind engine.DeliveryKind, replay bool, numDelivered uint64) bool {
+	if kind.ReadsRecord() {
 		return w.reconcile(ctx, j, m, replay, numDelivered)
 	}
 	env := j.env

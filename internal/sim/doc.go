@@ -12,8 +12,8 @@
 // The model calls jetflow's own pure decisions where it can:
 // kv.CreateConfirmed (every create), engine.Check (every record write),
 // liveness.Watch and liveness.Lost (takeovers), stall.Stalled (a worker's
-// stop). worker.classify is unexported: classify here is a copy of its rule,
-// kept beside the original by TestClassifyIsTheWorkersRule's table.
+// stop), and engine.Classify, the worker's one rule for which delivery may
+// start unclaimed.
 //
 // Invariants are checked as each write commits and after every step:
 // at most one recorded outcome per attempt, an at-most-once run never

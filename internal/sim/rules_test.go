@@ -1,59 +1,14 @@
 package sim
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"go/ast"
-	"go/parser"
-	"go/printer"
-	"go/token"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/jetflow-dev/jetflow/kv"
 )
-
-// TestClassifyIsTheWorkersRule holds classify.go's copy of the worker's
-// delivery rule to worker/delivery.go: each function's body is the same,
-// token for token, so a change of the rule there fails here until the
-// copy follows.
-func TestClassifyIsTheWorkersRule(t *testing.T) {
-	theirs := funcBodies(t, "../../worker/delivery.go")
-	ours := funcBodies(t, "classify.go")
-	for _, name := range []string{"classify", "carriesRecord", "deliveryKind.readsRecord", "deliveryKind.claimsFirst"} {
-		if theirs[name] == "" || theirs[name] != ours[name] {
-			t.Errorf("%s differs from the worker's:\nworker: %s\nsim:    %s", name, theirs[name], ours[name])
-		}
-	}
-}
-
-func funcBodies(t *testing.T, path string) map[string]string {
-	t.Helper()
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, path, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, d := range f.Decls {
-		fn, ok := d.(*ast.FuncDecl)
-		if !ok {
-			continue
-		}
-		name := fn.Name.Name
-		if fn.Recv != nil {
-			name = fn.Recv.List[0].Type.(*ast.Ident).Name + "." + name
-		}
-		var b bytes.Buffer
-		if err := printer.Fprint(&b, fset, fn.Body); err != nil {
-			t.Fatal(err)
-		}
-		out[name] = b.String()
-	}
-	return out
-}
 
 // TestCreateConfirmedOneRound: over the model, kv.CreateConfirmed makes one
 // round per call and never waits on its real timer: a refusal the leader

@@ -184,9 +184,9 @@ func (k *worker) process(d delivery) {
 		return // a duplicate of a run running here
 	}
 	replay := k.replay && m.stored < k.replayBefore
-	kind := classify(deliveryFacts{numDelivered: m.delivered, replay: replay, held: k.held(d), rev: m.rev, attempt: m.attempt})
+	kind := engine.Classify(engine.DeliveryFacts{NumDelivered: m.delivered, Replay: replay, Held: k.held(d), Rev: m.rev, Attempt: m.attempt})
 	k.w.tracef("%s: %s attempt %d is %s", k.name, m.id, m.attempt, kind)
-	if !kind.readsRecord() {
+	if !kind.ReadsRecord() {
 		if m.amo {
 			k.claim(m, m.attempt, jetflow.Pending, m.rev, false)
 			return
@@ -198,7 +198,7 @@ func (k *worker) process(d delivery) {
 }
 
 // reconcile reads the record (any replica) and decides.
-func (k *worker) reconcile(m msg, kind deliveryKind, replay bool) {
+func (k *worker) reconcile(m msg, kind engine.DeliveryKind, replay bool) {
 	v, ok := k.w.bucket.get(m.id)
 	if !ok {
 		k.w.stream.nak(m.seq, k.idx, time.Second)
@@ -212,7 +212,7 @@ func (k *worker) reconcile(m msg, kind deliveryKind, replay bool) {
 		k.inProgress(m, v)
 	case replay && !m.amo && k.graceUntil > k.w.now:
 		k.w.stream.nak(m.seq, k.idx, k.graceUntil-k.w.now) // its first worker may claim it
-	case kind.claimsFirst() || m.amo:
+	case kind.ClaimsFirst() || m.amo:
 		k.claim(m, m.attempt, jetflow.Pending, v.rev, false)
 	default:
 		k.start(m, m.attempt, false, v.rev)
