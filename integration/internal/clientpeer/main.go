@@ -174,39 +174,8 @@ func run(ctx context.Context, c config) error {
 	worker.Handle(w, Echo, func(ctx context.Context, j *worker.Job[json.RawMessage]) error {
 		return j.SetResult(j.Args)
 	})
-	worker.Handle(w, Sleep, func(ctx context.Context, j *worker.Job[SleepArgs]) error {
-		d := time.Duration(j.Args.MS) * time.Millisecond
-		if err := j.Progress(ctx, jetflow.Progress{Percent: 0, Message: "sleeping"}); err != nil {
-			return err
-		}
-		for _, part := range []time.Duration{d / 2, d - d/2} {
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(part):
-			}
-			if part == d/2 {
-				if err := j.Progress(ctx, jetflow.Progress{Percent: 50, Message: "halfway"}); err != nil {
-					return err
-				}
-			}
-		}
-		return j.SetResult(map[string]int{"slept": j.Args.MS})
-	})
-	worker.Handle(w, Fail, func(ctx context.Context, j *worker.Job[FailArgs]) error {
-		a := j.Args
-		if a.Times > 0 && j.Attempt() > a.Times {
-			return j.SetResult(map[string]int{"attempts": j.Attempt()})
-		}
-		msg := a.Message
-		if msg == "" {
-			msg = "demo.fail: failed"
-		}
-		if a.Permanent {
-			return jetflow.Permanent(errors.New(msg))
-		}
-		return errors.New(msg)
-	}, worker.Options{MaxAttempts: 3, Backoff: jetflow.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
+	worker.Handle(w, Sleep, sleepFor)
+	worker.Handle(w, Fail, failAsAsked, worker.Options{MaxAttempts: 3, Backoff: jetflow.Backoff{Initial: 100 * time.Millisecond, Max: time.Second}})
 	if err := workflow.Register(w, Flow); err != nil {
 		return fmt.Errorf("workflow: %w", err)
 	}
@@ -237,4 +206,43 @@ func run(ctx context.Context, c config) error {
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancelStop()
 	return errors.Join(s.Stop(stopCtx), w.Stop(stopCtx))
+}
+
+// sleepFor is demo.sleep: it sleeps args.MS, reporting progress at 0 % and
+// 50 %; a cancel ends it with its cause.
+func sleepFor(ctx context.Context, j *worker.Job[SleepArgs]) error {
+	d := time.Duration(j.Args.MS) * time.Millisecond
+	if err := j.Progress(ctx, jetflow.Progress{Percent: 0, Message: "sleeping"}); err != nil {
+		return err
+	}
+	for _, part := range []time.Duration{d / 2, d - d/2} {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(part):
+		}
+		if part == d/2 {
+			if err := j.Progress(ctx, jetflow.Progress{Percent: 50, Message: "halfway"}); err != nil {
+				return err
+			}
+		}
+	}
+	return j.SetResult(map[string]int{"slept": j.Args.MS})
+}
+
+// failAsAsked is demo.fail: it fails (permanently if asked) until its
+// attempt passes args.Times, then succeeds with the attempt count.
+func failAsAsked(ctx context.Context, j *worker.Job[FailArgs]) error {
+	a := j.Args
+	if a.Times > 0 && j.Attempt() > a.Times {
+		return j.SetResult(map[string]int{"attempts": j.Attempt()})
+	}
+	msg := a.Message
+	if msg == "" {
+		msg = "demo.fail: failed"
+	}
+	if a.Permanent {
+		return jetflow.Permanent(errors.New(msg))
+	}
+	return errors.New(msg)
 }
