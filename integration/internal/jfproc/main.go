@@ -427,68 +427,7 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 		return err
 	}
 	id := c.id
-	h := func(ctx context.Context, j *worker.Job[Args]) error {
-		if err := led.note(j.ID(), j.Attempt()); err != nil {
-			log.Error("ledger", "error", err)
-			os.Exit(3) // a missing ledger line would make the test's count wrong
-		}
-		defer func() {
-			if err := led.ended(j.ID(), j.Attempt()); err != nil {
-				log.Error("ledger", "error", err)
-				os.Exit(3)
-			}
-		}()
-		if !c.quiet {
-			marker("STARTED %s %d", j.ID(), j.Attempt())
-		}
-		if c.blockFirst && j.Attempt() == 1 {
-			select {} // until the test kills this process
-		}
-		if c.releaseFile != "" {
-			for {
-				if _, err := os.Stat(c.releaseFile); err == nil {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					return context.Cause(ctx)
-				case <-time.After(20 * time.Millisecond):
-				}
-			}
-		}
-		work := c.work + time.Duration(j.Args.WorkMs)*time.Millisecond
-		if work > 0 {
-			select {
-			case <-ctx.Done():
-				return context.Cause(ctx)
-			case <-time.After(work):
-			}
-		}
-		if j.Args.Children > 0 {
-			child, err := jetflow.NewFunction[Args](j.Args.Child)
-			if err != nil {
-				return jetflow.Permanent(err)
-			}
-			for k := range j.Args.Children {
-				if _, err := j.Enqueue(ctx, child.With(Args{N: k})); err != nil {
-					return fmt.Errorf("schedule child %d: %w", k, err)
-				}
-			}
-		}
-		if j.Attempt() <= j.Args.Fail {
-			return fmt.Errorf("fault: attempt %d fails", j.Attempt())
-		}
-		if j.Args.Perm {
-			return jetflow.Permanent(errors.New("fault: permanent"))
-		}
-		if err := j.SetResult(Result{Worker: id, Attempt: j.Attempt()}); err != nil {
-			return err
-		}
-		if !c.quiet {
-			marker("SUCCESS %s %d", j.ID(), j.Attempt())
-		}
-		return nil
-	}
+	h := (&faultHandler{c: c, led: led, log: log}).handle
 	for _, fn := range fns {
 		worker.Handle(w, fn, h, worker.Options{ClaimAfter: c.claimAfter, Prefetch: c.prefetch})
 	}
@@ -514,18 +453,7 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 	var tr *trigger.Runner
 	if c.trigger != "" {
 		tr = trigger.New(w.Producer(), trigger.Config{ID: id, Logger: log})
-		spec := trigger.Spec[Args]{
-			Name: c.trigger, Stream: c.triggerStream,
-			Filter: func(m jetstream.Msg) bool { return m.Headers().Get("Skip") == "" },
-			Map: func(m jetstream.Msg) (Args, error) {
-				if m.Headers().Get("Bad") != "" {
-					return Args{}, errors.New("bad order")
-				}
-				var a Args
-				err := json.Unmarshal(m.Data(), &a)
-				return a, err
-			},
-		}
+		spec := faultTriggerSpec(c)
 		if c.triggerSubject != "" {
 			spec.Subjects = []string{c.triggerSubject}
 		}
@@ -774,5 +702,122 @@ func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams
 func closeLedger(f *os.File) {
 	if err := f.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, "close ledger:", err)
+	}
+}
+
+// faultHandler is the worker's handler of the fault tests' functions: it
+// notes each start and end in the ledger, then works as its args ask.
+type faultHandler struct {
+	c   config
+	led *ledger
+	log *slog.Logger
+}
+
+func (f *faultHandler) handle(ctx context.Context, j *worker.Job[Args]) error {
+	f.note(f.led.note, j)
+	defer f.note(f.led.ended, j)
+	if !f.c.quiet {
+		marker("STARTED %s %d", j.ID(), j.Attempt())
+	}
+	if err := f.wait(ctx, j); err != nil {
+		return err
+	}
+	if err := enqueueChildren(ctx, j); err != nil {
+		return err
+	}
+	return f.outcome(j)
+}
+
+// note writes a ledger line; a missing line would make the test's count
+// wrong, so a failure ends the process.
+func (f *faultHandler) note(write func(string, int) error, j *worker.Job[Args]) {
+	if err := write(j.ID(), j.Attempt()); err != nil {
+		f.log.Error("ledger", "error", err)
+		os.Exit(3)
+	}
+}
+
+// wait blocks as the flags ask: forever on attempt 1 (-block-first), until
+// the release file exists, then the work's time.
+func (f *faultHandler) wait(ctx context.Context, j *worker.Job[Args]) error {
+	if f.c.blockFirst && j.Attempt() == 1 {
+		select {} // until the test kills this process
+	}
+	if f.c.releaseFile != "" {
+		if err := waitForFile(ctx, f.c.releaseFile); err != nil {
+			return err
+		}
+	}
+	if work := f.c.work + time.Duration(j.Args.WorkMs)*time.Millisecond; work > 0 {
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(work):
+		}
+	}
+	return nil
+}
+
+func waitForFile(ctx context.Context, path string) error {
+	for {
+		if _, err := os.Stat(path); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// enqueueChildren schedules the children the args ask for.
+func enqueueChildren(ctx context.Context, j *worker.Job[Args]) error {
+	if j.Args.Children == 0 {
+		return nil
+	}
+	child, err := jetflow.NewFunction[Args](j.Args.Child)
+	if err != nil {
+		return jetflow.Permanent(err)
+	}
+	for k := range j.Args.Children {
+		if _, err := j.Enqueue(ctx, child.With(Args{N: k})); err != nil {
+			return fmt.Errorf("schedule child %d: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// outcome fails the attempts the args ask to fail, or succeeds.
+func (f *faultHandler) outcome(j *worker.Job[Args]) error {
+	if j.Attempt() <= j.Args.Fail {
+		return fmt.Errorf("fault: attempt %d fails", j.Attempt())
+	}
+	if j.Args.Perm {
+		return jetflow.Permanent(errors.New("fault: permanent"))
+	}
+	if err := j.SetResult(Result{Worker: f.c.id, Attempt: j.Attempt()}); err != nil {
+		return err
+	}
+	if !f.c.quiet {
+		marker("SUCCESS %s %d", j.ID(), j.Attempt())
+	}
+	return nil
+}
+
+// faultTriggerSpec is the trigger of -trigger: messages with a Skip header
+// are skipped, those with a Bad header are bad input.
+func faultTriggerSpec(c config) trigger.Spec[Args] {
+	return trigger.Spec[Args]{
+		Name: c.trigger, Stream: c.triggerStream,
+		Filter: func(m jetstream.Msg) bool { return m.Headers().Get("Skip") == "" },
+		Map: func(m jetstream.Msg) (Args, error) {
+			if m.Headers().Get("Bad") != "" {
+				return Args{}, errors.New("bad order")
+			}
+			var a Args
+			err := json.Unmarshal(m.Data(), &a)
+			return a, err
+		},
 	}
 }
