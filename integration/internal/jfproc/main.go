@@ -619,72 +619,9 @@ func runLoad(ctx context.Context, c config, js jetstream.JetStream, scfg streams
 						return
 					}
 				}
-				class := loadClasses[i%len(loadClasses)]
-				a := Args{N: i, WorkMs: c.workMs}
-				fn := retryFn
-				var opts []producer.Option
-				if strings.HasPrefix(class, "amo-") {
-					fn = amoFn
-				} else {
-					opts = append(opts, producer.WithMaxAttempts(10))
-				}
-				keyed := strings.Contains(class, "key") || strings.HasSuffix(class, "-at") || class == "at"
-				if keyed {
-					opts = append(opts, producer.WithID(fmt.Sprintf("%s-%d", c.idPfx, i)))
-				}
-				if strings.Contains(class, "kids") {
-					a.Children, a.Child = 2, c.fnChild
-					if class == "amo-kids" {
-						a.Children = 1
-					}
-				}
-				if strings.HasPrefix(class, "fail1") {
-					a.Fail = 1
-				}
-				if class == "perm" {
-					a.Perm = true
-				}
-				var due time.Time // zero: now
-				if strings.Contains(class, "after") || strings.HasSuffix(class, "at") {
-					span := max(c.maxDelay-200*time.Millisecond, time.Millisecond)
-					due = time.Now().Add(200*time.Millisecond + time.Duration(i*7919)%span)
-				}
-				var lastErr error
-				for try := 0; ; try++ {
-					t0 := time.Now()
-					cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
-					var id string
-					var err error
-					if !due.IsZero() && strings.Contains(class, "after") {
-						id, err = p.RunAfter(cctx, time.Until(due), fn.With(a), opts...)
-					} else {
-						id, err = p.RunAt(cctx, due, fn.With(a), opts...)
-					}
-					cancel()
-					exists := ""
-					if errors.Is(err, producer.ErrAlreadyExists) && try > 0 {
-						err = nil // an earlier try was written
-						exists = " exists"
-					}
-					if err == nil {
-						accepted.Add(1)
-						marker("ENQUEUED %s %s%s", id, class, exists)
-						if try > 0 {
-							// For diagnosis: what the tries before answered.
-							log.Info("enqueued after failed calls", "run_id", id, "class", class, "tries", try+1, "exists", exists != "", "last_error", lastErr)
-						}
-						break
-					}
-					lastErr = err
-					if ctx.Err() != nil {
-						return
-					}
-					if !c.retry {
-						failed.Add(1)
-						marker("FAILED %d %s %d %s", i, class, time.Since(t0).Milliseconds(), strings.ReplaceAll(err.Error(), "\n", " "))
-						break
-					}
-					time.Sleep(100 * time.Millisecond)
+				it := loadItem(c, i, retryFn, amoFn)
+				if !enqueueItem(ctx, c, p, it, log, &accepted, &failed) {
+					return
 				}
 			}
 		}()
@@ -819,5 +756,88 @@ func faultTriggerSpec(c config) trigger.Spec[Args] {
 			err := json.Unmarshal(m.Data(), &a)
 			return a, err
 		},
+	}
+}
+
+// item is one run of the load: what to call, how, and when.
+type item struct {
+	i     int
+	class string
+	fn    jetflow.Function[Args]
+	args  Args
+	opts  []producer.Option
+	due   time.Time // zero: now
+}
+
+// loadItem is the run of index i: its class (loadClasses, in turn) decides
+// the function, the options, the children, the failures and the due time.
+func loadItem(c config, i int, retryFn, amoFn jetflow.Function[Args]) item {
+	class := loadClasses[i%len(loadClasses)]
+	it := item{i: i, class: class, fn: retryFn, args: Args{N: i, WorkMs: c.workMs}}
+	if strings.HasPrefix(class, "amo-") {
+		it.fn = amoFn
+	} else {
+		it.opts = append(it.opts, producer.WithMaxAttempts(10))
+	}
+	if strings.Contains(class, "key") || strings.HasSuffix(class, "-at") || class == "at" {
+		it.opts = append(it.opts, producer.WithID(fmt.Sprintf("%s-%d", c.idPfx, i)))
+	}
+	if strings.Contains(class, "kids") {
+		it.args.Children, it.args.Child = 2, c.fnChild
+		if class == "amo-kids" {
+			it.args.Children = 1
+		}
+	}
+	it.args.Perm = class == "perm"
+	if strings.HasPrefix(class, "fail1") {
+		it.args.Fail = 1
+	}
+	if strings.Contains(class, "after") || strings.HasSuffix(class, "at") {
+		span := max(c.maxDelay-200*time.Millisecond, time.Millisecond)
+		it.due = time.Now().Add(200*time.Millisecond + time.Duration(i*7919)%span)
+	}
+	return it
+}
+
+// enqueueItem schedules it, trying again (with -retry) until a call returns
+// its id; ErrAlreadyExists after a failed try means an earlier try was
+// stored. It reports false when ctx ended.
+func enqueueItem(ctx context.Context, c config, p *producer.Producer, it item, log *slog.Logger, accepted, failed *atomic.Int64) bool {
+	var lastErr error
+	for try := 0; ; try++ {
+		t0 := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+		var id string
+		var err error
+		if !it.due.IsZero() && strings.Contains(it.class, "after") {
+			id, err = p.RunAfter(cctx, time.Until(it.due), it.fn.With(it.args), it.opts...)
+		} else {
+			id, err = p.RunAt(cctx, it.due, it.fn.With(it.args), it.opts...)
+		}
+		cancel()
+		exists := ""
+		if errors.Is(err, producer.ErrAlreadyExists) && try > 0 {
+			err = nil // an earlier try was written
+			exists = " exists"
+		}
+		if err == nil {
+			accepted.Add(1)
+			marker("ENQUEUED %s %s%s", id, it.class, exists)
+			if try > 0 {
+				// For diagnosis: what the tries before answered.
+				log.Info("enqueued after failed calls", "run_id", id, "class", it.class, "tries", try+1, "exists", exists != "", "last_error", lastErr)
+			}
+			return true
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			return false
+		}
+		if !c.retry {
+			failed.Add(1)
+			marker("FAILED %d %s %d %s", it.i, it.class, time.Since(t0).Milliseconds(), strings.ReplaceAll(err.Error(), "\n", " "))
+			return true
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
