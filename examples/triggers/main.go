@@ -113,11 +113,7 @@ func run(ctx context.Context, url string, verbose bool) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	defer func() {
-		if err := w.Stop(context.Background()); err != nil {
-			log.Print(err)
-		}
-	}()
+	defer stopLogged(w.Stop)
 	p := w.Producer()
 
 	// The triggers, declared in code. A runner runs them; any number of
@@ -195,11 +191,7 @@ func run(ctx context.Context, url string, verbose bool) error {
 	if err := r2.Start(ctx); err != nil {
 		return err
 	}
-	defer func() {
-		if err := r2.Stop(context.Background()); err != nil {
-			log.Print(err)
-		}
-	}()
+	defer stopLogged(r2.Stop)
 	if err := waitRuns(ctx, p, []string{"C-3"}); err != nil {
 		return err
 	}
@@ -261,4 +253,12 @@ func waitRuns(ctx context.Context, p *producer.Producer, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// stopLogged stops what stop stops, saying so if it fails (a deferred
+// stop has nobody else to tell).
+func stopLogged(stop func(context.Context) error) {
+	if err := stop(context.Background()); err != nil {
+		log.Print(err)
+	}
 }
