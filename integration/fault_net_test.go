@@ -22,12 +22,58 @@ import (
 type faultWindow struct {
 	what     string
 	from, to time.Time
-	pid      int // the process paused, if the fault is a worker's pause
+	// whole: when the cluster was whole again after the heal (the victim
+	// current on every stream again); zero when the fault has no victim
+	// server to wait for.
+	whole time.Time
+	pid   int // the process paused, if the fault is a worker's pause
 }
 
-// lateBound is how long after its due time, or after the heal of a fault
-// it was due in, a delayed run may start.
+// end is when w is over: its heal, or, counting the servers' own recovery,
+// when the cluster is whole again.
+func (w faultWindow) end(whole bool) time.Time {
+	if whole && w.whole.After(w.to) {
+		return w.whole
+	}
+	return w.to
+}
+
+// readyAfter is when something due at t could first be done, given the
+// faults: t, or the end of a fault it fell in (or within 2 s before it
+// began, not yet done when it began), and again of any fault that began
+// before that end (faults that follow each other hold it back in turn).
+func readyAfter(t time.Time, windows []faultWindow, whole bool) (ready time.Time, in string) {
+	ready = t
+	for changed := true; changed; {
+		changed = false
+		for _, w := range windows {
+			if !ready.Before(w.from.Add(-2*time.Second)) && ready.Before(w.end(whole)) {
+				ready, in, changed = w.end(whole), w.what, true
+			}
+		}
+	}
+	return ready, in
+}
+
+// lateBound is how long after its due time, or after the end of a fault
+// it was due in (readyAfter: the cluster whole again), a delayed run may
+// start.
 const lateBound = 10 * time.Second
+
+// lateExample is a late run, described.
+type lateExample struct {
+	late time.Duration
+	text string
+}
+
+// lateExamples are the five latest of eg.
+func lateExamples(eg []lateExample) []string {
+	var out []string
+	for _, e := range eg[:min(len(eg), 5)] {
+		out = append(out, e.text)
+	}
+	return out
+}
 
 // netCheck is what faultCheck found.
 type netCheck struct {
@@ -41,7 +87,7 @@ type netCheck struct {
 	dueInFault      int      // of those, due during a fault
 	maxLate         time.Duration
 	maxLateHeal     time.Duration // of the runs due during a fault, the latest start after its heal
-	lateEg          []string      // started more than lateBound late
+	lateEg          []lateExample // started more than lateBound late
 	lateCount       int
 	retries         int           // fail1 runs whose second attempt started
 	maxRetryGap     time.Duration // start of attempt 1 to the next start of a fail1 run
@@ -240,12 +286,7 @@ func (e *loadEnv) faultCheck(c *loadCheck, windows []faultWindow) *netCheck {
 			}
 			if !a1.IsZero() && !a2.IsZero() {
 				n.retries++
-				ready := a1.Add(time.Second)
-				for _, w := range windows {
-					if !a1.Before(w.from.Add(-2*time.Second)) && !a1.After(w.to) && w.to.After(ready) {
-						ready = w.to
-					}
-				}
+				ready, _ := readyAfter(a1.Add(time.Second), windows, true)
 				n.maxRetryGap = max(n.maxRetryGap, a2.Sub(a1))
 				late := a2.Sub(ready)
 				n.maxRetryLate = max(n.maxRetryLate, late)
@@ -263,29 +304,25 @@ func (e *loadEnv) faultCheck(c *loadCheck, windows []faultWindow) *netCheck {
 		}
 		n.delayed++
 		due := r.ScheduledTime
-		ready, what := due, ""
-		for _, w := range windows {
-			if !due.Before(w.from.Add(-2*time.Second)) && !due.After(w.to) && w.to.After(ready) {
-				ready, what = w.to, w.what
-			}
-		}
+		healed, _ := readyAfter(due, windows, false)
+		ready, what := readyAfter(due, windows, true)
 		late := start.Sub(ready)
 		if what != "" {
 			n.dueInFault++
-			n.maxLateHeal = max(n.maxLateHeal, late)
+			n.maxLateHeal = max(n.maxLateHeal, start.Sub(healed))
 		}
 		n.maxLate = max(n.maxLate, late)
 		if late > lateBound {
 			n.lateCount++
-			if len(n.lateEg) < 5 {
-				eg := fmt.Sprintf("%s(%s: %s late, due %s", id, class, late.Round(100*time.Millisecond), due.Format("15:04:05.000"))
-				if what != "" {
-					eg += ", in " + what
-				}
-				n.lateEg = append(n.lateEg, eg+fmt.Sprintf(", started %s)", start.Format("15:04:05.000")))
+			eg := fmt.Sprintf("%s(%s: %s late, due %s", id, class, late.Round(100*time.Millisecond), due.Format("15:04:05.000"))
+			if what != "" {
+				eg += ", in " + what
 			}
+			n.lateEg = append(n.lateEg, lateExample{late, eg + fmt.Sprintf(", started %s)", start.Format("15:04:05.000"))})
 		}
 	}
+	// The latest first.
+	sort.Slice(n.lateEg, func(i, j int) bool { return n.lateEg[i].late > n.lateEg[j].late })
 	sort.Strings(n.startedAfterEnd)
 	sort.Strings(n.overlaps)
 	sort.Strings(n.takeovers)
@@ -378,10 +415,10 @@ func (n *netCheck) assert(t *testing.T, e *loadEnv, c *loadCheck, also netAssert
 	switch {
 	case n.lateCount > 0 && faultsLong():
 		t.Errorf("%d of %d delayed runs started more than %s after their due time or the heal, the latest %s, e.g. %v",
-			n.lateCount, n.delayed, lateBound, n.maxLate.Round(100*time.Millisecond), n.lateEg)
+			n.lateCount, n.delayed, lateBound, n.maxLate.Round(100*time.Millisecond), lateExamples(n.lateEg))
 	case n.lateCount > 0:
 		t.Logf("%d of %d delayed runs started more than %s late under this load (latest %s); task faults holds the bound, e.g. %v",
-			n.lateCount, n.delayed, lateBound, n.maxLate.Round(100*time.Millisecond), n.lateEg)
+			n.lateCount, n.delayed, lateBound, n.maxLate.Round(100*time.Millisecond), lateExamples(n.lateEg))
 	}
 	if len(suspects) > 0 {
 		e.explain(suspects)
@@ -423,4 +460,38 @@ func withoutAttempts(twice, excused []string) []string {
 		}
 	}
 	return out
+}
+
+func TestReadyAfter(t *testing.T) {
+	at := func(s float64) time.Time {
+		return time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC).Add(time.Duration(s * float64(time.Second)))
+	}
+	// Two faults: 10-20 s (whole again at 27 s), 30-40 s (whole at 42 s).
+	ws := []faultWindow{
+		{what: "cut 1", from: at(10), to: at(20), whole: at(27)},
+		{what: "cut 2", from: at(30), to: at(40), whole: at(42)},
+	}
+	cases := []struct {
+		name  string
+		due   float64
+		whole bool
+		want  float64
+		in    string
+	}{
+		{"before any fault", 5, true, 5, ""},
+		{"just before a fault: not done when it began", 9, true, 27, "cut 1"},
+		{"in a fault, to its heal", 15, false, 20, "cut 1"},
+		{"in a fault, to the cluster whole again", 15, true, 27, "cut 1"},
+		{"after the heal, before whole again", 25, true, 27, "cut 1"},
+		{"after the heal: not in it by the heal", 25, false, 25, ""},
+		{"due within 2 s of the next fault", 29, true, 42, "cut 2"},
+		{"between the faults, by the heal", 29, false, 40, "cut 2"},
+		{"after both", 50, true, 50, ""},
+	}
+	for _, c := range cases {
+		got, in := readyAfter(at(c.due), ws, c.whole)
+		if !got.Equal(at(c.want)) || in != c.in {
+			t.Errorf("%s: ready %v in %q, want %v in %q", c.name, got.Sub(at(0)), in, c.want, c.in)
+		}
+	}
 }

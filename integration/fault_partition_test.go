@@ -111,6 +111,7 @@ func testFaultPartition(t *testing.T, clients bool) {
 		windows = append(windows, faultWindow{what: fmt.Sprintf("cut %d of %s", k+1, victim.name), from: from, to: to})
 		victims = append(victims, fmt.Sprintf("%s(%s,%s,%s)", victim.name, strings.TrimPrefix(stream, "KV_"), c, d.Round(100*time.Millisecond)))
 		waitCurrent(t, e.js, victim, all...)
+		windows[len(windows)-1].whole = time.Now()
 		t.Logf("%s current again %s after the heal", victim.name, time.Since(to).Round(100*time.Millisecond))
 	}
 	e.loadDone(spread + 3*time.Minute)
@@ -182,6 +183,7 @@ func TestFaultServerPause(t *testing.T) {
 		windows = append(windows, faultWindow{what: fmt.Sprintf("pause %d of %s", k+1, victim.name), from: from, to: to})
 		victims = append(victims, fmt.Sprintf("%s(%s)", victim.name, d.Round(100*time.Millisecond)))
 		waitCurrent(t, e.js, victim, all...)
+		windows[len(windows)-1].whole = time.Now()
 		t.Logf("%s current again %s after SIGCONT", victim.name, time.Since(to).Round(100*time.Millisecond))
 	}
 	e.loadDone(spread + 3*time.Minute)
