@@ -12,6 +12,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/jsbatch"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
+	"github.com/jetflow-dev/jetflow/internal/srvclock"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -50,7 +51,9 @@ type Config struct {
 	Provision Provisioning
 	// Logger receives debug logs. Default: discard.
 	Logger *slog.Logger
-	// Now is the clock. Default time.Now.
+	// Now is the clock. Default: the NATS server's time, this process's
+	// clock corrected by its measured offset (a delayed run is due in the
+	// server's time, whatever this host's clock says).
 	Now func() time.Time
 }
 
@@ -85,6 +88,10 @@ const (
 	// operator (`jetflow provision`, or streams.Provision).
 	ProvisionOff
 )
+
+// clockProbeEvery is how often a producer in use measures its clock
+// against the server's.
+const clockProbeEvery = 30 * time.Second
 
 // New looks up jetflow's streams and buckets, provisions them if
 // cfg.Provision allows and they need it (see Provisioning), and returns a
@@ -123,7 +130,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Producer, er
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = srvclock.Follow(ctx, nil, js.Conn(), kv.APIPrefix(js), scfg.FunctionStream(), clockProbeEvery)
 	}
 	win, err := windowOf(js.Conn())
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
 	"github.com/jetflow-dev/jetflow/internal/liveness"
 	"github.com/jetflow-dev/jetflow/internal/runindex"
+	"github.com/jetflow-dev/jetflow/internal/srvclock"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -51,7 +52,9 @@ type Config struct {
 	StaleAfter time.Duration
 	// DispatchParallel bounds concurrent publishes of due runs. Default 256.
 	DispatchParallel int
-	// Now is the clock. Default time.Now.
+	// Now is the clock. Default: the NATS server's time, this process's
+	// clock corrected by its offset, measured every 10 s (due times, cron
+	// ticks and leases are judged in the server's time).
 	Now func() time.Time
 	// Crons are configured in one place, ConfigureCrons: the code-defined
 	// crons and the evaluator's settings (page size, minimum interval,
@@ -133,7 +136,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 		cfg.DispatchParallel = 256
 	}
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = srvclock.Follow(ctx, nil, js.Conn(), kv.APIPrefix(js), cfg.Streams.WithDefaults().FunctionStream(), 10*time.Second)
 	}
 	p, err := producer.New(ctx, js, producer.Config{Streams: cfg.Streams, Logger: cfg.Logger, Now: cfg.Now})
 	if err != nil {

@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jetflow-dev/jetflow"
 )
@@ -56,6 +57,28 @@ func TestUnbackedRefusal(t *testing.T) {
 	}
 	for _, c := range cases {
 		if got := unbackedRefusal(c.rev, c.cur, c.err); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestMayHaveWaited(t *testing.T) {
+	const ackWait = 30 * time.Second
+	cases := []struct {
+		name             string
+		age              time.Duration
+		measured, stalls bool
+		want             bool
+	}{
+		{"fresh", 50 * time.Millisecond, true, false, false},
+		{"just under half of AckWait", 14 * time.Second, true, false, false},
+		{"half of AckWait", 15 * time.Second, true, false, true},
+		{"stored long ago (a backlog, a replay)", 10 * time.Minute, true, false, true},
+		{"no probe answered yet", 0, false, false, true},
+		{"fresh, after a stall of the process", 50 * time.Millisecond, true, true, true},
+	}
+	for _, c := range cases {
+		if got := mayHaveWaited(c.age, c.measured, c.stalls, ackWait); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -32,33 +32,14 @@ func decodeArgs(data []byte, v any) error {
 // delivery is a message on its way to a runner.
 type delivery struct {
 	m jetstream.Msg
-	// since: the message reached this process no earlier than this
-	// (arrivals.since).
-	since time.Time
 }
 
-// arrivals bounds how long a message waited in this process before its
-// runner took it. While every runner is busy, dispatch waits, and the
-// messages nats.go holds behind it wait too, their ack deadline running:
-// JetStream may redeliver one elsewhere meanwhile, where it is claimed and
-// run. Such a message is no first delivery any more when its runner takes
-// it, and must be claimed first too (process).
-//
-// nats.go's Consume holds at most PullMaxMessages (Options.Prefetch)
-// messages not yet handed over, and hands them to dispatch one at a time.
-// So a message dispatched now reached the process after the dispatch
-// 2*Prefetch calls ago started (a margin for pulls a reconnect resets),
-// and after the dispatch goroutine was last idle (a dispatch that started
-// more than a millisecond after the previous one ended found nothing
-// waiting).
+// arrivals counts the dispatches of a function's deliveries, for
+// watchPulls.
 type arrivals struct {
-	mu       sync.Mutex
-	starts   []time.Time // ring of dispatch starts
-	next     int
-	busyFrom time.Time // the dispatch goroutine busy since
-	lastEnd  time.Time // when the last dispatch returned
-	// For watchPulls: dispatches started, and how many are under way (two
-	// Consumes dispatch at once for a moment after one replaces another).
+	mu sync.Mutex
+	// Dispatches started, and how many are under way (two Consumes
+	// dispatch at once for a moment after one replaces another).
 	count      uint64
 	inDispatch int
 }
@@ -71,49 +52,51 @@ func (a *arrivals) snapshot() (count uint64, inDispatch bool) {
 	return a.count, a.inDispatch > 0
 }
 
-// start notes a dispatch starting now and returns the bound for its message.
-func (a *arrivals) start(now time.Time, prefetch int) time.Time {
+func (a *arrivals) start() {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.starts == nil {
-		a.starts = make([]time.Time, 2*prefetch)
-	}
-	if now.Sub(a.lastEnd) > time.Millisecond {
-		a.busyFrom = now
-	}
-	since := a.busyFrom
-	if old := a.starts[a.next]; old.After(since) {
-		since = old
-	}
-	a.starts[a.next] = now
-	a.next = (a.next + 1) % len(a.starts)
 	a.count++
 	a.inDispatch++
-	return since
+	a.mu.Unlock()
 }
 
-func (a *arrivals) end(now time.Time) {
+func (a *arrivals) end() {
 	a.mu.Lock()
-	a.lastEnd = now
 	a.inDispatch--
 	a.mu.Unlock()
 }
 
-// heldLong reports whether a delivery may have waited here long enough for
-// JetStream to redeliver it elsewhere: half of AckWait.
-// A delivery started within AckWait of a stall of this process (a SIGSTOP,
-// a VM pause) counts as held long too: it may have sat in the socket
-// through the stall, and the time it arrived says nothing of that.
-func (w *Worker) heldLong(d delivery) bool {
-	return time.Since(d.since) >= w.cfg.AckWait/2 || w.stall.Recent()
+// heldLong reports whether a first delivery may have been made long enough
+// ago for JetStream to redeliver it elsewhere (mayHaveWaited).
+func (w *Worker) heldLong(m jetstream.Msg) bool {
+	var stored time.Time
+	if md, err := m.Metadata(); err == nil {
+		stored = md.Timestamp
+	}
+	age, measured := w.clock.Age(stored)
+	return mayHaveWaited(age, measured && !stored.IsZero(), w.stall.Recent(), w.cfg.AckWait)
+}
+
+// mayHaveWaited is the rule for a first delivery: it may have waited (in
+// this process's buffers, its socket, a pause of it) long enough to be
+// redelivered elsewhere when its message was stored half of AckWait ago or
+// more. A first delivery is made after its message is stored, so the
+// message's age bounds the delivery's, whatever happened here: the age is
+// counted on the server's clock (stamped by the server, measured here on
+// the monotonic clock from the last probe), so neither a pause nor a
+// skewed or jumping clock can make a delivery look younger. Unmeasured (no
+// probe answered yet), or within AckWait of a stall of this process (its
+// claim may be late too), it counts as having waited.
+func mayHaveWaited(age time.Duration, measured, stalled bool, ackWait time.Duration) bool {
+	return !measured || stalled || age >= ackWait/2
 }
 
 // dispatch is called by the consumer for each message; it hands the message
 // to one of the function's Concurrency runner goroutines, waiting for one to
 // be free.
 func (w *Worker) dispatch(e *fnEntry, m jetstream.Msg) {
-	d := delivery{m: m, since: e.arrivals.start(time.Now(), e.opts.Prefetch)}
-	defer func() { e.arrivals.end(time.Now()) }()
+	d := delivery{m: m}
+	e.arrivals.start()
+	defer e.arrivals.end()
 	w.mu.Lock()
 	if w.stopping || e.paused {
 		w.mu.Unlock()
@@ -136,7 +119,7 @@ func (w *Worker) runner(e *fnEntry) {
 	for {
 		select {
 		case d := <-e.work:
-			w.process(e, d.m, w.heldLong(d))
+			w.process(e, d.m, w.heldLong(d.m))
 			w.inflight.Done()
 		case <-w.stopCh:
 			return

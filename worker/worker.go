@@ -84,8 +84,8 @@ type Options struct {
 	Concurrency int
 	// Prefetch is how many runs this process pulls ahead, waiting for a
 	// free runner (nats.go's PullMaxMessages). Default and minimum
-	// Concurrency. More helps short handlers on a cluster; a run that
-	// waited here half of AckWait is claimed before it starts.
+	// Concurrency. More helps short handlers on a cluster; a run whose
+	// message was stored half of AckWait ago is claimed before it starts.
 	Prefetch int
 	// MaxParallel is the most runs of this function in flight across all
 	// workers (the consumer's MaxAckPending). Default 1000.
@@ -266,7 +266,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		log: cfg.Logger, now: cfg.Now,
 		fns: map[string]*fnEntry{}, running: map[string]*active{}, canceled: map[string]time.Time{},
 		stopCh: make(chan struct{}), replay: replayGuard{kick: make(chan struct{}, 1)},
-		stall: stall.New(cfg.AckWait/4, cfg.AckWait), clock: srvclock.New(cfg.Now), givingBack: make(chan struct{}, maxGiveBacks),
+		stall: stall.New(cfg.AckWait/4, cfg.AckWait), clock: newClock(cfg), givingBack: make(chan struct{}, maxGiveBacks),
 	}
 	w.work, w.stopWork = context.WithCancelCause(context.Background())
 	w.readConfirmed = w.store.GetConfirmedSource
@@ -368,6 +368,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	w.setClaimModes(stream, fns)
+	// The server's clock first: a first delivery's age is measured on it
+	// (mayHaveWaited); until a probe answers, every delivery is claimed
+	// first.
+	w.probeClock(ctx)
 	pw := w.watchPauses(ctx)
 	if err := w.startConsumers(ctx, stream, fns, pw.paused); err != nil {
 		pw.stop()
@@ -555,7 +559,6 @@ func (w *Worker) startRunners(fns []*fnEntry) {
 // outcome retries, the clock probe, the registry, pauses.
 func (w *Worker) loop(ctx context.Context, fns []*fnEntry, pauses <-chan jetstream.KeyValueEntry) {
 	go w.stall.Run(ctx)
-	w.probeClock(ctx)
 	t := time.NewTicker(10 * time.Second)
 	defer t.Stop()
 	hb := time.NewTicker(w.cfg.AckWait / 3)
@@ -953,18 +956,24 @@ func (w *Worker) currentMsg(id string, m jetstream.Msg) jetstream.Msg {
 // probeClock measures this process's clock against the server's (retries
 // are due in the server's time) and says so when it is over a second off.
 func (w *Worker) probeClock(ctx context.Context) {
-	if w.cfg.TrustClock {
-		return
-	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	if err := w.clock.Probe(pctx, w.nc, kv.APIPrefix(w.js), w.scfg.FunctionStream(), 3); err != nil {
 		w.log.Debug("clock probe", "error", err)
 		return
 	}
-	if off := w.clock.Offset(); off > time.Second || off < -time.Second {
+	if off := w.clock.Offset(); !w.cfg.TrustClock && off.Abs() > time.Second {
 		w.log.Warn("this worker's clock is off the NATS server's; retries are due in the server's time", "offset", off.Round(time.Millisecond))
 	}
+}
+
+// newClock is the worker's estimate of the server's clock: over cfg.Now,
+// pinned to it (no offset) when the config says to trust it.
+func newClock(cfg Config) *srvclock.Clock {
+	if cfg.TrustClock {
+		return srvclock.NewPinned(cfg.Now)
+	}
+	return srvclock.New(cfg.Now)
 }
 
 // ClockOffset is this worker's clock minus the NATS server's, as last

@@ -4,7 +4,7 @@ package engine
 // decides whether its handler may start without reading the run's record
 // and without claiming it first. The one rule: only a first delivery of
 // ours that cannot have waited anywhere (not redelivered, not possibly
-// replayed by a restarted server, not held here long, not received across
+// replayed by a restarted server, not stored long ago, not received across
 // a stall of the worker's process) starts on the fast path; every other
 // kind reads the record and claims the run before its handler starts. The
 // worker applies it (worker/process.go); the simulation (internal/sim)
@@ -26,10 +26,10 @@ const (
 	// Replayed: it may be a server's replay after a restart, handed back
 	// as a first delivery while it runs elsewhere.
 	Replayed
-	// Waited: it may have waited here long enough for JetStream to
-	// redeliver it elsewhere: held past AckWait/2, or received across a
-	// stall of this process (a SIGSTOP, a VM pause), which makes a stale
-	// delivery look fresh.
+	// Waited: it may have waited long enough for JetStream to redeliver
+	// it elsewhere: its message stored AckWait/2 ago or more (by the
+	// server's clock), or received across a stall of this process (a
+	// SIGSTOP, a VM pause), which makes a stale delivery look fresh.
 	Waited
 )
 
@@ -37,7 +37,7 @@ const (
 type DeliveryFacts struct {
 	NumDelivered uint64
 	Replay       bool // a possible replay after a reconnect (the worker's mayBeReplay)
-	Held         bool // held here long, or received across a stall of the process
+	Held         bool // its message stored AckWait/2 ago, or received across a stall of the process
 	Reload       bool // the record has fields the message lacks (Envelope.Reload)
 	IsNew        bool // the message is the pending record (no record yet)
 	Rev          uint64
