@@ -215,6 +215,7 @@ func (p *Producer) runAt(ctx context.Context, t time.Time, c jetflow.Call, opts 
 	}
 	if _, err := p.createRecord(ctx, r); err != nil {
 		if errors.Is(err, kv.ErrExists) {
+			p.dispatchExisting(ctx, r.ID)
 			return r.ID, fmt.Errorf("run %s: %w", r.ID, ErrAlreadyExists)
 		}
 		return "", err
@@ -403,6 +404,16 @@ type batch struct {
 	runs      []*jetflow.Run
 	holds     []bool
 	allDirect bool // every run is one Enqueue publishes without a record
+}
+
+// dispatchExisting makes sure a run found to exist is dispatched: the call
+// that created it may have failed after its record landed and before its
+// dispatch (engine.DispatchExisting). Unread, the repair sweep stands
+// behind it.
+func (p *Producer) dispatchExisting(ctx context.Context, id string) {
+	if cur, err := p.store.GetFromLeader(ctx, id); err == nil {
+		p.d.DispatchExisting(cur)
+	}
 }
 
 // prepareBatch builds and checks a Batch call's runs before anything is

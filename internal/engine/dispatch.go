@@ -174,6 +174,31 @@ func (d *Dispatcher) DispatchLater(r *jetflow.Run, now func() time.Time) {
 	}()
 }
 
+// DispatchExisting makes sure the run a create found already there (cur,
+// read from the leader) is on its way, in the background, as DispatchLater:
+// the call that created it may have failed before it dispatched (its
+// create's answer lost), and a caller told ErrAlreadyExists takes the run
+// for accepted. Only where a second publish is harmless (MayRedispatch).
+func (d *Dispatcher) DispatchExisting(cur *jetflow.Run) {
+	if MayRedispatch(cur, d.now(), d.cfg.WithDefaults().DuplicateWindow) {
+		d.DispatchLater(cur, d.now)
+	}
+}
+
+// MayRedispatch reports whether run cur may be published again by someone
+// who cannot tell whether it was: pending, never attempted, not held, and
+// created less than half of the function stream's duplicate window ago
+// (window), so that a message published for it then, and any redispatch
+// since, is still within the window and this one is dropped as a
+// duplicate (its Nats-Msg-Id is the same).
+func MayRedispatch(cur *jetflow.Run, now time.Time, window time.Duration) bool {
+	switch {
+	case cur.State != jetflow.Pending, cur.Attempts > 0, cur.HeldBy != "":
+		return false
+	}
+	return now.Sub(cur.CreationTime) < window/2
+}
+
 // Create writes run r's record, pending, create-only: kv.ErrExists when
 // its id is taken. A try whose answer was lost in an election is checked
 // (the stored record is r's) before it is made again.

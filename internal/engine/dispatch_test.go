@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -84,4 +85,63 @@ func TestDispatcherOfProducer(t *testing.T) {
 	if _, err := p.Get(ctx, jetflow.CompletionID("x")); err == nil {
 		t.Fatal("callback of a run that has not ended")
 	}
+}
+
+func TestMayRedispatch(t *testing.T) {
+	now := time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC)
+	const window = 2 * time.Minute
+	run := func(st jetflow.State, attempts int, held string, age time.Duration) *jetflow.Run {
+		return &jetflow.Run{State: st, Attempts: attempts, HeldBy: held, CreationTime: now.Add(-age)}
+	}
+	cases := []struct {
+		name string
+		r    *jetflow.Run
+		want bool
+	}{
+		{"pending, new, just created", run(jetflow.Pending, 0, "", time.Second), true},
+		{"created half the window ago: a publish then may have left the window", run(jetflow.Pending, 0, "", window/2), false},
+		{"attempted", run(jetflow.Pending, 1, "", time.Second), false},
+		{"held by its parent", run(jetflow.Pending, 0, "parent", time.Second), false},
+		{"running", run(jetflow.InProgress, 1, "", time.Second), false},
+		{"ended", run(jetflow.Success, 1, "", time.Second), false},
+	}
+	for _, c := range cases {
+		if got := engine.MayRedispatch(c.r, now, window); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A call whose create landed but whose answer was lost, and which failed
+// before it dispatched, leaves a pending record with no message. The next
+// call with that id is told ErrAlreadyExists, and takes the run for
+// accepted: the producer then dispatches it too (no scheduler runs here to
+// repair it).
+func TestExistingRunFoundByACreateIsDispatched(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	p, err := producer.New(ctx, ts.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := engine.Of(p)
+	now := time.Now().UTC()
+	args, _ := json.Marshal(struct{ N int }{7})
+	r := &jetflow.Run{ID: "landed-1", Name: dispatched.Name(), Kind: jetflow.Retryable, Args: args,
+		State: jetflow.Pending, ScheduledTime: now, CreationTime: now}
+	if _, err := d.Create(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	if q, err := d.Store().Queued(ctx, r.Name, r.ID); err != nil || q {
+		t.Fatalf("queued %v (%v) before anything dispatched it", q, err)
+	}
+	_, err = p.Enqueue(ctx, dispatched.With(struct{ N int }{7}), producer.WithID(r.ID))
+	if !errors.Is(err, producer.ErrAlreadyExists) {
+		t.Fatalf("Enqueue of an existing id: %v, want ErrAlreadyExists", err)
+	}
+	testserver.Eventually(t, 30*time.Second, "the existing run dispatched", func() bool {
+		q, err := d.Store().Queued(ctx, r.Name, r.ID)
+		return err == nil && q
+	})
 }
