@@ -238,9 +238,7 @@ func (w *Worker) giveBackClaim(claim *jetflow.Run, rev uint64) {
 		ctx, cancel := context.WithTimeout(context.Background(), recordReadTimeout)
 		cur, err := w.store.GetLatest(ctx, claim.ID)
 		if err == nil && ownAttempt(cur, claim.Owner, claim.Attempts, claim.StartedTime) {
-			r := *cur
-			unclaimed(&r, claim.Attempts)
-			_, err = w.runs.Write(ctx, engine.Retry, jetflow.InProgress, &r, cur.Revision)
+			_, err = w.runs.Write(ctx, engine.Retry, jetflow.InProgress, engine.UnclaimRun(cur, claim.Attempts), cur.Revision)
 			cancel()
 			switch {
 			case err == nil:

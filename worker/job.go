@@ -134,6 +134,12 @@ const (
 	writeClaim           // the claim of an unclaimed run
 )
 
+// work is what j's attempt writes with its record (j.mu held, or the
+// handler not started).
+func (j *jobCore) work() engine.Work {
+	return engine.Work{Owner: j.w.cfg.ID, Attempt: j.env.Attempt, Started: j.started, Progress: j.progress, Children: j.kids}
+}
+
 func (j *jobCore) write(ctx context.Context, mode int) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -147,21 +153,12 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 		mode == writeClaim && claimed:
 		return nil
 	}
-	r := *j.rec
-	r.State = jetflow.InProgress
-	r.Attempts = j.env.Attempt
-	if r.StartedTime.IsZero() {
-		r.StartedTime = j.started
-	}
-	r.Progress = j.progress
-	r.Children = append([]string(nil), j.kids...)
-	r.Owner = j.w.cfg.ID
-	r.Heartbeat = j.w.now().UTC()
+	r := engine.BeatRun(j.rec, j.work(), j.w.now())
 	step := engine.Beat
 	if !claimed {
 		step = engine.Claim
 	}
-	rev, err := j.w.writeRecord(ctx, step, j.rec.State, &r, j.rev)
+	rev, err := j.w.writeRecord(ctx, step, j.rec.State, r, j.rev)
 	if errors.Is(err, kv.ErrConflict) {
 		// A write of ours may have landed with its reply lost: the record
 		// is then this very claim, and we go on from its revision. The read
@@ -188,7 +185,7 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 		return err
 	}
 	r.Revision = rev
-	j.rec, j.rev = &r, rev
+	j.rec, j.rev = r, rev
 	j.progressDirt = false
 	j.lastFlush = j.w.now()
 	return nil

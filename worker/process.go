@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -310,19 +309,17 @@ func (w *Worker) canceledHere(ctx context.Context, id string, m jetstream.Msg) b
 // run is not this worker's to run (canceled, claimed elsewhere, the write
 // failed), the message settled accordingly.
 func (w *Worker) claimBeforeStart(ctx context.Context, j *jobCore, m jetstream.Msg) bool {
-	r := *j.rec
-	r.State, r.Attempts, r.StartedTime = jetflow.InProgress, j.env.Attempt, j.started
-	r.Owner, r.Heartbeat = w.cfg.ID, j.started
+	r := engine.ClaimRun(j.rec, j.work(), j.started)
 	t0 := time.Now()
-	rev, err := w.claim(ctx, j.rec.State, &r, j.rev)
+	rev, err := w.claim(ctx, j.rec.State, r, j.rev)
 	telemetry.ClaimWaited(ctx, time.Since(t0), j.fn.recAttr...)
 	if err != nil {
 		w.log.Debug("claim lost", "function", j.fn.name, "run_id", j.env.ID, "error", err)
-		w.claimFailed(ctx, j, m, &r, err)
+		w.claimFailed(ctx, j, m, r, err)
 		return false
 	}
 	r.Revision = rev
-	j.rec, j.rev = &r, rev
+	j.rec, j.rev = r, rev
 	return true
 }
 
@@ -505,7 +502,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		// forever.
 		w.live.Forget(r.ID)
 		j.env.Attempt = r.Attempts + 1
-		r.AddAttempt(engine.LostAttempt(r, w.now()))
+		r = engine.TakeOverRun(r, w.now())
 	}
 	j.rec, j.rev = r, r.Revision
 	return true
@@ -668,12 +665,10 @@ func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md
 	if len(subject) > 512 {
 		subject = subject[:512] + "…"
 	}
-	now := w.now().UTC()
-	r := &jetflow.Run{
-		ID: id, Name: e.name, Kind: e.kind, Args: w.recordArgs(m.Data()), State: jetflow.Failed,
-		ScheduledTime: md.Timestamp.UTC(), CreationTime: md.Timestamp.UTC(), CompletedTime: now, Permanent: true,
-		Error: fmt.Sprintf("%v: subject %s: %s", jetflow.ErrBadMessage, subject, why),
-	}
+	r := engine.DeadLetterRun(&jetflow.Run{
+		ID: id, Name: e.name, Kind: e.kind, Args: w.recordArgs(m.Data()),
+		ScheduledTime: md.Timestamp.UTC(), CreationTime: md.Timestamp.UTC(),
+	}, fmt.Sprintf("%v: subject %s: %s", jetflow.ErrBadMessage, subject, why), w.now())
 	_, err := w.runs.Write(ctx, engine.DeadLetter, engine.None, r, 0)
 	if errors.Is(err, kv.ErrExists) && id != dlq {
 		r.ID = dlq
@@ -771,23 +766,15 @@ func (w *Worker) unclaim(bg context.Context, j *jobCore) {
 		j.mu.Unlock()
 		return
 	}
-	r := *j.rec
+	r := j.rec
 	rev := j.rev
 	j.closed = true // no heartbeat may follow
 	j.mu.Unlock()
-	unclaimed(&r, j.env.Attempt)
 	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
 	defer cancel()
-	if _, err := w.runs.Write(ctx, engine.Retry, jetflow.InProgress, &r, rev); err != nil {
+	if _, err := w.runs.Write(ctx, engine.Retry, jetflow.InProgress, engine.UnclaimRun(r, j.env.Attempt), rev); err != nil {
 		w.log.Warn("giving back the claim of an interrupted run failed; it is retried after LostAfter", "run_id", r.ID, "error", err)
 	}
-}
-
-// unclaimed makes r, the record of attempt's claim, pending again as
-// before the claim: the attempt does not count.
-func unclaimed(r *jetflow.Run, attempt int) {
-	r.State, r.Attempts, r.Owner = jetflow.Pending, attempt-1, ""
-	r.Heartbeat, r.StartedTime = time.Time{}, time.Time{}
 }
 
 // call runs the handler through the middleware (telemetry's, then
@@ -806,25 +793,9 @@ func (w *Worker) call(ctx context.Context, j *jobCore) (err error) {
 // asynchronously (succeedAsync).
 func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 	j.mu.Lock()
-	r := j.rec // no other write of the record follows: it becomes the outcome
-	from := r.State
-	r.State = jetflow.Success
-	r.Attempts = j.env.Attempt
-	r.CompletedTime = w.now().UTC()
-	r.Error = ""
-	r.HeldBy = ""
-	r.Result = j.result
-	r.Progress = j.progress
-	r.Children = append([]string(nil), j.kids...)
-	if r.StartedTime.IsZero() {
-		r.StartedTime = j.started
-	}
-	if len(r.History) > 0 || r.Attempts > 1 {
-		// Not the first attempt: the history shows them all. (A first
-		// attempt's success keeps none: one write of the hot path less.)
-		r.AddAttempt(jetflow.Attempt{Attempt: r.Attempts, Worker: w.cfg.ID, StartedTime: r.StartedTime,
-			CompletedTime: r.CompletedTime, Outcome: string(jetflow.Success)})
-	}
+	from := j.rec.State
+	r := engine.SucceedRun(j.rec, j.work(), j.result, w.now())
+	j.rec = r // no other write of the record follows: it becomes the outcome
 	rev := j.rev
 	j.closed = true // no heartbeat or progress write may slip in before the outcome
 	j.mu.Unlock()
@@ -1014,12 +985,11 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 			}
 			continue
 		}
-		_, _ = w.runs.Change(ctx, engine.Orphan, id, func(r *jetflow.Run) bool {
+		_, _ = w.runs.Change(ctx, engine.Orphan, id, func(r *jetflow.Run) *jetflow.Run {
 			if r.HeldBy == "" {
-				return false
+				return nil
 			}
-			*r = *engine.OrphanRun(r, w.now())
-			return true
+			return engine.OrphanRun(r, w.now())
 		})
 	}
 }
@@ -1027,47 +997,33 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr error) {
 	met := telemetry.M()
 	j.mu.Lock()
-	r := *j.rec
-	from := j.rec.State
-	r.Attempts = j.env.Attempt
-	r.Error = clip(herr.Error(), maxError)
-	r.Progress = j.progress
-	r.Children = append([]string(nil), j.kids...)
-	if r.StartedTime.IsZero() {
-		r.StartedTime = j.started
-	}
-	r.History = slices.Clone(r.History)
-	r.AddAttempt(jetflow.Attempt{Attempt: j.env.Attempt, Worker: w.cfg.ID, StartedTime: r.StartedTime,
-		CompletedTime: w.now().UTC(), Outcome: "failed", Error: clip(r.Error, maxReason)})
+	cur, work, why := j.rec, j.work(), clip(herr.Error(), maxError)
 	rev := j.rev
 	j.closed = true // no heartbeat or progress write may slip in before the outcome
 	j.mu.Unlock()
+	from := cur.State
 	var ra *jetflow.RetryAfterError
 	retry := j.fn.kind == jetflow.Retryable && !jetflow.IsPermanent(herr) && j.env.Attempt < j.maxAttempts()
 	if !retry {
-		r.State = jetflow.Failed
-		r.Permanent = jetflow.IsPermanent(herr)
-		w.failFinal(ctx, j, m, from, &r, rev)
+		w.failFinal(ctx, j, m, from, engine.FailRun(cur, work, why, jetflow.IsPermanent(herr), w.now()), rev)
 		return
 	}
 	delay := j.fn.opts.Backoff.Delay(j.env.Attempt)
 	if errors.As(herr, &ra) {
 		delay = ra.Delay
 	}
-	started, kids := r.StartedTime, r.Children
-	r.State = jetflow.Pending
-	r.ScheduledTime = w.clock.Now().UTC().Add(delay) // due in the server's time
-	r.StartedTime = time.Time{}
-	r.Children = nil
-	newRev, err := w.writeOutcome(ctx, engine.Retry, from, &r, rev, false, started)
+	due := w.clock.Now().UTC().Add(delay) // due in the server's time
+	r := engine.RetryRun(cur, work, why, due, w.now())
+	started := cur.StartedTime
+	if started.IsZero() {
+		started = work.Started
+	}
+	newRev, err := w.writeOutcome(ctx, engine.Retry, from, r, rev, false, started)
 	if errors.Is(err, jetflow.ErrBadArgs) {
 		// The record cannot hold another attempt (its args beside what the
 		// attempts added): the run fails here, with the reason, rather than
 		// running again without a record of it.
-		r.State, r.Permanent, r.ScheduledTime = jetflow.Failed, true, j.rec.ScheduledTime
-		r.StartedTime, r.Children = started, kids
-		r.Error = fmt.Sprintf("%s (not retried: %v)", r.Error, err)
-		w.failFinal(ctx, j, m, from, &r, rev)
+		w.failFinal(ctx, j, m, from, engine.FailRun(cur, work, fmt.Sprintf("%s (not retried: %v)", why, err), true, w.now()), rev)
 		return
 	}
 	if err != nil {
@@ -1076,9 +1032,9 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	}
 	r.Revision = newRev
 	w.releaseHeld(ctx, j, false)
-	if err := w.p.DispatchAt(ctx, &r, w.clock.Now()); err != nil {
+	if err := w.p.DispatchAt(ctx, r, w.clock.Now()); err != nil {
 		w.log.Warn("schedule retry failed; trying again in the background", "run_id", r.ID, "error", err)
-		w.p.DispatchLater(&r, w.clock.Now)
+		w.p.DispatchLater(r, w.clock.Now)
 	}
 	met.Retried.Add(ctx, 1, j.fn.attr)
 	w.settle(m, ackIt)
@@ -1087,7 +1043,6 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 // failFinal writes r, the attempt's failure with no retry after it, and
 // settles the attempt's message.
 func (w *Worker) failFinal(ctx context.Context, j *jobCore, m jetstream.Msg, from jetflow.State, r *jetflow.Run, rev uint64) {
-	r.CompletedTime = w.now().UTC()
 	if _, err := w.writeOutcome(ctx, engine.Fail, from, r, rev, false, r.StartedTime); err != nil {
 		w.outcomeLost(ctx, j, m, err)
 		return

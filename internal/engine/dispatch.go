@@ -228,10 +228,10 @@ func (d *Dispatcher) DispatchAsync(r *jetflow.Run) (jetstream.PubAckFuture, erro
 // (step Release) and dispatches the run.
 func (d *Dispatcher) Release(ctx context.Context, r *jetflow.Run) error {
 	if r.HeldBy != "" {
-		r.HeldBy = ""
-		if _, err := d.runs.Write(ctx, Release, jetflow.Pending, r, r.Revision); err != nil {
+		if _, err := d.runs.Write(ctx, Release, r.State, ReleaseRun(r), r.Revision); err != nil {
 			return err
 		}
+		r.HeldBy = ""
 	}
 	return d.Dispatch(ctx, r)
 }
