@@ -161,25 +161,23 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 	rev, err := j.w.writeRecord(ctx, step, j.rec.State, r, j.rev)
 	if errors.Is(err, kv.ErrConflict) {
 		// A write of ours may have landed with its reply lost: the record
-		// is then this very claim, and we go on from its revision. The read
-		// has a context of its own: the write may have used up ctx's.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
-		cur, leader, gerr := j.w.readConfirmed(rctx, r.ID)
-		cancel()
-		if gerr = readAfterRefusal(r.ID, j.rev, cur, leader, gerr); gerr != nil {
-			// Unread: the run may still be ours. Not a conflict, so that
-			// the caller tries again instead of giving the run up.
-			return fmt.Errorf("worker: write of run %s refused, and its record unread: %w", r.ID, gerr)
-		}
-		if ownAttempt(cur, r.Owner, r.Attempts, r.StartedTime) {
+		// is then this very claim, and we go on from its revision.
+		v, cur, gerr := engine.ReadBack(ctx, j.w.readConfirmed, r.ID, j.rev, engine.ClaimOf(r))
+		switch {
+		case v == kv.Landed:
 			j.rec, j.rev = cur, cur.Revision // what it lacks is written next time
 			return nil
-		}
-		if cur.State == jetflow.Canceled {
+		case v == kv.Superseded && cur != nil && cur.State == jetflow.Canceled:
 			// Canceled: the handler is told so, even when this write
 			// finds it before the cancel notice does.
 			return fmt.Errorf("%w: %w", jetflow.ErrCanceled, err)
+		case v == kv.Superseded:
+			return engine.Superseded(err)
 		}
+		// Not landed, or unread: the run may still be ours. Not a
+		// conflict, so that the caller tries again instead of giving the
+		// run up.
+		return fmt.Errorf("worker: write of run %s refused (%v), read back %v (%v): %w", r.ID, err, v, gerr, kv.ErrUnconfirmed)
 	}
 	if err != nil {
 		return err

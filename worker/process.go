@@ -824,39 +824,34 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			return n, nil
 		}
 		if errors.Is(err, kv.ErrConflict) {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
-			cur, leader, gerr := w.readConfirmed(rctx, r.ID)
-			cancel()
-			gerr = readAfterRefusal(r.ID, rev, cur, leader, gerr)
-			if unbackedRefusal(rev, cur, gerr) {
-				// The record is as this write expected: the refusal came
-				// from a leader judging against an uncommitted write (cut
-				// off, or paused and deposed). Write it again.
-				gerr = fmt.Errorf("the record is unchanged at revision %d: %w", rev, kv.ErrUnconfirmed)
-			}
-			if retried && gerr == nil && sameOutcome(cur, r) {
+			v, cur, gerr := engine.ReadBack(ctx, w.readConfirmed, r.ID, rev, engine.OutcomeOf(r, w.cfg.ID, started, retried))
+			switch v {
+			case kv.Landed:
 				r.Revision = cur.Revision
 				return cur.Revision, nil
-			}
-			if gerr == nil && cur.Revision != rev && ownAttempt(cur, w.cfg.ID, r.Attempts, started) {
+			case kv.Rebase:
 				w.log.Debug("outcome written over this attempt's own write, landed unseen", "run_id", r.ID, "revision", cur.Revision)
 				rev, from = cur.Revision, jetflow.InProgress
 				continue
-			}
-			if rev != 0 && errors.Is(gerr, jetflow.ErrNotFound) {
+			case kv.Gone:
 				// The message named a revision of a record that is not
 				// there (expired, or a foreign message's made-up
 				// Jetflow-Rev): the run ran all the same, so its outcome is
 				// recorded, create-only.
 				rev, from = 0, engine.None
 				continue
+			case kv.Superseded:
+				return 0, engine.Superseded(err)
+			case kv.NotLanded:
+				// The record is as this write expected: the refusal came
+				// from a leader judging against an uncommitted write (cut
+				// off, or paused and deposed). Write it again.
+				gerr = fmt.Errorf("the record is unchanged at revision %d: %w", rev, kv.ErrUnconfirmed)
 			}
-			if gerr == nil || errors.Is(gerr, jetflow.ErrNotFound) || errors.Is(gerr, jetflow.ErrBadRecord) {
-				return 0, err
-			}
-			// Unread: the record may be this attempt's. Try again. Not a
-			// conflict if it stays unread: the caller then hands the
-			// message back rather than acknowledging it (outcomeLost).
+			// Not landed, or unread: the record may be this attempt's. Try
+			// again. Not a conflict if it stays unread: the caller then
+			// hands the message back rather than acknowledging it
+			// (outcomeLost).
 			err = fmt.Errorf("worker: write of run %s refused (%v), and its record unread: %w", r.ID, err, gerr)
 		}
 		if errors.Is(err, jetflow.ErrBadArgs) || w.isStopping() || w.now().After(deadline) {
@@ -870,34 +865,6 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
-}
-
-// readAfterRefusal judges the read (cur, gerr) of run id's record after a
-// write expecting revision rev (0: create-only) was refused. The leader's
-// answer (leader) stands. A direct get's, which GetConfirmed falls back to
-// when the leader cannot answer, may come from a replica behind: one not
-// past rev, or a record missing after its create was refused, counts as
-// unread.
-func readAfterRefusal(id string, rev uint64, cur *jetflow.Run, leader bool, gerr error) error {
-	switch {
-	case leader:
-	case gerr == nil && rev != 0 && cur.Revision <= rev:
-		return fmt.Errorf("kv: read of run %s answered at revision %d, not past the refused %d: a replica behind", id, cur.Revision, rev)
-	case rev == 0 && errors.Is(gerr, jetflow.ErrNotFound):
-		return fmt.Errorf("kv: run %s read as missing after its create was refused: a replica behind", id)
-	}
-	return gerr
-}
-
-// unbackedRefusal reports whether the leader's read (cur, gerr) after a
-// write expecting revision rev was refused shows the record as the write
-// expected it: unchanged at rev, or missing for a create. Such a refusal
-// proves nothing (kv.CreateConfirmed's rule): the write is made again.
-func unbackedRefusal(rev uint64, cur *jetflow.Run, gerr error) bool {
-	if rev == 0 {
-		return errors.Is(gerr, jetflow.ErrNotFound)
-	}
-	return gerr == nil && cur.Revision == rev
 }
 
 // recordReadTimeout bounds a read of a run's record after a refused write.
@@ -920,30 +887,6 @@ func (w *Worker) writeRecord(ctx context.Context, step engine.Step, from jetflow
 		return 0, fmt.Errorf("%w: %w", kv.ErrConflict, err)
 	}
 	return n, err
-}
-
-func sameOutcome(a, b *jetflow.Run) bool {
-	return outcomeOf(a) == outcomeOf(b)
-}
-
-// outcome is what an outcome write sets, comparable.
-type outcome struct {
-	state                jetflow.State
-	attempts             int
-	completed, scheduled instant
-	err                  string
-}
-
-// instant is a time, comparable with == across locations.
-type instant struct {
-	sec  int64
-	nsec int
-}
-
-func instantOf(t time.Time) instant { return instant{t.Unix(), t.Nanosecond()} }
-
-func outcomeOf(r *jetflow.Run) outcome {
-	return outcome{r.State, r.Attempts, instantOf(r.CompletedTime), instantOf(r.ScheduledTime), r.Error}
 }
 
 // outcomeLost handles a terminal write that lost its compare-and-swap: the
