@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -40,8 +41,12 @@ func ReadBack(ctx context.Context, read ReadFunc, id string, rev uint64, m Mine)
 		rb.Base = m.Base != nil && m.Base(cur)
 	}
 	v := kv.Settle(rev, rb)
-	if v == kv.Unread && err == nil {
+	switch {
+	case v != kv.Unread || leader:
+	case err == nil:
 		err = fmt.Errorf("kv: read of run %s answered at revision %d, not past %d: a replica behind", id, cur.Revision, rev)
+	case errors.Is(err, kv.ErrNotFound):
+		err = fmt.Errorf("kv: run %s read as missing after its create was refused: a replica behind", id)
 	}
 	return v, cur, err
 }
