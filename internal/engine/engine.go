@@ -22,6 +22,11 @@
 //	orphan      pending                       canceled     (a held child whose parent's attempt did not succeed)
 //	deadLetter  none                          failed       (a message that cannot be a run)
 //
+// The record each step writes is built by a named transition
+// (transitions.go: ClaimRun, SucceedRun, ...), pure, so that every writer
+// of a step writes the same record; a write whose reply is lost is settled
+// by ReadBack (kv.Settle's rule).
+//
 // A terminal record never changes: no step leaves success, failed or
 // canceled. Every write is a compare-and-swap on the revision the writer
 // read (or create-only from none), so a writer that lost a race gets
