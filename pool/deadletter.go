@@ -53,12 +53,11 @@ func (pl *Pool) deadLetterQueued(ctx context.Context, id string) error {
 		reason = reason[:maxDeadReason] + "…"
 	}
 	now := pl.now().UTC()
-	r := &jetflow.Run{
+	r := engine.DeadLetterRun(&jetflow.Run{
 		ID: engine.DeadLetterID(streams.KVStream(pl.st.bucket), e.Revision()), Name: fn, Kind: jetflow.Retryable,
-		Args: deadArgs(e.Value(), kv.ArgsLimit(pl.st.nc.MaxPayload())), State: jetflow.Failed, Permanent: true,
-		ScheduledTime: e.Created().UTC(), CreationTime: e.Created().UTC(), CompletedTime: now,
-		Error: reason, Pool: pl.name,
-	}
+		Args:          deadArgs(e.Value(), kv.ArgsLimit(pl.st.nc.MaxPayload())),
+		ScheduledTime: e.Created().UTC(), CreationTime: e.Created().UTC(), Pool: pl.name,
+	}, reason, now)
 	// The record first: an entry removed is recorded. A record of that id
 	// exists when an earlier call wrote it and did not remove the entry.
 	if _, err := engine.Of(pl.p).Runs().Write(ctx, engine.DeadLetter, engine.None, r, 0); err != nil && !errors.Is(err, kv.ErrExists) {

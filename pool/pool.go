@@ -1028,11 +1028,10 @@ func (pl *Pool) cancelRun(ctx context.Context, it *Item) error {
 		return err
 	}
 	now := pl.now().UTC()
-	tomb := &jetflow.Run{
-		ID: it.RunID, Name: it.Function, Kind: it.Kind, Args: it.Args, State: jetflow.Canceled,
-		ScheduledTime: now, CreationTime: now, CompletedTime: now, Error: jetflow.ErrCanceled.Error(),
-		Pool: pl.name, Priority: int(it.Priority), MaxAttempts: 1,
-	}
+	tomb := engine.CancelRun(&jetflow.Run{
+		ID: it.RunID, Name: it.Function, Kind: it.Kind, Args: it.Args,
+		ScheduledTime: now, CreationTime: now, Pool: pl.name, Priority: int(it.Priority), MaxAttempts: 1,
+	}, now)
 	if _, err := engine.Of(pl.p).Runs().Write(ctx, engine.Cancel, engine.None, tomb, 0); err != nil {
 		if errors.Is(err, kv.ErrExists) {
 			// Created meanwhile: cancel it.

@@ -562,28 +562,74 @@ func (s *store) getState(ctx context.Context, pool string) (*poolState, uint64, 
 }
 
 // putState writes the pool state if it is still at revision rev (0: absent).
-// It returns errConflict when someone wrote first.
+// It returns errConflict when someone wrote first. A write whose reply is
+// lost (kv.Transient) or that is refused is settled by the one rule for such
+// writes (kv.Settle, on the stream leader's read): landed, it counts (a
+// pool's grants are not given twice, nor lost); as the write expected it,
+// it is written again (a few times: the caller's next pass reads the state
+// again); another writer's state is a conflict.
 func (s *store) putState(ctx context.Context, pool string, st *poolState, rev uint64) (uint64, error) {
 	data, err := json.Marshal(st)
 	if err != nil {
 		return 0, err
 	}
-	ack, err := s.js.PublishMsg(ctx, kv.PutMsg(s.bucket, stateKey(pool), data, kv.PutExpect(rev)))
-	if err != nil {
-		if kv.IsWrongSequence(err) {
-			if rev == 0 {
-				// Absent may mean deleted: its delete marker is the
-				// last message, which the create must expect.
-				m, gerr := s.stream.GetLastMsgForSubject(ctx, streams.KVSubject(s.bucket, stateKey(pool)))
-				if gerr == nil && isMarker(m) {
-					return s.putState(ctx, pool, st, m.Sequence)
-				}
+	subj := streams.KVSubject(s.bucket, stateKey(pool))
+	for try := 1; ; try++ {
+		ack, err := s.js.PublishMsg(ctx, kv.PutMsg(s.bucket, stateKey(pool), data, kv.PutExpect(rev)))
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if kv.IsWrongSequence(err) && rev == 0 {
+			// Absent may mean deleted: its delete marker is the last
+			// message, which the create must expect.
+			m, gerr := s.stream.GetLastMsgForSubject(ctx, subj)
+			if gerr == nil && isMarker(m) {
+				rev = m.Sequence
+				continue
 			}
+		}
+		if !kv.IsWrongSequence(err) && !kv.Transient(err) {
+			return 0, fmt.Errorf("pool: write state of %s: %w", pool, err)
+		}
+		switch v, seq := s.readBack(ctx, subj, rev, data); {
+		case v == kv.Landed:
+			return seq, nil
+		case v == kv.Superseded, v == kv.Gone:
+			return 0, errConflict
+		case v == kv.NotLanded && try < 3 && ctx.Err() == nil:
+			continue
+		case kv.IsWrongSequence(err):
 			return 0, errConflict
 		}
 		return 0, fmt.Errorf("pool: write state of %s: %w", pool, err)
 	}
-	return ack.Sequence, nil
+}
+
+// readBack settles a write of data at subject subj that expected revision
+// rev (0: create) and was refused or went unanswered (kv.Settle), on the
+// word of the stream's leader with a quorum; it returns the verdict and
+// the stored revision.
+func (s *store) readBack(ctx context.Context, subj string, rev uint64, data []byte) (kv.Verdict, uint64) {
+	stream := s.stream.CachedInfo().Config.Name
+	last, err := kv.LastFromLeader(ctx, s.js, stream, subj)
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		// A role that may not ask the leader: what a replica holds
+		// stands (as for a queued item's create).
+		last, err = s.stream.GetLastMsgForSubject(ctx, subj)
+	}
+	rb := kv.ReadBack{Err: err, Leader: true}
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound), err == nil && isMarker(last) && rev == 0:
+		rb.Err = fmt.Errorf("%w: %s", kv.ErrNotFound, subj)
+	case err == nil:
+		rb.Rev, rb.Same = last.Sequence, bytes.Equal(last.Data, data)
+		if ok, qerr := kv.LeaderHasQuorum(ctx, s.js, stream); qerr != nil || !ok {
+			// What a leader cut off from its peers holds may yet be lost.
+			rb.Err = errors.Join(qerr, kv.ErrNoQuorum)
+		}
+	}
+	v := kv.Settle(rev, rb)
+	return v, rb.Rev
 }
 
 // updateState applies change to the pool state by compare-and-swap until it

@@ -265,7 +265,7 @@ func (p *Producer) prepare(ctx context.Context, t time.Time, c jetflow.Call, opt
 		Parent: o.parent, Trace: telemetry.Inject(ctx),
 	}
 	if o.hold {
-		r.HeldBy = o.parent
+		r = engine.HoldRun(r)
 	}
 	r.Timeout = o.timeout
 	if o.onComplete != nil {

@@ -93,12 +93,9 @@ func (p *Producer) cancel(ctx context.Context, id string, depth int) (CancelResu
 func (p *Producer) markCanceled(ctx context.Context, id string) (*jetflow.Run, jetflow.State, error) {
 	for range 64 {
 		var prev jetflow.State
-		r, err := p.runs.Change(ctx, engine.Cancel, id, func(r *jetflow.Run) bool {
+		r, err := p.runs.Change(ctx, engine.Cancel, id, func(r *jetflow.Run) *jetflow.Run {
 			prev = r.State
-			r.State = jetflow.Canceled
-			r.CompletedTime = p.now().UTC()
-			r.Error = jetflow.ErrCanceled.Error()
-			return true
+			return engine.CancelRun(r, p.now())
 		})
 		if !errors.Is(err, jetflow.ErrNotFound) {
 			return r, prev, err
@@ -117,7 +114,7 @@ func (p *Producer) markCanceled(ctx context.Context, id string) (*jetflow.Run, j
 			}
 			return nil, "", err
 		}
-		q.State, q.CompletedTime, q.Error = jetflow.Canceled, p.now().UTC(), jetflow.ErrCanceled.Error()
+		q = engine.CancelRun(q, p.now())
 		if _, cerr := p.runs.Write(ctx, engine.Cancel, engine.None, q, 0); cerr != nil {
 			if errors.Is(cerr, kv.ErrExists) {
 				continue

@@ -142,14 +142,12 @@ func (d *driver) end(ctx context.Context, id string, s *spec, st jetflow.State, 
 	step := finishStep[st]
 	var r *jetflow.Run
 	for range 2 {
-		r, err = engine.Of(d.p).Runs().Change(ctx, step, id, func(r *jetflow.Run) bool {
+		r, err = engine.Of(d.p).Runs().Change(ctx, step, id, func(r *jetflow.Run) *jetflow.Run {
 			if r.Name != RecordName {
-				return false
+				return nil
 			}
-			r.State, r.Error, r.Result = st, msg, nil
-			r.Attempts = max(r.Attempts, attempts)
-			r.CompletedTime = time.Now().UTC()
-			return true
+			now := time.Now()
+			return engine.EndRecord(r, st, nil, msg, attempts, now, now)
 		})
 		if !errors.Is(err, jetflow.ErrNotFound) || s == nil {
 			break

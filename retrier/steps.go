@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -241,18 +240,8 @@ func (d *driver) stepWork(ctx context.Context, sc stepContext, att *jetflow.Run)
 		}
 		return err
 	}
-	_, err = engine.New(store).Change(ctx, engine.Beat, sc.Retrier, func(r *jetflow.Run) bool {
-		changed := false
-		if !slices.Contains(r.Children, nextID) {
-			r.Children = append(r.Children, nextID)
-			changed = true
-		}
-		if r.Attempts < sc.Attempt {
-			r.Attempts = sc.Attempt
-			r.Error = att.Error
-			changed = true
-		}
-		return changed
+	_, err = engine.New(store).Change(ctx, engine.Beat, sc.Retrier, func(r *jetflow.Run) *jetflow.Run {
+		return engine.NextAttempt(r, nextID, sc.Attempt, att.Error)
 	})
 	if errors.Is(err, kv.ErrTerminal) {
 		// Canceled between schedule's check and now: the attempt is not
@@ -274,13 +263,9 @@ var finishStep = map[jetflow.State]engine.Step{
 // record that ended meanwhile (canceled) stands; the callback is scheduled
 // either way (idempotent: one run id).
 func (d *driver) finish(ctx context.Context, sc stepContext, st jetflow.State, result json.RawMessage, msg string) error {
-	r, err := engine.Of(d.p).Runs().Change(ctx, finishStep[st], sc.Retrier, func(r *jetflow.Run) bool {
-		r.State = st
-		r.Result = result
-		r.Error = msg
-		r.Attempts = sc.Attempt
-		r.CompletedTime = d.now()
-		return true
+	r, err := engine.Of(d.p).Runs().Change(ctx, finishStep[st], sc.Retrier, func(r *jetflow.Run) *jetflow.Run {
+		now := d.now()
+		return engine.EndRecord(r, st, result, msg, sc.Attempt, now, now)
 	})
 	if err != nil && !errors.Is(err, kv.ErrTerminal) {
 		return err

@@ -273,9 +273,7 @@ func (s *Scheduler) failDeadLettered(ctx context.Context, r, seg *jetflow.Run) b
 	if seg.State != jetflow.Failed || !strings.HasPrefix(seg.Error, jetflow.ErrBadMessage.Error()) {
 		return false // running, or ended the usual way: its end reaches the workflow
 	}
-	now := s.now().UTC()
-	r.State, r.Permanent, r.CompletedTime = jetflow.Failed, true, now
-	r.Error = fmt.Sprintf("first segment %s dead-lettered: %s", seg.ID, seg.Error)
+	r = engine.EndRecord(r, jetflow.Failed, nil, fmt.Sprintf("first segment %s dead-lettered: %s", seg.ID, seg.Error), 0, time.Time{}, s.now())
 	if _, err := s.runs.Write(ctx, engine.Fail, jetflow.Pending, r, r.Revision); err != nil {
 		return false
 	}

@@ -755,11 +755,9 @@ func (d *dispatcher) deadLetter(ctx context.Context, it *item) bool {
 	} else if len(args) > 0 && !json.Valid(args) {
 		args = kv.BodySummary(args, 64<<10)
 	}
-	r := &jetflow.Run{
-		ID: id, Name: fn, Kind: jetflow.Retryable, Args: args, State: jetflow.Failed, Permanent: true,
-		ScheduledTime: now, CreationTime: now, CompletedTime: now,
-		Error: fmt.Sprintf("%v: delayed entry %.256q: %v", jetflow.ErrBadMessage, it.key, it.bad),
-	}
+	r := engine.DeadLetterRun(&jetflow.Run{
+		ID: id, Name: fn, Kind: jetflow.Retryable, Args: args, ScheduledTime: now, CreationTime: now,
+	}, fmt.Sprintf("%v: delayed entry %.256q: %v", jetflow.ErrBadMessage, it.key, it.bad), now)
 	_, err := s.runs.Write(ctx, engine.DeadLetter, engine.None, r, 0)
 	if errors.Is(err, kv.ErrExists) && id != dlq {
 		// The run has a record: the entry's own dead letter, written by

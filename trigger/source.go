@@ -166,11 +166,10 @@ func (l *loop) failRun(ctx context.Context, it *item) (existed bool, err error) 
 		why = strings.ToValidUTF8(why[:maxReason], "") + "…"
 	}
 	now := time.Now().UTC()
-	r := &jetflow.Run{
+	r := engine.DeadLetterRun(&jetflow.Run{
 		ID: it.id, Name: def.Function, Kind: jetflow.Kind(def.Kind), Args: recordArgs(it.m.Data(), l.argsLimit()),
-		State: jetflow.Failed, ScheduledTime: md.Timestamp.UTC(), CreationTime: now, CompletedTime: now, Permanent: true,
-		Error: fmt.Sprintf("trigger %s: message %s #%d (subject %s): %s", def.Name, md.Stream, md.Sequence.Stream, subject, why),
-	}
+		ScheduledTime: md.Timestamp.UTC(), CreationTime: now,
+	}, fmt.Sprintf("trigger %s: message %s #%d (subject %s): %s", def.Name, md.Stream, md.Sequence.Stream, subject, why), now)
 	_, err = l.r.d.Runs().Write(ctx, engine.DeadLetter, engine.None, r, 0)
 	if errors.Is(err, kv.ErrExists) {
 		return true, nil

@@ -279,12 +279,12 @@ func TestCancelFoundByHeartbeatIsErrCanceled(t *testing.T) {
 	// its notice. A heartbeat (every AckWait/3) may write the record
 	// between a read and this write: the write reads it again then.
 	wrote := false
-	if _, err := engine.Of(e.P).Runs().Change(ctx, engine.Cancel, id, func(c *jetflow.Run) bool {
+	if _, err := engine.Of(e.P).Runs().Change(ctx, engine.Cancel, id, func(c *jetflow.Run) *jetflow.Run {
 		wrote = c.State == jetflow.InProgress
-		if wrote {
-			c.State, c.CompletedTime, c.Error = jetflow.Canceled, time.Now().UTC(), jetflow.ErrCanceled.Error()
+		if !wrote {
+			return nil
 		}
-		return wrote
+		return engine.CancelRun(c, time.Now())
 	}); err != nil || !wrote {
 		t.Fatalf("cancel write: %v (written: %v)", err, wrote)
 	}

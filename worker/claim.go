@@ -52,25 +52,26 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 	if err == nil {
 		return n, nil
 	}
-	if errors.Is(err, kv.ErrConflict) && w.refusedUnbacked(ctx, r.ID, rev) {
-		// Refused by a leader judging against an uncommitted write: the
-		// claim is written again, as one whose reply was lost.
-		return w.claimAgain(ctx, from, r, rev, fmt.Errorf("%w (the record unchanged: %w)", kv.ErrUnconfirmed, err))
+	if errors.Is(err, kv.ErrConflict) {
+		// Refused: settled by the record read back (engine.ReadBack). A
+		// refusal from a leader judging against an uncommitted write (the
+		// record unchanged), or one the leader does not confirm, is
+		// written again, as a claim whose reply was lost.
+		switch v, cur, _ := engine.ReadBack(ctx, w.readConfirmed, r.ID, rev, engine.ClaimOf(r)); v {
+		case kv.Landed:
+			r.Revision = cur.Revision
+			return cur.Revision, nil
+		case kv.NotLanded, kv.Unread:
+			return w.claimAgain(ctx, from, r, rev, fmt.Errorf("%w (the record unchanged or unread: %w)", kv.ErrUnconfirmed, err))
+		case kv.Superseded:
+			return n, engine.Superseded(err)
+		}
+		return n, err
 	}
 	if !claimRetryable(ctx, err) {
 		return n, err
 	}
 	return w.claimAgain(ctx, from, r, rev, err)
-}
-
-// refusedUnbacked reads run id's record from the leader after a claim
-// expecting revision rev was refused, and reports whether the record is as
-// the claim expected it (unbackedRefusal).
-func (w *Worker) refusedUnbacked(ctx context.Context, id string, rev uint64) bool {
-	rctx, cancel := context.WithTimeout(ctx, recordReadTimeout)
-	defer cancel()
-	cur, leader, gerr := w.readConfirmed(rctx, id)
-	return leader && unbackedRefusal(rev, cur, gerr)
 }
 
 // claimRetryable reports whether a failed claim is to be written again:
@@ -112,40 +113,26 @@ func (w *Worker) claimAgain(ctx context.Context, from jetflow.State, r *jetflow.
 			return n, nil
 		}
 		if errors.Is(err, kv.ErrConflict) {
-			cur, leader, gerr := w.readConfirmed(ctx, r.ID)
-			gerr = readAfterRefusal(r.ID, rev, cur, leader, gerr)
-			if unbackedRefusal(rev, cur, gerr) {
+			v, cur, gerr := engine.ReadBack(ctx, w.readConfirmed, r.ID, rev, engine.ClaimOf(r))
+			switch v {
+			case kv.Landed:
+				r.Revision = cur.Revision
+				return cur.Revision, nil
+			case kv.Superseded:
+				return 0, engine.Superseded(err)
+			case kv.NotLanded:
 				gerr = fmt.Errorf("the record is unchanged at revision %d: %w", rev, kv.ErrUnconfirmed)
 			}
-			if gerr == nil {
-				if ownAttempt(cur, r.Owner, r.Attempts, r.StartedTime) {
-					r.Revision = cur.Revision
-					return cur.Revision, nil
-				}
-				return 0, err
-			}
-			// Unread (the leader is being replaced, say): the stored
-			// record may be this claim. Write again and read again.
-			// Not a conflict (%v): a claim still unsettled at the deadline
-			// may have landed, and is given back (giveBackClaim).
+			// Not landed, or unread (the leader is being replaced, say):
+			// the stored record may be this claim. Write again and read
+			// again. Not a conflict (%v): a claim still unsettled at the
+			// deadline may have landed, and is given back (giveBackClaim).
 			err = fmt.Errorf("%v (and the record unread: %w)", err, gerr)
 		}
 		if w.claimGivesUp(ctx, err, deadline) {
 			return 0, err
 		}
 	}
-}
-
-// ownAttempt reports whether cur, the stored record of a run, is a write of
-// the attempt that owner started at started (its claim or a heartbeat): a
-// write of that attempt landed with its reply lost or late. A cancel writes
-// Canceled, a takeover another owner or attempt, a retry another start: none
-// of them matches.
-func ownAttempt(cur *jetflow.Run, owner string, attempt int, started time.Time) bool {
-	if cur.State != jetflow.InProgress || started.IsZero() {
-		return false
-	}
-	return cur.Owner == owner && cur.Attempts == attempt && cur.StartedTime.Equal(started)
 }
 
 // claimGivesUp reports whether a claim whose write failed with err is not
@@ -235,33 +222,42 @@ func (w *Worker) giveBackClaim(claim *jetflow.Run, rev uint64) {
 			return
 		}
 		delay = min(2*delay, 2*time.Second)
-		ctx, cancel := context.WithTimeout(context.Background(), recordReadTimeout)
-		cur, err := w.store.GetLatest(ctx, claim.ID)
-		if err == nil && ownAttempt(cur, claim.Owner, claim.Attempts, claim.StartedTime) {
-			r := *cur
-			unclaimed(&r, claim.Attempts)
-			_, err = w.runs.Write(ctx, engine.Retry, jetflow.InProgress, &r, cur.Revision)
-			cancel()
-			switch {
-			case err == nil:
-				w.log.Info("claim landed after it was given up: given back", "run_id", claim.ID, "attempt", claim.Attempts)
-				return
-			case errors.Is(err, kv.ErrConflict):
-				return // written over meanwhile: a takeover, a cancel
-			}
-			continue
-		}
-		cancel()
-		switch {
-		case err == nil && cur.Revision > rev, errors.Is(err, jetflow.ErrNotFound) && rev != 0:
-			return // someone else's write, or the record is gone
-		case err == nil, errors.Is(err, jetflow.ErrNotFound):
-			// Not landed, so far.
-			if notLanded.IsZero() {
-				notLanded = time.Now()
-			} else if time.Since(notLanded) > 3*time.Second {
-				return
-			}
+		if w.giveBackOnce(claim, rev, &notLanded) {
+			return
 		}
 	}
+}
+
+// giveBackOnce reads claim's record back once (rev: the revision the claim
+// expected) and gives the claim back if it landed. It reports whether the
+// claim is settled: given back, written over, or not landed for 3 s
+// (notLanded: since when).
+func (w *Worker) giveBackOnce(claim *jetflow.Run, rev uint64, notLanded *time.Time) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), recordReadTimeout)
+	defer cancel()
+	v, cur, _ := engine.ReadBack(ctx, w.readLeader, claim.ID, rev, engine.ClaimOf(claim))
+	switch v {
+	case kv.Landed:
+		_, err := w.runs.Write(ctx, engine.Retry, jetflow.InProgress, engine.UnclaimRun(cur, claim.Attempts), cur.Revision)
+		if err == nil {
+			w.log.Info("claim landed after it was given up: given back", "run_id", claim.ID, "attempt", claim.Attempts)
+		}
+		return err == nil || errors.Is(err, kv.ErrConflict) // a conflict: written over meanwhile (a takeover, a cancel)
+	case kv.Superseded, kv.Gone:
+		return true // someone else's write, or the record is gone
+	case kv.NotLanded:
+		if notLanded.IsZero() {
+			*notLanded = time.Now()
+		}
+		return time.Since(*notLanded) > 3*time.Second
+	}
+	return false // unread: read again
+}
+
+// readLeader reads run id's record from the runs stream's leader only (a
+// giveback must not decide on a replica's word: the read waits for the
+// leader instead).
+func (w *Worker) readLeader(ctx context.Context, id string) (*jetflow.Run, bool, error) {
+	r, err := w.store.GetLatest(ctx, id)
+	return r, true, err
 }

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"errors"
 	"testing"
 	"time"
 
@@ -36,28 +35,6 @@ func TestDecideOnRecord(t *testing.T) {
 	for _, c := range cases {
 		if got := decideOnRecord(c.r, c.attempt, c.amo, c.lost, c.max); got != c.want {
 			t.Errorf("%s: %d, want %d", c.name, got, c.want)
-		}
-	}
-}
-
-func TestUnbackedRefusal(t *testing.T) {
-	at := func(rev uint64) *jetflow.Run { return &jetflow.Run{Revision: rev} }
-	cases := []struct {
-		name string
-		rev  uint64
-		cur  *jetflow.Run
-		err  error
-		want bool
-	}{
-		{"update refused, record unchanged", 7, at(7), nil, true},
-		{"update refused, record moved on", 7, at(9), nil, false},
-		{"create refused, no record", 0, nil, jetflow.ErrNotFound, true},
-		{"create refused, a record", 0, at(3), nil, false},
-		{"update refused, record unread", 7, nil, errors.New("timeout"), false},
-	}
-	for _, c := range cases {
-		if got := unbackedRefusal(c.rev, c.cur, c.err); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
 }

@@ -134,6 +134,12 @@ const (
 	writeClaim           // the claim of an unclaimed run
 )
 
+// work is what j's attempt writes with its record (j.mu held, or the
+// handler not started).
+func (j *jobCore) work() engine.Work {
+	return engine.Work{Owner: j.w.cfg.ID, Attempt: j.env.Attempt, Started: j.started, Progress: j.progress, Children: j.kids}
+}
+
 func (j *jobCore) write(ctx context.Context, mode int) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -147,48 +153,37 @@ func (j *jobCore) write(ctx context.Context, mode int) error {
 		mode == writeClaim && claimed:
 		return nil
 	}
-	r := *j.rec
-	r.State = jetflow.InProgress
-	r.Attempts = j.env.Attempt
-	if r.StartedTime.IsZero() {
-		r.StartedTime = j.started
-	}
-	r.Progress = j.progress
-	r.Children = append([]string(nil), j.kids...)
-	r.Owner = j.w.cfg.ID
-	r.Heartbeat = j.w.now().UTC()
+	r := engine.BeatRun(j.rec, j.work(), j.w.now())
 	step := engine.Beat
 	if !claimed {
 		step = engine.Claim
 	}
-	rev, err := j.w.writeRecord(ctx, step, j.rec.State, &r, j.rev)
+	rev, err := j.w.writeRecord(ctx, step, j.rec.State, r, j.rev)
 	if errors.Is(err, kv.ErrConflict) {
 		// A write of ours may have landed with its reply lost: the record
-		// is then this very claim, and we go on from its revision. The read
-		// has a context of its own: the write may have used up ctx's.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
-		cur, leader, gerr := j.w.readConfirmed(rctx, r.ID)
-		cancel()
-		if gerr = readAfterRefusal(r.ID, j.rev, cur, leader, gerr); gerr != nil {
-			// Unread: the run may still be ours. Not a conflict, so that
-			// the caller tries again instead of giving the run up.
-			return fmt.Errorf("worker: write of run %s refused, and its record unread: %w", r.ID, gerr)
-		}
-		if ownAttempt(cur, r.Owner, r.Attempts, r.StartedTime) {
+		// is then this very claim, and we go on from its revision.
+		v, cur, gerr := engine.ReadBack(ctx, j.w.readConfirmed, r.ID, j.rev, engine.ClaimOf(r))
+		switch {
+		case v == kv.Landed:
 			j.rec, j.rev = cur, cur.Revision // what it lacks is written next time
 			return nil
-		}
-		if cur.State == jetflow.Canceled {
+		case v == kv.Superseded && cur != nil && cur.State == jetflow.Canceled:
 			// Canceled: the handler is told so, even when this write
 			// finds it before the cancel notice does.
 			return fmt.Errorf("%w: %w", jetflow.ErrCanceled, err)
+		case v == kv.Superseded:
+			return engine.Superseded(err)
 		}
+		// Not landed, or unread: the run may still be ours. Not a
+		// conflict, so that the caller tries again instead of giving the
+		// run up.
+		return fmt.Errorf("worker: write of run %s refused (%v), read back %v (%v): %w", r.ID, err, v, gerr, kv.ErrUnconfirmed)
 	}
 	if err != nil {
 		return err
 	}
 	r.Revision = rev
-	j.rec, j.rev = &r, rev
+	j.rec, j.rev = r, rev
 	j.progressDirt = false
 	j.lastFlush = j.w.now()
 	return nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -293,19 +292,17 @@ func (w *Worker) canceledHere(ctx context.Context, id string, m jetstream.Msg) b
 // run is not this worker's to run (canceled, claimed elsewhere, the write
 // failed), the message settled accordingly.
 func (w *Worker) claimBeforeStart(ctx context.Context, j *jobCore, m jetstream.Msg) bool {
-	r := *j.rec
-	r.State, r.Attempts, r.StartedTime = jetflow.InProgress, j.env.Attempt, j.started
-	r.Owner, r.Heartbeat = w.cfg.ID, j.started
+	r := engine.ClaimRun(j.rec, j.work(), j.started)
 	t0 := time.Now()
-	rev, err := w.claim(ctx, j.rec.State, &r, j.rev)
+	rev, err := w.claim(ctx, j.rec.State, r, j.rev)
 	telemetry.ClaimWaited(ctx, time.Since(t0), j.fn.recAttr...)
 	if err != nil {
 		w.log.Debug("claim lost", "function", j.fn.name, "run_id", j.env.ID, "error", err)
-		w.claimFailed(ctx, j, m, &r, err)
+		w.claimFailed(ctx, j, m, r, err)
 		return false
 	}
 	r.Revision = rev
-	j.rec, j.rev = &r, rev
+	j.rec, j.rev = r, rev
 	return true
 }
 
@@ -488,7 +485,7 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 		// forever.
 		w.live.Forget(r.ID)
 		j.env.Attempt = r.Attempts + 1
-		r.AddAttempt(engine.LostAttempt(r, w.now()))
+		r = engine.TakeOverRun(r, w.now())
 	}
 	j.rec, j.rev = r, r.Revision
 	return true
@@ -651,12 +648,10 @@ func (w *Worker) deadLetter(ctx context.Context, e *fnEntry, m jetstream.Msg, md
 	if len(subject) > 512 {
 		subject = subject[:512] + "…"
 	}
-	now := w.now().UTC()
-	r := &jetflow.Run{
-		ID: id, Name: e.name, Kind: e.kind, Args: w.recordArgs(m.Data()), State: jetflow.Failed,
-		ScheduledTime: md.Timestamp.UTC(), CreationTime: md.Timestamp.UTC(), CompletedTime: now, Permanent: true,
-		Error: fmt.Sprintf("%v: subject %s: %s", jetflow.ErrBadMessage, subject, why),
-	}
+	r := engine.DeadLetterRun(&jetflow.Run{
+		ID: id, Name: e.name, Kind: e.kind, Args: w.recordArgs(m.Data()),
+		ScheduledTime: md.Timestamp.UTC(), CreationTime: md.Timestamp.UTC(),
+	}, fmt.Sprintf("%v: subject %s: %s", jetflow.ErrBadMessage, subject, why), w.now())
 	_, err := w.runs.Write(ctx, engine.DeadLetter, engine.None, r, 0)
 	if errors.Is(err, kv.ErrExists) && id != dlq {
 		r.ID = dlq
@@ -754,23 +749,15 @@ func (w *Worker) unclaim(bg context.Context, j *jobCore) {
 		j.mu.Unlock()
 		return
 	}
-	r := *j.rec
+	r := j.rec
 	rev := j.rev
 	j.closed = true // no heartbeat may follow
 	j.mu.Unlock()
-	unclaimed(&r, j.env.Attempt)
 	ctx, cancel := context.WithTimeout(bg, 2*time.Second)
 	defer cancel()
-	if _, err := w.runs.Write(ctx, engine.Retry, jetflow.InProgress, &r, rev); err != nil {
+	if _, err := w.runs.Write(ctx, engine.Retry, jetflow.InProgress, engine.UnclaimRun(r, j.env.Attempt), rev); err != nil {
 		w.log.Warn("giving back the claim of an interrupted run failed; it is retried after LostAfter", "run_id", r.ID, "error", err)
 	}
-}
-
-// unclaimed makes r, the record of attempt's claim, pending again as
-// before the claim: the attempt does not count.
-func unclaimed(r *jetflow.Run, attempt int) {
-	r.State, r.Attempts, r.Owner = jetflow.Pending, attempt-1, ""
-	r.Heartbeat, r.StartedTime = time.Time{}, time.Time{}
 }
 
 // call runs the handler through the middleware (telemetry's, then
@@ -789,25 +776,9 @@ func (w *Worker) call(ctx context.Context, j *jobCore) (err error) {
 // asynchronously (succeedAsync).
 func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 	j.mu.Lock()
-	r := j.rec // no other write of the record follows: it becomes the outcome
-	from := r.State
-	r.State = jetflow.Success
-	r.Attempts = j.env.Attempt
-	r.CompletedTime = w.now().UTC()
-	r.Error = ""
-	r.HeldBy = ""
-	r.Result = j.result
-	r.Progress = j.progress
-	r.Children = append([]string(nil), j.kids...)
-	if r.StartedTime.IsZero() {
-		r.StartedTime = j.started
-	}
-	if len(r.History) > 0 || r.Attempts > 1 {
-		// Not the first attempt: the history shows them all. (A first
-		// attempt's success keeps none: one write of the hot path less.)
-		r.AddAttempt(jetflow.Attempt{Attempt: r.Attempts, Worker: w.cfg.ID, StartedTime: r.StartedTime,
-			CompletedTime: r.CompletedTime, Outcome: string(jetflow.Success)})
-	}
+	from := j.rec.State
+	r := engine.SucceedRun(j.rec, j.work(), j.result, w.now())
+	j.rec = r // no other write of the record follows: it becomes the outcome
 	rev := j.rev
 	j.closed = true // no heartbeat or progress write may slip in before the outcome
 	j.mu.Unlock()
@@ -836,39 +807,34 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			return n, nil
 		}
 		if errors.Is(err, kv.ErrConflict) {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordReadTimeout)
-			cur, leader, gerr := w.readConfirmed(rctx, r.ID)
-			cancel()
-			gerr = readAfterRefusal(r.ID, rev, cur, leader, gerr)
-			if unbackedRefusal(rev, cur, gerr) {
-				// The record is as this write expected: the refusal came
-				// from a leader judging against an uncommitted write (cut
-				// off, or paused and deposed). Write it again.
-				gerr = fmt.Errorf("the record is unchanged at revision %d: %w", rev, kv.ErrUnconfirmed)
-			}
-			if retried && gerr == nil && sameOutcome(cur, r) {
+			v, cur, gerr := engine.ReadBack(ctx, w.readConfirmed, r.ID, rev, engine.OutcomeOf(r, w.cfg.ID, started, retried))
+			switch v {
+			case kv.Landed:
 				r.Revision = cur.Revision
 				return cur.Revision, nil
-			}
-			if gerr == nil && cur.Revision != rev && ownAttempt(cur, w.cfg.ID, r.Attempts, started) {
+			case kv.Rebase:
 				w.log.Debug("outcome written over this attempt's own write, landed unseen", "run_id", r.ID, "revision", cur.Revision)
 				rev, from = cur.Revision, jetflow.InProgress
 				continue
-			}
-			if rev != 0 && errors.Is(gerr, jetflow.ErrNotFound) {
+			case kv.Gone:
 				// The message named a revision of a record that is not
 				// there (expired, or a foreign message's made-up
 				// Jetflow-Rev): the run ran all the same, so its outcome is
 				// recorded, create-only.
 				rev, from = 0, engine.None
 				continue
+			case kv.Superseded:
+				return 0, engine.Superseded(err)
+			case kv.NotLanded:
+				// The record is as this write expected: the refusal came
+				// from a leader judging against an uncommitted write (cut
+				// off, or paused and deposed). Write it again.
+				gerr = fmt.Errorf("the record is unchanged at revision %d: %w", rev, kv.ErrUnconfirmed)
 			}
-			if gerr == nil || errors.Is(gerr, jetflow.ErrNotFound) || errors.Is(gerr, jetflow.ErrBadRecord) {
-				return 0, err
-			}
-			// Unread: the record may be this attempt's. Try again. Not a
-			// conflict if it stays unread: the caller then hands the
-			// message back rather than acknowledging it (outcomeLost).
+			// Not landed, or unread: the record may be this attempt's. Try
+			// again. Not a conflict if it stays unread: the caller then
+			// hands the message back rather than acknowledging it
+			// (outcomeLost).
 			err = fmt.Errorf("worker: write of run %s refused (%v), and its record unread: %w", r.ID, err, gerr)
 		}
 		if errors.Is(err, jetflow.ErrBadArgs) || w.isStopping() || w.now().After(deadline) {
@@ -882,34 +848,6 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
-}
-
-// readAfterRefusal judges the read (cur, gerr) of run id's record after a
-// write expecting revision rev (0: create-only) was refused. The leader's
-// answer (leader) stands. A direct get's, which GetConfirmed falls back to
-// when the leader cannot answer, may come from a replica behind: one not
-// past rev, or a record missing after its create was refused, counts as
-// unread.
-func readAfterRefusal(id string, rev uint64, cur *jetflow.Run, leader bool, gerr error) error {
-	switch {
-	case leader:
-	case gerr == nil && rev != 0 && cur.Revision <= rev:
-		return fmt.Errorf("kv: read of run %s answered at revision %d, not past the refused %d: a replica behind", id, cur.Revision, rev)
-	case rev == 0 && errors.Is(gerr, jetflow.ErrNotFound):
-		return fmt.Errorf("kv: run %s read as missing after its create was refused: a replica behind", id)
-	}
-	return gerr
-}
-
-// unbackedRefusal reports whether the leader's read (cur, gerr) after a
-// write expecting revision rev was refused shows the record as the write
-// expected it: unchanged at rev, or missing for a create. Such a refusal
-// proves nothing (kv.CreateConfirmed's rule): the write is made again.
-func unbackedRefusal(rev uint64, cur *jetflow.Run, gerr error) bool {
-	if rev == 0 {
-		return errors.Is(gerr, jetflow.ErrNotFound)
-	}
-	return gerr == nil && cur.Revision == rev
 }
 
 // recordReadTimeout bounds a read of a run's record after a refused write.
@@ -932,30 +870,6 @@ func (w *Worker) writeRecord(ctx context.Context, step engine.Step, from jetflow
 		return 0, fmt.Errorf("%w: %w", kv.ErrConflict, err)
 	}
 	return n, err
-}
-
-func sameOutcome(a, b *jetflow.Run) bool {
-	return outcomeOf(a) == outcomeOf(b)
-}
-
-// outcome is what an outcome write sets, comparable.
-type outcome struct {
-	state                jetflow.State
-	attempts             int
-	completed, scheduled instant
-	err                  string
-}
-
-// instant is a time, comparable with == across locations.
-type instant struct {
-	sec  int64
-	nsec int
-}
-
-func instantOf(t time.Time) instant { return instant{t.Unix(), t.Nanosecond()} }
-
-func outcomeOf(r *jetflow.Run) outcome {
-	return outcome{r.State, r.Attempts, instantOf(r.CompletedTime), instantOf(r.ScheduledTime), r.Error}
 }
 
 // outcomeLost handles a terminal write that lost its compare-and-swap: the
@@ -997,12 +911,11 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 			}
 			continue
 		}
-		_, _ = w.runs.Change(ctx, engine.Orphan, id, func(r *jetflow.Run) bool {
+		_, _ = w.runs.Change(ctx, engine.Orphan, id, func(r *jetflow.Run) *jetflow.Run {
 			if r.HeldBy == "" {
-				return false
+				return nil
 			}
-			*r = *engine.OrphanRun(r, w.now())
-			return true
+			return engine.OrphanRun(r, w.now())
 		})
 	}
 }
@@ -1010,47 +923,33 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr error) {
 	met := telemetry.M()
 	j.mu.Lock()
-	r := *j.rec
-	from := j.rec.State
-	r.Attempts = j.env.Attempt
-	r.Error = clip(herr.Error(), maxError)
-	r.Progress = j.progress
-	r.Children = append([]string(nil), j.kids...)
-	if r.StartedTime.IsZero() {
-		r.StartedTime = j.started
-	}
-	r.History = slices.Clone(r.History)
-	r.AddAttempt(jetflow.Attempt{Attempt: j.env.Attempt, Worker: w.cfg.ID, StartedTime: r.StartedTime,
-		CompletedTime: w.now().UTC(), Outcome: "failed", Error: clip(r.Error, maxReason)})
+	cur, work, why := j.rec, j.work(), clip(herr.Error(), maxError)
 	rev := j.rev
 	j.closed = true // no heartbeat or progress write may slip in before the outcome
 	j.mu.Unlock()
+	from := cur.State
 	var ra *jetflow.RetryAfterError
 	retry := j.fn.kind == jetflow.Retryable && !jetflow.IsPermanent(herr) && j.env.Attempt < j.maxAttempts()
 	if !retry {
-		r.State = jetflow.Failed
-		r.Permanent = jetflow.IsPermanent(herr)
-		w.failFinal(ctx, j, m, from, &r, rev)
+		w.failFinal(ctx, j, m, from, engine.FailRun(cur, work, why, jetflow.IsPermanent(herr), w.now()), rev)
 		return
 	}
 	delay := j.fn.opts.Backoff.Delay(j.env.Attempt)
 	if errors.As(herr, &ra) {
 		delay = ra.Delay
 	}
-	started, kids := r.StartedTime, r.Children
-	r.State = jetflow.Pending
-	r.ScheduledTime = w.clock.Now().UTC().Add(delay) // due in the server's time
-	r.StartedTime = time.Time{}
-	r.Children = nil
-	newRev, err := w.writeOutcome(ctx, engine.Retry, from, &r, rev, false, started)
+	due := w.clock.Now().UTC().Add(delay) // due in the server's time
+	r := engine.RetryRun(cur, work, why, due, w.now())
+	started := cur.StartedTime
+	if started.IsZero() {
+		started = work.Started
+	}
+	newRev, err := w.writeOutcome(ctx, engine.Retry, from, r, rev, false, started)
 	if errors.Is(err, jetflow.ErrBadArgs) {
 		// The record cannot hold another attempt (its args beside what the
 		// attempts added): the run fails here, with the reason, rather than
 		// running again without a record of it.
-		r.State, r.Permanent, r.ScheduledTime = jetflow.Failed, true, j.rec.ScheduledTime
-		r.StartedTime, r.Children = started, kids
-		r.Error = fmt.Sprintf("%s (not retried: %v)", r.Error, err)
-		w.failFinal(ctx, j, m, from, &r, rev)
+		w.failFinal(ctx, j, m, from, engine.FailRun(cur, work, fmt.Sprintf("%s (not retried: %v)", why, err), true, w.now()), rev)
 		return
 	}
 	if err != nil {
@@ -1059,9 +958,9 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	}
 	r.Revision = newRev
 	w.releaseHeld(ctx, j, false)
-	if err := w.p.DispatchAt(ctx, &r, w.clock.Now()); err != nil {
+	if err := w.p.DispatchAt(ctx, r, w.clock.Now()); err != nil {
 		w.log.Warn("schedule retry failed; trying again in the background", "run_id", r.ID, "error", err)
-		w.p.DispatchLater(&r, w.clock.Now)
+		w.p.DispatchLater(r, w.clock.Now)
 	}
 	met.Retried.Add(ctx, 1, j.fn.attr)
 	w.settle(m, ackIt)
@@ -1070,7 +969,6 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 // failFinal writes r, the attempt's failure with no retry after it, and
 // settles the attempt's message.
 func (w *Worker) failFinal(ctx context.Context, j *jobCore, m jetstream.Msg, from jetflow.State, r *jetflow.Run, rev uint64) {
-	r.CompletedTime = w.now().UTC()
 	if _, err := w.writeOutcome(ctx, engine.Fail, from, r, rev, false, r.StartedTime); err != nil {
 		w.outcomeLost(ctx, j, m, err)
 		return

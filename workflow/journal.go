@@ -365,15 +365,29 @@ func (j *journal) putEntry(ctx context.Context, wf string, e *Entry) (*Entry, er
 			ErrResultTooLarge, wf, e.Step, len(b), limit)
 	}
 	key := stepKey(wf, e.Step)
-	rev, err := j.writeEntry(ctx, key, b, e.Revision)
-	switch {
-	case err == nil:
-		e.Revision = rev
-		return e, nil
-	case !isWrongRev(err):
-		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
+	ctx, cancel := context.WithTimeout(ctx, entryWriteFor)
+	defer cancel()
+	for delay := 25 * time.Millisecond; ; delay = min(2*delay, 500*time.Millisecond) {
+		rev, err := j.writeEntry(ctx, key, b, e.Revision)
+		switch {
+		case err == nil:
+			e.Revision = rev
+			return e, nil
+		case !isWrongRev(err):
+			return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
+		}
+		stored, again, err := j.settleEntry(ctx, wf, e, key, b)
+		if !again {
+			return stored, err
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, fmt.Errorf("workflow %s: journal step %s: %w (%w)", wf, e.Step, kv.ErrUnconfirmed, err)
+		case <-t.C:
+		}
 	}
-	return j.settleEntry(ctx, wf, e, key, b)
 }
 
 // entryWriteFor bounds how long a journal write whose answer was lost is
@@ -411,11 +425,15 @@ func (j *journal) writeEntry(ctx context.Context, key string, b []byte, rev uint
 	}
 }
 
-// settleEntry settles a journal write refused as changed meanwhile, on the
-// word of the journal stream's leader (a replica behind must not decide
-// it): the stored entry is this very write (it landed, its answer lost,
-// and a try again was refused) or another writer's, which stands.
-func (j *journal) settleEntry(ctx context.Context, wf string, e *Entry, key string, b []byte) (*Entry, error) {
+// settleEntry settles a journal write of e (b, at key) refused as changed
+// meanwhile, by the one rule for writes whose reply is lost (kv.Settle), on
+// the word of the journal stream's leader (a replica behind must not decide
+// it): the stored entry is this very write (it landed, its answer lost, and
+// a try again was refused), or another writer's, which stands and is
+// returned; again reports an entry to write again: as the write expected
+// it (a refusal from a leader judging against an uncommitted write), or
+// unread (err says why).
+func (j *journal) settleEntry(ctx context.Context, wf string, e *Entry, key string, b []byte) (stored *Entry, again bool, err error) {
 	data, rev, err := j.leaderGet(ctx, key)
 	if err == nil {
 		// What a leader cut off from its peers holds may yet be lost.
@@ -424,19 +442,25 @@ func (j *journal) settleEntry(ctx context.Context, wf string, e *Entry, key stri
 			err = kv.ErrNoQuorum
 		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
+	if errors.Is(err, jetstream.ErrMsgNotFound) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		err = fmt.Errorf("%w: %w", kv.ErrNotFound, err)
 	}
-	if bytes.Equal(data, b) {
+	switch kv.Settle(e.Revision, kv.ReadBack{Err: err, Leader: true, Rev: rev, Same: err == nil && bytes.Equal(data, b)}) {
+	case kv.Landed:
 		e.Revision = rev
-		return e, nil
+		return e, false, nil
+	case kv.Superseded:
+		if stored, err = decodeEntry(key, e.Step, data); err != nil {
+			return nil, false, err
+		}
+		stored.Revision = rev
+		return stored, false, nil
+	case kv.NotLanded:
+		return nil, true, fmt.Errorf("workflow %s: journal step %s: refused, the entry as the write expected it", wf, e.Step)
+	case kv.Gone:
+		return nil, false, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
 	}
-	stored, err := decodeEntry(key, e.Step, data)
-	if err != nil {
-		return nil, err
-	}
-	stored.Revision = rev
-	return stored, nil
+	return nil, true, fmt.Errorf("workflow %s: journal step %s: %w", wf, e.Step, err)
 }
 
 // leaderGet reads key from the journal stream's leader, or by a direct get

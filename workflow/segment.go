@@ -284,14 +284,8 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 func failBroken(ctx context.Context, p *producer.Producer, name, id string, cause error) error {
 	eng := engine.Of(p)
 	now := time.Now().UTC()
-	r, err := eng.Runs().Change(ctx, engine.Fail, id, func(r *jetflow.Run) bool {
-		r.State, r.Result, r.CompletedTime, r.Heartbeat = jetflow.Failed, nil, now, now
-		r.Error, r.Permanent = cause.Error(), true
-		if r.StartedTime.IsZero() {
-			r.StartedTime = now
-		}
-		r.Attempts = max(r.Attempts, 1)
-		return true
+	r, err := eng.Runs().Change(ctx, engine.Fail, id, func(r *jetflow.Run) *jetflow.Run {
+		return engine.EndRecord(r, jetflow.Failed, nil, cause.Error(), 1, now, now)
 	})
 	switch {
 	case errors.Is(err, kv.ErrTerminal):
@@ -825,18 +819,7 @@ func (s *segment) claim(ctx context.Context) error {
 	}
 	eng := engine.Of(s.d.p)
 	now := time.Now().UTC()
-	claim := func(r *jetflow.Run) bool {
-		r.State = jetflow.InProgress
-		if r.StartedTime.IsZero() {
-			r.StartedTime = now
-		}
-		r.Heartbeat = now
-		r.Attempts = max(r.Attempts, 1)
-		if !slices.Contains(r.Children, s.id) {
-			r.Children = append(r.Children, s.id)
-		}
-		return true
-	}
+	claim := func(r *jetflow.Run) *jetflow.Run { return engine.StartRecord(r, s.id, now) }
 	// Over the record as last read or written (one read less); a conflict
 	// (a Cancel, a child's adoption) reads it again.
 	s.mu.Lock()
@@ -845,13 +828,11 @@ func (s *segment) claim(ctx context.Context) error {
 	var rec *jetflow.Run
 	err := kv.ErrConflict
 	if last != nil {
-		c := *last
-		c.Children = slices.Clone(last.Children)
-		claim(&c)
+		c := claim(last)
 		var rev uint64
-		if rev, err = eng.Runs().Write(ctx, engine.Claim, last.State, &c, last.Revision); err == nil {
+		if rev, err = eng.Runs().Write(ctx, engine.Claim, last.State, c, last.Revision); err == nil {
 			c.Revision = rev
-			rec = &c
+			rec = c
 		}
 	}
 	if err != nil {
@@ -874,18 +855,13 @@ var finishStep = map[jetflow.State]engine.Step{jetflow.Success: engine.Succeed, 
 func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMessage, ferr error) error {
 	eng := engine.Of(s.d.p)
 	now := time.Now().UTC()
-	end := func(r *jetflow.Run) bool {
-		r.State, r.Result, r.CompletedTime, r.Heartbeat = st, out, now, now
-		r.Error, r.Permanent = "", false
-		if r.StartedTime.IsZero() { // never claimed: it ran in one short segment
-			r.StartedTime = s.started
-		}
-		r.Attempts = max(r.Attempts, 1)
-		if ferr != nil {
-			r.Error, r.Permanent = ferr.Error(), true
-		}
-		return true
+	why := ""
+	if ferr != nil {
+		why = ferr.Error()
 	}
+	// Started at the segment's start if never claimed: it ran in one short
+	// segment.
+	end := func(r *jetflow.Run) *jetflow.Run { return engine.EndRecord(r, st, out, why, 1, s.started, now) }
 	// Over the record as the claim left it when nothing wrote it since
 	// (one read less); otherwise read it again.
 	var r *jetflow.Run
@@ -897,12 +873,11 @@ func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMess
 	last := s.rec
 	s.mu.Unlock()
 	if last != nil {
-		e := *last
-		end(&e)
+		e := end(last)
 		var rev uint64
-		if rev, err = eng.Runs().Write(ctx, finishStep[st], last.State, &e, last.Revision); err == nil {
+		if rev, err = eng.Runs().Write(ctx, finishStep[st], last.State, e, last.Revision); err == nil {
 			e.Revision = rev
-			r = &e
+			r = e
 		}
 	}
 	if err != nil {
@@ -1029,13 +1004,8 @@ func (s *segment) addChild(ctx context.Context, id string) error {
 	s.mu.Lock()
 	s.rec = nil // written below: finish reads it again
 	s.mu.Unlock()
-	_, err := engine.Of(s.d.p).Runs().Change(ctx, engine.Beat, s.wf, func(r *jetflow.Run) bool {
-		if slices.Contains(r.Children, id) || r.State != jetflow.InProgress {
-			return false
-		}
-		r.Children = append(r.Children, id)
-		r.Heartbeat = time.Now().UTC()
-		return true
+	_, err := engine.Of(s.d.p).Runs().Change(ctx, engine.Beat, s.wf, func(r *jetflow.Run) *jetflow.Run {
+		return engine.AddChild(r, id, time.Now())
 	})
 	return err
 }

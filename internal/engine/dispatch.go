@@ -253,10 +253,11 @@ func (d *Dispatcher) DispatchAsync(r *jetflow.Run) (jetstream.PubAckFuture, erro
 // (step Release) and dispatches the run.
 func (d *Dispatcher) Release(ctx context.Context, r *jetflow.Run) error {
 	if r.HeldBy != "" {
-		r.HeldBy = ""
-		if _, err := d.runs.Write(ctx, Release, jetflow.Pending, r, r.Revision); err != nil {
+		next := ReleaseRun(r)
+		if _, err := d.runs.Write(ctx, Release, r.State, next, r.Revision); err != nil {
 			return err
 		}
+		*r = *next // the caller's record is the one released, at its new revision
 	}
 	return d.Dispatch(ctx, r)
 }

@@ -22,6 +22,11 @@
 //	orphan      pending                       canceled     (a held child whose parent's attempt did not succeed)
 //	deadLetter  none                          failed       (a message that cannot be a run)
 //
+// The record each step writes is built by a named transition
+// (transitions.go: ClaimRun, SucceedRun, ...), pure, so that every writer
+// of a step writes the same record; a write whose reply is lost is settled
+// by ReadBack (kv.Settle's rule).
+//
 // A terminal record never changes: no step leaves success, failed or
 // canceled. Every write is a compare-and-swap on the revision the writer
 // read (or create-only from none), so a writer that lost a race gets
@@ -166,22 +171,26 @@ func (e *Runs) WriteMsg(step Step, from jetflow.State, r *jetflow.Run, rev uint6
 	return e.store.RecordMsg(r, rev, from)
 }
 
-// Change reads run id's record and, if change makes step's transition of
-// it (change returns false to leave it as it is), writes it by
-// compare-and-swap, reading again after a conflict. The change is checked
-// against the state machine. Errors as kv.Store.Transition (kv.ErrTerminal
-// with the record when the run had ended), and ErrTransition.
-func (e *Runs) Change(ctx context.Context, step Step, id string, change func(r *jetflow.Run) bool) (*jetflow.Run, error) {
+// Change reads run id's record and, if next builds step's transition of
+// it (next returns nil to leave it as it is: build it with one of the named
+// transitions), writes it by compare-and-swap, reading again after a
+// conflict. The change is checked against the state machine. Errors as
+// kv.Store.Transition (kv.ErrTerminal with the record when the run had
+// ended), and ErrTransition.
+func (e *Runs) Change(ctx context.Context, step Step, id string, next func(cur *jetflow.Run) *jetflow.Run) (*jetflow.Run, error) {
 	var bad error
 	r, err := e.store.Transition(ctx, id, func(r *jetflow.Run) bool {
 		bad = nil // of an earlier call, on a record read again
-		from := r.State
-		if !change(r) {
+		n := next(r)
+		if n == nil {
 			return false
 		}
-		if bad = Check(step, from, r.State); bad != nil {
+		if bad = Check(step, r.State, n.State); bad != nil {
 			return false
 		}
+		rev := r.Revision
+		*r = *n
+		r.Revision = rev
 		return true
 	})
 	if bad != nil {

@@ -84,12 +84,13 @@ func (e *env) write(fn string, s jetflow.State, n int) []string {
 // change moves run id to state to with step.
 func (e *env) change(id string, step engine.Step, to jetflow.State) {
 	e.t.Helper()
-	_, err := e.runs.Change(context.Background(), step, id, func(r *jetflow.Run) bool {
-		r.State = to
+	_, err := e.runs.Change(context.Background(), step, id, func(r *jetflow.Run) *jetflow.Run {
+		next := *r
+		next.State = to
 		if to.Terminal() {
-			r.CompletedTime = time.Now().UTC()
+			next.CompletedTime = time.Now().UTC()
 		}
-		return true
+		return &next
 	})
 	if err != nil {
 		e.t.Fatal(err)

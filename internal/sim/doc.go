@@ -11,7 +11,7 @@
 //
 // The model calls jetflow's own pure decisions where it can:
 // kv.CreateConfirmed (every create), engine.Check (every record write),
-// liveness.Watch and liveness.Lost (takeovers), stall.Stalled (a worker's
+// kv.Settle (every write whose reply was lost, or refused), liveness.Watch and liveness.Lost (takeovers), stall.Stalled (a worker's
 // stop), and engine.Classify, the worker's one rule for which delivery may
 // start unclaimed.
 //

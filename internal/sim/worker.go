@@ -9,6 +9,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/liveness"
 	"github.com/jetflow-dev/jetflow/internal/stall"
+	"github.com/jetflow-dev/jetflow/kv"
 )
 
 // base maps virtual time onto the time.Time liveness.Watch takes.
@@ -295,20 +296,27 @@ const (
 func (r result) String() string { return [...]string{"done", "conflict", "later"}[r] }
 
 // writeBack is the one helper for state writes: a write whose reply was
-// lost is read back on the leader (by its token) and tried again.
+// lost, or refused, is read back on the leader (by its token) and settled
+// by kv.Settle, the worker's rule: landed, tried again (not landed, or
+// unread), or given up (superseded, gone).
 func (k *worker) writeBack(o op) (uint64, result) {
 	rev, err := k.w.bucket.write(o)
 	if err == nil {
 		return rev, done
 	}
 	v, ok, lerr := k.w.bucket.leaderGet(o.rec.ID)
-	switch {
-	case lerr != nil:
-		return 0, later
-	case ok && v.rec.Token == o.rec.Token:
+	rb := kv.ReadBack{Err: lerr, Leader: true, Rev: v.rev, Same: ok && v.rec.Token == o.rec.Token}
+	if lerr == nil && !ok {
+		rb.Err = kv.ErrNotFound
+	}
+	switch kv.Settle(o.expect, rb) {
+	case kv.Landed:
 		return v.rev, done
-	case errors.Is(err, errTimeout) && (o.blind || ok && v.rev == o.expect):
+	case kv.Unread, kv.NotLanded:
 		return 0, later
+	}
+	if o.blind && errors.Is(err, errTimeout) {
+		return 0, later // written without compare-and-swap: any record may be under it
 	}
 	return 0, conflict
 }
