@@ -383,7 +383,7 @@ func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
 			return Page{}, err
 		}
 	}
-	p := &pager{r: r, q: q, idx: idx, rs: rs, lastIndexed: lastIndexed, seen: map[string]bool{}}
+	p := &pager{r: r, q: q, idx: idx, rs: rs, lastIndexed: lastIndexed, runsLast: runsLast, seen: map[string]bool{}}
 	if unfiltered {
 		p.lastIndexed = 0 // the runs stream holds the latest revision of each record: no index needed
 	}
@@ -398,6 +398,7 @@ type pager struct {
 	q           Query
 	idx, rs     jetstream.Stream
 	lastIndexed uint64
+	runsLast    uint64 // the runs stream's last sequence as read
 	seen        map[string]bool
 	ahead       map[string]fetched
 }
@@ -659,6 +660,9 @@ func (p *pager) tailNewest(ctx context.Context, w *pageRows, after *pos, runsLas
 	if w.full() || tailTop <= p.lastIndexed+1 {
 		return nil
 	}
+	if p.byGets(p.lastIndexed + 1) {
+		return walkBack(ctx, p.r.js, p.rs.CachedInfo().Config.Name, tailTop, p.lastIndexed, w.need, p.tailRecords(w))
+	}
 	pre := func(ms []jetstream.Msg) {
 		ids := make([]string, len(ms))
 		for i, m := range ms {
@@ -821,7 +825,17 @@ func (p *pager) tailOldest(ctx context.Context, w *pageRows, before pos) error {
 	if before.class == classIndex {
 		start = max(start, before.rev+1)
 	}
+	if p.byGets(start) {
+		return walkAhead(ctx, p.r.js, p.rs.CachedInfo().Config.Name, start, p.runsLast, p.tailRecords(w))
+	}
 	return ahead(ctx, p.rs, p.r.pfx+">", start, p.tailRows(ctx, w))
+}
+
+// byGets reports whether the page reads the runs stream's records from
+// sequence from by gets (walk.go): every record is a row (no filter), or
+// at most shortTail of them are left to read.
+func (p *pager) byGets(from uint64) bool {
+	return p.q.State == "" && p.q.Function == "" || p.runsLast < from+shortTail
 }
 
 // queuedOldest adds the runs waiting without a record, oldest first, newer
