@@ -94,3 +94,27 @@ func TestNextSpan(t *testing.T) {
 		}
 	}
 }
+
+func TestBatchFits(t *testing.T) {
+	full := batch{subject: "a"}
+	for range maxBatch {
+		full.runs = append(full.runs, "r")
+	}
+	for _, c := range []struct {
+		name    string
+		b       batch
+		subject string
+		max     int
+		want    bool
+	}{
+		{"empty: any subject", batch{}, "b", 100, true},
+		{"same subject, room", batch{subject: "a", runs: []string{"r1"}, bytes: 50}, "a", 200, true},
+		{"another subject", batch{subject: "a", runs: []string{"r1"}, bytes: 50}, "b", 200, false},
+		{"bytes over max", batch{subject: "a", runs: []string{"r1"}, bytes: 150}, "a", 200, false},
+		{"maxBatch entries", full, "a", 1 << 20, false},
+	} {
+		if got := c.b.fits(c.subject, "r2", c.max); got != c.want {
+			t.Errorf("%s: fits = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

@@ -762,3 +762,84 @@ func TestUnfilteredPagesReadByGets(t *testing.T) {
 		t.Fatalf("unfiltered pages made %d consumers, want none", n)
 	}
 }
+
+// Entries are batched: the consecutive writes of one index subject that the
+// indexer reads together are one message (a value of Jetflow-Run and
+// Jetflow-Rev each). Pages filtered by state over two functions, by
+// function, and by both show every run once, newest first, both ways,
+// with cursors inside batches; the counts stay exact.
+func TestBatchedEntriesPageBothWays(t *testing.T) {
+	e := setup(t)
+	var fx, fy, sx []string
+	for range 3 {
+		fx = append(fx, e.write("x", jetflow.Failed, 40)...)
+		fy = append(fy, e.write("y", jetflow.Failed, 30)...)
+		sx = append(sx, e.write("x", jetflow.Success, 20)...)
+	}
+	e.startIndexer("one") // reads the 270 writes as a backlog: batches
+	e.caughtUp()
+	idx, err := e.ts.JS.Stream(context.Background(), e.cfg.WithDefaults().IndexStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := idx.Info(context.Background(), jetstream.WithSubjectFilter(e.cfg.WithDefaults().IndexFilter("", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs uint64
+	for _, n := range info.State.Subjects {
+		msgs += n
+	}
+	t.Logf("270 entries in %d index messages", msgs)
+	if msgs >= 270 {
+		t.Fatalf("270 entries in %d messages: not batched", msgs)
+	}
+	rd := runindex.NewReader(e.st)
+	rev := func(s ...[]string) []string {
+		var all []string
+		for _, x := range s {
+			all = append(all, x...)
+		}
+		slices.Sort(all) // ids are in write order
+		slices.Reverse(all)
+		return all
+	}
+	for _, c := range []struct {
+		q    runindex.Query
+		want []string
+	}{
+		{runindex.Query{State: jetflow.Failed, Limit: 17}, rev(fx, fy)},
+		{runindex.Query{Function: "x", Limit: 23}, rev(fx, sx)},
+		{runindex.Query{State: jetflow.Failed, Function: "y", Limit: 7}, rev(fy)},
+	} {
+		q := c.q
+		var got []string
+		var pages []runindex.Page
+		for {
+			p, err := rd.List(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages = append(pages, p)
+			got = append(got, ids(p.Runs)...)
+			if q.After = p.Next; q.After == "" {
+				break
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Fatalf("%+v: pages show %v, want %v", c.q, got, c.want)
+		}
+		for i := len(pages) - 1; i > 0; i-- {
+			q := c.q
+			q.Before = pages[i].Prev
+			p, err := rd.List(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(pages[i-1].Runs)) {
+				t.Fatalf("%+v: page %d backward %v, forward %v", c.q, i-1, ids(p.Runs), ids(pages[i-1].Runs))
+			}
+		}
+	}
+	e.sameCounts("x", "y")
+}
