@@ -110,7 +110,7 @@ func TestBatchFits(t *testing.T) {
 		{"empty: any subject", batch{}, "b", 100, true},
 		{"same subject, room", batch{subject: "a", runs: []string{"r1"}, bytes: 50}, "a", 200, true},
 		{"another subject", batch{subject: "a", runs: []string{"r1"}, bytes: 50}, "b", 200, false},
-		{"bytes over max", batch{subject: "a", runs: []string{"r1"}, bytes: 150}, "a", 200, false},
+		{"bytes over max", batch{subject: "a", runs: []string{"r1"}, bytes: 160}, "a", 200, false},
 		{"maxBatch entries", full, "a", 1 << 20, false},
 	} {
 		if got := c.b.fits(c.subject, "r2", c.max); got != c.want {
