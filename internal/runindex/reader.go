@@ -679,7 +679,11 @@ func (p *pager) tailNewest(ctx context.Context, w *pageRows, after *pos, runsLas
 		return nil
 	}
 	if p.byGets(p.lastIndexed + 1) {
-		return walkBack(ctx, p.r.js, p.rs.CachedInfo().Config.Name, tailTop, p.lastIndexed, w.need, p.tailRecords(w))
+		n := len(w.rows)
+		err := walkBack(ctx, p.r.js, p.rs.CachedInfo().Config.Name, tailTop, p.lastIndexed, w.need, p.tailRecords(w))
+		if !p.deniedGets(w, n, err) {
+			return err
+		}
 	}
 	pre := func(ms []jetstream.Msg) {
 		ids := make([]string, len(ms))
@@ -861,7 +865,11 @@ func (p *pager) tailOldest(ctx context.Context, w *pageRows, before pos) error {
 		start = max(start, before.rev+1)
 	}
 	if p.byGets(start) {
-		return walkAhead(ctx, p.r.js, p.rs.CachedInfo().Config.Name, start, p.runsLast, p.tailRecords(w))
+		n := len(w.rows)
+		err := walkAhead(ctx, p.r.js, p.rs.CachedInfo().Config.Name, start, p.runsLast, p.tailRecords(w))
+		if !p.deniedGets(w, n, err) {
+			return err
+		}
 	}
 	return ahead(ctx, p.rs, p.r.pfx+">", start, p.tailRows(ctx, w))
 }
@@ -871,6 +879,21 @@ func (p *pager) tailOldest(ctx context.Context, w *pageRows, before pos) error {
 // at most shortTail of them are left to read.
 func (p *pager) byGets(from uint64) bool {
 	return p.q.State == "" && p.q.Function == "" || p.runsLast < from+shortTail
+}
+
+// deniedGets reports whether err is this user's gets from the leader
+// denied ($JS.API.STREAM.MSG.GET on the runs stream is optional,
+// docs/permissions.md): the rows the gets added after the first n are
+// taken back, and the caller reads by consumers instead.
+func (p *pager) deniedGets(w *pageRows, n int, err error) bool {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return false
+	}
+	for _, rw := range w.rows[n:] {
+		delete(p.seen, rw.run.ID)
+	}
+	w.rows = w.rows[:n]
+	return true
 }
 
 // queuedOldest adds the runs waiting without a record, oldest first, newer
