@@ -668,6 +668,15 @@ func TestRolesWithoutLeaderReads(t *testing.T) {
 	if got := ran.Load(); got != n {
 		t.Fatalf("%d runs handled, want %d", got, n)
 	}
+	// The unfiltered page reads the newest records from the leader; denied,
+	// it reads them by consumers, as it did.
+	page, err := p.List(ctx, producer.Filter{Limit: 5})
+	if err != nil {
+		t.Fatalf("unfiltered page without leader reads: %v", err)
+	}
+	if len(page.Runs) != 5 {
+		t.Fatalf("unfiltered page of %d runs, want 5", len(page.Runs))
+	}
 }
 
 // Users whose replies are narrowed to an inbox prefix of their own

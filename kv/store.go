@@ -143,9 +143,28 @@ func (s *Store) GetLatest(ctx context.Context, id string) (*jetflow.Run, error) 
 // the server does not log one violation per read. A KV key deleted or
 // expired reads as its marker (see IsMarker). It waits leaderWait at most.
 func LastFromLeader(ctx context.Context, js jetstream.JetStream, stream, subject string) (*jetstream.RawStreamMsg, error) {
-	req, err := json.Marshal(struct {
+	return fromLeader(ctx, js, stream, struct {
 		LastBy string `json:"last_by_subj"`
 	}{subject})
+}
+
+// NextFromLeader reads the first message of stream at or after sequence
+// seq, of any subject, from the stream's leader as LastFromLeader does; no
+// such message is jetstream.ErrMsgNotFound. Unlike a consumer or a batched
+// direct get, it does not count the stream's pending messages, which on a
+// stream that keeps one message per subject (a KV bucket) walks the
+// server's index of every subject: its cost is the message's, whatever the
+// keys kept.
+func NextFromLeader(ctx context.Context, js jetstream.JetStream, stream string, seq uint64) (*jetstream.RawStreamMsg, error) {
+	return fromLeader(ctx, js, stream, struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+	}{seq, ">"})
+}
+
+// fromLeader sends the message get request r to stream's leader.
+func fromLeader(ctx context.Context, js jetstream.JetStream, stream string, r any) (*jetstream.RawStreamMsg, error) {
+	req, err := json.Marshal(r)
 	if err != nil {
 		return nil, err
 	}

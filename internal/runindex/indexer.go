@@ -231,6 +231,8 @@ type state struct {
 	// served is the checkpoint readers get while the counts are rebuilt:
 	// the last exact one, marked.
 	served *Checkpoint
+	// pend is the entries not published yet.
+	pend batch
 }
 
 // term is one leadership term of the indexer: it marks the term in the
@@ -431,6 +433,13 @@ func (ix *Indexer) consume(ctx context.Context, ents *entries, st *state, msgs <
 			if err := ix.apply(ctx, ents, st, m, md); err != nil {
 				return err
 			}
+			if len(msgs) == 0 {
+				// Nothing more read yet: the entries go now, so that
+				// the index lags the writes by no more than its reads.
+				if err := ix.flush(ctx, ents, st); err != nil {
+					return err
+				}
+			}
 			if ents.failed.Load() {
 				return ents.wait(ctx, 0) // an entry refused: every later one is too
 			}
@@ -545,16 +554,78 @@ func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstr
 	}
 	st.cp.Seq, ix.stats.Seq = seq, seq
 	if seq > st.cp.IndexSeq {
-		rev := strconv.FormatUint(seq, 10)
-		vals := [2]string{id, rev} // one backing array for the values
-		e := &nats.Msg{Subject: ix.cfg.IndexSubject(string(to), fn), Header: make(nats.Header, 4)}
-		e.Header[HeaderRun], e.Header[HeaderRev] = vals[0:1:1], vals[1:2:2]
-		if err := ents.publish(ctx, e, "idx-"+rev); err != nil {
-			return fmt.Errorf("runindex: index entry: %w", err)
+		if err := ix.stage(ctx, ents, st, ix.cfg.IndexSubject(string(to), fn), id, seq); err != nil {
+			return err
 		}
 		st.cp.IndexSeq = seq
 	}
 	return nil
+}
+
+// maxBatch bounds the entries of one index message.
+const maxBatch = 512
+
+// batch is the index entries not published yet: those of consecutive
+// writes (in the runs stream's order) of one index subject, published as
+// one message (flush) whose Jetflow-Run and Jetflow-Rev headers hold a
+// value per entry, in revision order. Only consecutive writes share a
+// message, so the index stream keeps every entry in revision order, as one
+// message per entry did: a message is the entries it would have been.
+type batch struct {
+	subject    string
+	runs, revs []string
+	bytes      int
+}
+
+// fits reports whether the entry of run id on subject joins the batch:
+// it is empty, or of the same subject with room left (maxBatch entries,
+// max bytes of headers).
+func (b *batch) fits(subject, id string, max int) bool {
+	return len(b.runs) == 0 || b.subject == subject && len(b.runs) < maxBatch && b.bytes+entryBytes(id) <= max
+}
+
+// entryBytes is about what an entry adds to a message's headers.
+func entryBytes(id string) int { return len(id) + 48 }
+
+// stage adds the entry of run id's write at seq (on subject) to the
+// batch, publishing the batch first when the entry does not join it.
+func (ix *Indexer) stage(ctx context.Context, ents *entries, st *state, subject, id string, seq uint64) error {
+	if !st.pend.fits(subject, id, ix.batchBytes()) {
+		if err := ix.flush(ctx, ents, st); err != nil {
+			return err
+		}
+	}
+	b := &st.pend
+	b.subject = subject
+	b.runs = append(b.runs, id)
+	b.revs = append(b.revs, strconv.FormatUint(seq, 10))
+	b.bytes += entryBytes(id)
+	return nil
+}
+
+// flush publishes the batch's entries as one message of the chain, its
+// Nats-Msg-Id naming its last revision.
+func (ix *Indexer) flush(ctx context.Context, ents *entries, st *state) error {
+	b := st.pend
+	if len(b.runs) == 0 {
+		return nil
+	}
+	st.pend = batch{}
+	m := &nats.Msg{Subject: b.subject, Header: make(nats.Header, 4)}
+	m.Header[HeaderRun], m.Header[HeaderRev] = b.runs, b.revs
+	if err := ents.publish(ctx, m, "idx-"+b.revs[len(b.revs)-1]); err != nil {
+		return fmt.Errorf("runindex: index entry: %w", err)
+	}
+	return nil
+}
+
+// batchBytes bounds a batch's headers: 16 KB, or half the server's max
+// payload if that is less.
+func (ix *Indexer) batchBytes() int {
+	if mp := int(ix.js.Conn().MaxPayload()) / 2; mp > 0 && mp < 16<<10 {
+		return mp
+	}
+	return 16 << 10
 }
 
 // resumePoint is the revision of the last entry stored before the index
@@ -614,8 +685,8 @@ func (ix *Indexer) lastEntryIn(ctx context.Context, idx jetstream.Stream, from, 
 			return rev, ok, nil
 		}
 		if strings.HasPrefix(m.Subject(), pfx) {
-			if _, r, valid := entryOf(m.Headers()); valid {
-				rev, ok = r, true
+			if es := entriesOf(m.Headers()); len(es) > 0 {
+				rev, ok = es[len(es)-1].rev, true
 			}
 		}
 	}
@@ -623,6 +694,9 @@ func (ix *Indexer) lastEntryIn(ctx context.Context, idx jetstream.Stream, from, 
 
 // checkpoint stores the counts once every index entry up to them is stored.
 func (ix *Indexer) checkpoint(ctx context.Context, js jetstream.JetStream, ents *entries, st *state) error {
+	if err := ix.flush(ctx, ents, st); err != nil {
+		return err
+	}
 	if err := ents.wait(ctx, ix.ackWait); err != nil {
 		return err
 	}

@@ -3,6 +3,9 @@ package runindex_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -109,4 +112,57 @@ func BenchmarkPageOverATail(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(runindex.MessagesRead()-r0)/float64(b.N), "msgs/page")
+}
+
+// BenchmarkUnfilteredPage: the first page of every run (50 rows, no
+// filter: the dashboard's first page, `jetflow runs list`) over a runs
+// bucket of 10,000 and 100,000 records, an indexer caught up. The page
+// reads the newest records, so its cost should not grow with the bucket
+// (docs/scaling.md has the figure at 1M: JETFLOW_PAGE_SIZES=1000000).
+//
+//	go test -run '^$' -bench UnfilteredPage -benchtime 20x ./internal/runindex
+func BenchmarkUnfilteredPage(b *testing.B) {
+	sizes := []int{10_000, 100_000}
+	if v := os.Getenv("JETFLOW_PAGE_SIZES"); v != "" {
+		sizes = nil
+		for f := range strings.SplitSeq(v, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, size := range sizes {
+		b.Run(fmt.Sprintf("records=%d", size), func(b *testing.B) {
+			e := setupWith(b, streams.Config{})
+			e.startIndexer("bench") // follows the writes
+			for e.n < size {
+				e.write(fmt.Sprintf("f%d", e.n/1000%10), jetflow.InProgress, min(10_000, size-e.n))
+			}
+			// The last 1,000 runs' first of ten written again: the stream
+			// has gaps, as a deployment's does (a write removes the run's
+			// revision before).
+			for i := size - 9999; i <= size; i += 10 {
+				e.change(fmt.Sprintf("r%06d", i), engine.Fail, jetflow.Failed)
+			}
+			e.caughtUp()
+			rd := runindex.NewReader(e.st)
+			r0 := runindex.MessagesRead()
+			b.ResetTimer()
+			t0 := time.Now()
+			for range b.N {
+				p, err := rd.List(context.Background(), runindex.Query{Limit: 50})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(p.Runs) != 50 || p.Runs[0].ID != fmt.Sprintf("r%06d", size-(size-1)%10) {
+					b.Fatalf("page of %d runs, first %v", len(p.Runs), ids(p.Runs[:1]))
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(time.Since(t0).Microseconds())/1000/float64(b.N), "ms/page")
+			b.ReportMetric(float64(runindex.MessagesRead()-r0)/float64(b.N), "msgs/page")
+		})
+	}
 }

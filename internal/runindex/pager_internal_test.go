@@ -77,3 +77,44 @@ func TestCaughtUp(t *testing.T) {
 
 // fakeStream stands for an index stream that nothing reads.
 type fakeStream struct{ jetstream.Stream }
+
+func TestNextSpan(t *testing.T) {
+	for _, c := range []struct {
+		w, scanned, found, need, want uint64
+	}{
+		{w: 70, scanned: 70, found: 0, need: 51, want: 280},               // nothing found: four times
+		{w: 70, scanned: 70, found: 35, need: 20, want: 50},               // half the sequences hold a message: 40, a quarter more
+		{w: 70, scanned: 70, found: 70, need: 1, want: 16},                // at least 16
+		{w: 20, scanned: 20, found: 1, need: 50, want: 80},                // at most four times the last
+		{w: maxSpan, scanned: 1 << 20, found: 1, need: 50, want: maxSpan}, // at most maxSpan
+		{w: maxSpan, scanned: maxSpan, found: 0, need: 50, want: maxSpan},
+	} {
+		if got := nextSpan(c.w, c.scanned, c.found, c.need); got != c.want {
+			t.Errorf("nextSpan(%d, %d, %d, %d) = %d, want %d", c.w, c.scanned, c.found, c.need, got, c.want)
+		}
+	}
+}
+
+func TestBatchFits(t *testing.T) {
+	full := batch{subject: "a"}
+	for range maxBatch {
+		full.runs = append(full.runs, "r")
+	}
+	for _, c := range []struct {
+		name    string
+		b       batch
+		subject string
+		max     int
+		want    bool
+	}{
+		{"empty: any subject", batch{}, "b", 100, true},
+		{"same subject, room", batch{subject: "a", runs: []string{"r1"}, bytes: 50}, "a", 200, true},
+		{"another subject", batch{subject: "a", runs: []string{"r1"}, bytes: 50}, "b", 200, false},
+		{"bytes over max", batch{subject: "a", runs: []string{"r1"}, bytes: 160}, "a", 200, false},
+		{"maxBatch entries", full, "a", 1 << 20, false},
+	} {
+		if got := c.b.fits(c.subject, "r2", c.max); got != c.want {
+			t.Errorf("%s: fits = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

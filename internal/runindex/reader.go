@@ -311,6 +311,9 @@ func newer(a, b pos) bool {
 	if a.class != b.class {
 		return a.class > b.class
 	}
+	if a.seq == b.seq {
+		return a.rev > b.rev // entries of one index message
+	}
 	return a.seq > b.seq
 }
 
@@ -383,7 +386,7 @@ func (r *Reader) List(ctx context.Context, q Query) (Page, error) {
 			return Page{}, err
 		}
 	}
-	p := &pager{r: r, q: q, idx: idx, rs: rs, lastIndexed: lastIndexed, seen: map[string]bool{}}
+	p := &pager{r: r, q: q, idx: idx, rs: rs, lastIndexed: lastIndexed, runsLast: runsLast, seen: map[string]bool{}}
 	if unfiltered {
 		p.lastIndexed = 0 // the runs stream holds the latest revision of each record: no index needed
 	}
@@ -398,6 +401,7 @@ type pager struct {
 	q           Query
 	idx, rs     jetstream.Stream
 	lastIndexed uint64
+	runsLast    uint64 // the runs stream's last sequence as read
 	seen        map[string]bool
 	ahead       map[string]fetched
 }
@@ -440,15 +444,30 @@ func (p *pager) record(ctx context.Context, id string, rev uint64) (*jetflow.Run
 	return run, nil
 }
 
-// entryOf reads an index entry's run id and revision; ok false for a
-// message the indexer did not write (it names no valid run or revision).
-func entryOf(h nats.Header) (id string, rev uint64, ok bool) {
-	id = h.Get(HeaderRun)
-	rev, err := strconv.ParseUint(h.Get(HeaderRev), 10, 64)
-	if err != nil || rev == 0 || jetflow.ValidateRunID(id) != nil {
-		return "", 0, false
+// entry is one index entry: a run and the revision of its write.
+type entry struct {
+	id  string
+	rev uint64
+}
+
+// entriesOf reads the entries of an index message (one, or a batch of
+// consecutive writes of its subject: a value of Jetflow-Run and Jetflow-Rev
+// each, revisions increasing); none for a message the indexer did not
+// write (it names no valid run or revision, or not one revision a run).
+func entriesOf(h nats.Header) []entry {
+	runs, revs := h[HeaderRun], h[HeaderRev]
+	if len(runs) == 0 || len(runs) != len(revs) {
+		return nil
 	}
-	return id, rev, true
+	out := make([]entry, len(runs))
+	for i, id := range runs {
+		rev, err := strconv.ParseUint(revs[i], 10, 64)
+		if err != nil || rev == 0 || jetflow.ValidateRunID(id) != nil || i > 0 && rev <= out[i-1].rev {
+			return nil
+		}
+		out[i] = entry{id, rev}
+	}
+	return out
 }
 
 // indexEnd is where the index ends: the sequence of its last message (an
@@ -475,8 +494,8 @@ func lastEntry(ctx context.Context, idx jetstream.Stream, cfg streams.Config) (i
 		return indexEnd{}, err
 	}
 	end := indexEnd{seq: m.Sequence}
-	if _, rev, ok := entryOf(m.Header); ok {
-		end.rev, end.found = rev, true
+	if es := entriesOf(m.Header); len(es) > 0 {
+		end.rev, end.found = es[len(es)-1].rev, true
 		return end, nil
 	}
 	entries := cfg.IndexEntryPrefix()
@@ -492,8 +511,8 @@ func lastEntry(ctx context.Context, idx jetstream.Stream, cfg streams.Config) (i
 		if !strings.HasPrefix(m.Subject, entries) {
 			continue
 		}
-		if _, rev, ok := entryOf(m.Header); ok {
-			end.rev, end.found = rev, true
+		if es := entriesOf(m.Header); len(es) > 0 {
+			end.rev, end.found = es[len(es)-1].rev, true
 			return end, nil
 		}
 	}
@@ -659,6 +678,13 @@ func (p *pager) tailNewest(ctx context.Context, w *pageRows, after *pos, runsLas
 	if w.full() || tailTop <= p.lastIndexed+1 {
 		return nil
 	}
+	if p.byGets(p.lastIndexed + 1) {
+		n := len(w.rows)
+		err := walkBack(ctx, p.r.js, p.rs.CachedInfo().Config.Name, tailTop, p.lastIndexed, w.need, p.tailRecords(w))
+		if !p.deniedGets(w, n, err) {
+			return err
+		}
+	}
 	pre := func(ms []jetstream.Msg) {
 		ids := make([]string, len(ms))
 		for i, m := range ms {
@@ -679,31 +705,43 @@ func (p *pager) indexNewest(ctx context.Context, w *pageRows, after *pos, idxLas
 	}
 	top := idxLast + 1
 	var revBelow uint64 // skip entries of writes shown from the tail
+	var cur *pos        // the cursor's message: its entries before the cursor's are next
 	if after != nil && after.class == classIndex {
-		top = after.seq
+		top, cur = after.seq+1, after
 	}
 	if after != nil && after.class == classTail {
 		revBelow = after.seq
 	}
-	shown := func(h nats.Header) (string, uint64, bool) {
-		id, rev, ok := entryOf(h)
-		return id, rev, ok && indexShows(rev, p.lastIndexed, revBelow)
+	shown := func(seq uint64, e entry) bool {
+		return indexShows(e.rev, p.lastIndexed, revBelow) && (cur == nil || seq != cur.seq || e.rev < cur.rev)
 	}
 	pre := func(ms []jetstream.Msg) {
-		ids := make([]string, len(ms))
-		for i, m := range ms {
-			if id, _, ok := shown(m.Headers()); ok {
-				ids[i] = id
+		var ids []string
+		for _, m := range ms {
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			for _, e := range entriesOf(m.Headers()) {
+				if shown(md.Sequence.Stream, e) {
+					ids = append(ids, e.id)
+				}
 			}
 		}
 		p.prefetch(ctx, ids, w.need())
 	}
 	return back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), true, top, 0, w.need, pre, func(seq uint64, m jetstream.Msg) (bool, error) {
-		id, rev, ok := shown(m.Headers())
-		if !ok {
-			return true, nil
+		es := entriesOf(m.Headers())
+		for i := len(es) - 1; i >= 0; i-- {
+			e := es[i]
+			if !shown(seq, e) {
+				continue
+			}
+			if more, err := p.indexRow(ctx, w, seq, e.id, e.rev); err != nil || !more {
+				return more, err
+			}
 		}
-		return p.indexRow(ctx, w, seq, id, rev)
+		return true, nil
 	})
 }
 
@@ -755,15 +793,20 @@ func (p *pager) backward(ctx context.Context, before pos, queued []queuedRun, ru
 // indexOldest adds the runs of the index entries after cursor before (in
 // the index), oldest first, up to the index's end as read.
 func (p *pager) indexOldest(ctx context.Context, w *pageRows, before pos) error {
-	return ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq+1, func(seq uint64, m jetstream.Msg) (bool, error) {
-		id, rev, ok := entryOf(m.Headers())
-		if !ok {
-			return true, nil // names no run: not an entry the indexer wrote
+	// From the cursor's message: its entries after the cursor's come first.
+	return ahead(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), before.seq, func(seq uint64, m jetstream.Msg) (bool, error) {
+		for _, e := range entriesOf(m.Headers()) { // none: a message that names no run
+			if seq == before.seq && e.rev <= before.rev {
+				continue
+			}
+			if e.rev > p.lastIndexed {
+				return false, nil // newer than the index's end as read: the tail has it
+			}
+			if more, err := p.indexRow(ctx, w, seq, e.id, e.rev); err != nil || !more {
+				return more, err
+			}
 		}
-		if rev > p.lastIndexed {
-			return false, nil // newer than the index's end as read: the tail has it
-		}
-		return p.indexRow(ctx, w, seq, id, rev)
+		return true, nil
 	})
 }
 
@@ -782,20 +825,20 @@ func (p *pager) caughtUp(before pos) bool {
 // ones. It reads from the end (idxLast) back to the cursor, then their
 // records oldest first.
 func (p *pager) caughtUpOldest(ctx context.Context, w *pageRows, before pos, idxLast uint64) error {
-	type entry struct {
-		seq, rev uint64
-		id       string
+	type found struct {
+		seq uint64
+		entry
 	}
-	var newer []entry
+	var newer []found
 	err := back(ctx, p.idx, p.r.cfg.IndexFilter(string(p.q.State), p.q.Function), true, idxLast+1, 0, func() int { return w.want }, nil, func(seq uint64, m jetstream.Msg) (bool, error) {
-		id, rev, ok := entryOf(m.Headers())
-		switch {
-		case !ok:
-			// Not an entry the indexer wrote: it names no run.
-		case rev <= before.seq:
-			return false, nil
-		case rev <= p.lastIndexed:
-			newer = append(newer, entry{seq, rev, id})
+		es := entriesOf(m.Headers()) // none: a message that names no run
+		for i := len(es) - 1; i >= 0; i-- {
+			switch e := es[i]; {
+			case e.rev <= before.seq:
+				return false, nil
+			case e.rev <= p.lastIndexed:
+				newer = append(newer, found{seq, e})
+			}
 		}
 		return true, nil
 	})
@@ -821,7 +864,36 @@ func (p *pager) tailOldest(ctx context.Context, w *pageRows, before pos) error {
 	if before.class == classIndex {
 		start = max(start, before.rev+1)
 	}
+	if p.byGets(start) {
+		n := len(w.rows)
+		err := walkAhead(ctx, p.r.js, p.rs.CachedInfo().Config.Name, start, p.runsLast, p.tailRecords(w))
+		if !p.deniedGets(w, n, err) {
+			return err
+		}
+	}
 	return ahead(ctx, p.rs, p.r.pfx+">", start, p.tailRows(ctx, w))
+}
+
+// byGets reports whether the page reads the runs stream's records from
+// sequence from by gets (walk.go): every record is a row (no filter), or
+// at most shortTail of them are left to read.
+func (p *pager) byGets(from uint64) bool {
+	return p.q.State == "" && p.q.Function == "" || p.runsLast < from+shortTail
+}
+
+// deniedGets reports whether err is this user's gets from the leader
+// denied ($JS.API.STREAM.MSG.GET on the runs stream is optional,
+// docs/permissions.md): the rows the gets added after the first n are
+// taken back, and the caller reads by consumers instead.
+func (p *pager) deniedGets(w *pageRows, n int, err error) bool {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return false
+	}
+	for _, rw := range w.rows[n:] {
+		delete(p.seen, rw.run.ID)
+	}
+	w.rows = w.rows[:n]
+	return true
 }
 
 // queuedOldest adds the runs waiting without a record, oldest first, newer

@@ -647,7 +647,9 @@ func TestPageWhenRecordsGoBetweenCountAndFetch(t *testing.T) {
 	stop()
 	var failed []string
 	for range 5 {
-		e.write("x", jetflow.Pending, 20)
+		// A tail longer than the pages read by gets (shortTail): read by
+		// counted windows.
+		e.write("x", jetflow.Pending, 60)
 		failed = append(failed, e.write("x", jetflow.Failed, 1)...)
 	}
 	slices.Reverse(failed)
@@ -694,4 +696,151 @@ func TestPageWhenRecordsGoBetweenCountAndFetch(t *testing.T) {
 	if took >= 4*time.Second {
 		t.Fatalf("the page took %v: a fetch waited for records removed after its count", took)
 	}
+}
+
+// The unfiltered page (the dashboard's first page) reads the newest records
+// of the runs stream by gets, no consumer: a consumer's creation on the
+// runs bucket makes the server walk every key (nats-server counts the
+// messages pending for it through its index of subjects), so the page grew
+// with the records kept. Every run once, newest write first, both ways,
+// across the gaps that later writes and a delete leave in the stream.
+func TestUnfilteredPagesReadByGets(t *testing.T) {
+	e := setup(t)
+	e.startIndexer("one")
+	e.write("x", jetflow.InProgress, 300)
+	e.change("r000150", engine.Fail, jetflow.Failed)
+	e.change("r000010", engine.Fail, jetflow.Failed)
+	b, err := e.ts.JS.KeyValue(context.Background(), e.cfg.WithDefaults().RunsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Delete(context.Background(), "r000290"); err != nil {
+		t.Fatal(err)
+	}
+	e.caughtUp()
+	want := []string{"r000010", "r000150"}
+	for i := 300; i >= 1; i-- {
+		if i != 10 && i != 150 && i != 290 {
+			want = append(want, fmt.Sprintf("r%06d", i))
+		}
+	}
+	rd := runindex.NewReader(e.st)
+	q := runindex.Query{Limit: 7}
+	var got []string
+	var pages []runindex.Page
+	c0, r0 := runindex.ConsumersMade(), runindex.MessagesRead()
+	for {
+		p, err := rd.List(context.Background(), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pages) == 0 {
+			// Reads: about the page's records (8: a page and one more),
+			// a quarter more and a get per chain of gets.
+			if n := runindex.MessagesRead() - r0; n > 4*8 {
+				t.Fatalf("the first page read %d messages, want at most 32", n)
+			}
+		}
+		pages = append(pages, p)
+		got = append(got, ids(p.Runs)...)
+		if q.After = p.Next; q.After == "" {
+			break
+		}
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("pages show %v, want %v", got, want)
+	}
+	for i := len(pages) - 1; i > 0; i-- {
+		p, err := rd.List(context.Background(), runindex.Query{Limit: 7, Before: pages[i].Prev})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(pages[i-1].Runs)) {
+			t.Fatalf("page %d backward %v, forward %v", i-1, ids(p.Runs), ids(pages[i-1].Runs))
+		}
+	}
+	if n := runindex.ConsumersMade() - c0; n != 0 {
+		t.Fatalf("unfiltered pages made %d consumers, want none", n)
+	}
+}
+
+// Entries are batched: the consecutive writes of one index subject that the
+// indexer reads together are one message (a value of Jetflow-Run and
+// Jetflow-Rev each). Pages filtered by state over two functions, by
+// function, and by both show every run once, newest first, both ways,
+// with cursors inside batches; the counts stay exact.
+func TestBatchedEntriesPageBothWays(t *testing.T) {
+	e := setup(t)
+	var fx, fy, sx []string
+	for range 3 {
+		fx = append(fx, e.write("x", jetflow.Failed, 40)...)
+		fy = append(fy, e.write("y", jetflow.Failed, 30)...)
+		sx = append(sx, e.write("x", jetflow.Success, 20)...)
+	}
+	e.startIndexer("one") // reads the 270 writes as a backlog: batches
+	e.caughtUp()
+	idx, err := e.ts.JS.Stream(context.Background(), e.cfg.WithDefaults().IndexStream())
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := idx.Info(context.Background(), jetstream.WithSubjectFilter(e.cfg.WithDefaults().IndexFilter("", "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs uint64
+	for _, n := range info.State.Subjects {
+		msgs += n
+	}
+	t.Logf("270 entries in %d index messages", msgs)
+	if msgs >= 270 {
+		t.Fatalf("270 entries in %d messages: not batched", msgs)
+	}
+	rd := runindex.NewReader(e.st)
+	rev := func(s ...[]string) []string {
+		var all []string
+		for _, x := range s {
+			all = append(all, x...)
+		}
+		slices.Sort(all) // ids are in write order
+		slices.Reverse(all)
+		return all
+	}
+	for _, c := range []struct {
+		q    runindex.Query
+		want []string
+	}{
+		{runindex.Query{State: jetflow.Failed, Limit: 17}, rev(fx, fy)},
+		{runindex.Query{Function: "x", Limit: 23}, rev(fx, sx)},
+		{runindex.Query{State: jetflow.Failed, Function: "y", Limit: 7}, rev(fy)},
+	} {
+		q := c.q
+		var got []string
+		var pages []runindex.Page
+		for {
+			p, err := rd.List(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages = append(pages, p)
+			got = append(got, ids(p.Runs)...)
+			if q.After = p.Next; q.After == "" {
+				break
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Fatalf("%+v: pages show %v, want %v", c.q, got, c.want)
+		}
+		for i := len(pages) - 1; i > 0; i-- {
+			q := c.q
+			q.Before = pages[i].Prev
+			p, err := rd.List(context.Background(), q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(ids(p.Runs)) != fmt.Sprint(ids(pages[i-1].Runs)) {
+				t.Fatalf("%+v: page %d backward %v, forward %v", c.q, i-1, ids(p.Runs), ids(pages[i-1].Runs))
+			}
+		}
+	}
+	e.sameCounts("x", "y")
 }

@@ -445,7 +445,7 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 			return res, fmt.Errorf("end to end, with a scheduler: %w", err)
 		}
 		res.EndToEndSched, res.EndToEndSchedCPU, res.SchedIndexed = rate(n, sc.Elapsed), per(sc.CPU, n), sc.Indexed
-		line("e2e with a scheduler      %10s runs/s   raw publish+consume %s/s   ratio %.2f   cpu %s/run, the scheduler's included (its run indexer follows every record write, %.2f index entries stored a run; the index caught up %s after the first enqueue, the runs were done at %s)",
+		line("e2e with a scheduler      %10s runs/s   raw publish+consume %s/s   ratio %.2f   cpu %s/run, the scheduler's included (its run indexer follows every record write, %.2f index messages stored a run: entries of consecutive writes batched; the index caught up %s after the first enqueue, the runs were done at %s)",
 			fmtRate(res.EndToEndSched), fmtRate(res.RawPublishConsume), ratio(res.EndToEndSched, res.RawPublishConsume),
 			fmtDur(res.EndToEndSchedCPU), sc.IndexEntries, fmtDur(sc.Indexed), fmtDur(sc.Elapsed))
 	}

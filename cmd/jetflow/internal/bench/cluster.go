@@ -145,7 +145,7 @@ func RunCluster(ctx context.Context, out io.Writer, o ClusterOptions) error {
 	if err := done("benchclsched"); err != nil {
 		return err
 	}
-	line("e2e with a scheduler (claimed first, the default) runs/s %s   raw R3 publish+consume %s/s   ratio %.2f   cpu %s/run, the scheduler's included (%.2f index entries stored a run: one per record write, %.0f record writes a run; the index caught up %s after the first enqueue, the runs were done at %s)",
+	line("e2e with a scheduler (claimed first, the default) runs/s %s   raw R3 publish+consume %s/s   ratio %.2f   cpu %s/run, the scheduler's included (%.2f index messages stored a run: the entries of consecutive writes batched, %.0f record writes a run; the index caught up %s after the first enqueue, the runs were done at %s)",
 		fmtRate(rate(o.N, sc.Elapsed)), fmtRate(rawRate), ratio(rate(o.N, sc.Elapsed), rawRate), fmtDur(per(sc.CPU, o.N)), sc.IndexEntries, sc.Cost.RecordWrites, fmtDur(sc.Indexed), fmtDur(sc.Elapsed))
 	floor, err := measureFloor(ctx, url, o.N, o.ArgsSize)
 	if err != nil {

@@ -226,8 +226,9 @@ type E2E struct {
 	// Indexed is from the first enqueue to the run indexer's checkpoint
 	// covering the last record write (EndToEndWithScheduler only).
 	Indexed time.Duration
-	// IndexEntries is the index entries stored per run (with a scheduler):
-	// one per record write.
+	// IndexEntries is the index messages stored per run (with a
+	// scheduler): one per record write at most, fewer where the entries of
+	// consecutive writes are batched.
 	IndexEntries float64
 	// Claims is how long runs claimed before their handler started waited
 	// for their claim to be stored (none when runs are claimed late).

@@ -38,8 +38,8 @@ const (
 // same number of writes without a scheduler and with one following them
 // (what the indexer costs the writers). At each size it
 // prints how long the indexer took to catch up, then the time and the
-// messages read of one List page (50 runs) filtered by state, by function
-// and by both, of the counts, and of the repair sweep over the index's
+// messages read of one List page (50 runs) without a filter, filtered by
+// state, by function and by both, of the counts, and of the repair sweep over the index's
 // candidates, and beside them the same page, counts and sweep reading
 // every record: the indexed figures stay flat, the others grow with the
 // bucket.
@@ -197,6 +197,7 @@ func RunIndex(ctx context.Context, out io.Writer, sizes []int) error {
 			name string
 			f    func() (int, error)
 		}{
+			{"list page, no filter (the dashboard's first page)", page(producer.Filter{Limit: indexPage})},
 			{"list page, state=failed", page(producer.Filter{State: jetflow.Failed, Limit: indexPage})},
 			{"list page, function", page(producer.Filter{Function: fn(3), Limit: indexPage})},
 			{"list page, function+state=failed", page(producer.Filter{Function: fn(indexFailedEvery / 2), State: jetflow.Failed, Limit: indexPage})},
