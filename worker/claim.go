@@ -236,7 +236,11 @@ func (w *Worker) giveBackClaim(claim *jetflow.Run, rev uint64) {
 		}
 		delay = min(2*delay, 2*time.Second)
 		ctx, cancel := context.WithTimeout(context.Background(), recordReadTimeout)
-		cur, err := w.store.GetLatest(ctx, claim.ID)
+		cur, leader, err := w.store.Decide(ctx, claim.ID)
+		if !leader {
+			cancel()
+			continue // unread: not on a direct get's word
+		}
 		if err == nil && ownAttempt(cur, claim.Owner, claim.Attempts, claim.StartedTime) {
 			r := *cur
 			unclaimed(&r, claim.Attempts)

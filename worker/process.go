@@ -341,7 +341,7 @@ func (w *Worker) claimFailed(ctx context.Context, j *jobCore, m jetstream.Msg, r
 		}
 		w.settle(m, nakAfter(time.Second))
 	default:
-		if cur, gerr := w.store.Get(ctx, j.env.ID); gerr == nil && overFor(cur, j.env.Attempt) {
+		if cur, _, gerr := w.store.Decide(ctx, j.env.ID); gerr == nil && overFor(cur, j.env.Attempt) {
 			w.settle(m, ackIt)
 		}
 	}
@@ -456,7 +456,7 @@ func (w *Worker) runsLeaderSince(ctx context.Context) (time.Time, error) {
 // delivery finds the claim, or the outcome, or claims the run itself.
 func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, replay bool, numDelivered uint64) bool {
 	env := j.env
-	r, err := w.store.Get(ctx, env.ID)
+	r, err := w.store.Show(ctx, env.ID)
 	if errors.Is(err, jetflow.ErrBadRecord) {
 		// Not a record jetflow wrote (written by hand, or by a broken
 		// client): the run cannot go on from it, and retrying will not
@@ -543,7 +543,7 @@ func (w *Worker) recordForeign(ctx context.Context, j *jobCore, m jetstream.Msg)
 	_, err := w.runs.Write(ctx, engine.Schedule, engine.None, r, 0)
 	switch {
 	case errors.Is(err, kv.ErrExists):
-		if r, err = w.store.GetConfirmed(ctx, env.ID); err == nil {
+		if r, _, err = w.store.Decide(ctx, env.ID); err == nil {
 			return r, nil
 		}
 	case errors.Is(err, jetflow.ErrBadArgs):
@@ -903,10 +903,10 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 
 // readAfterRefusal judges the read (cur, gerr) of run id's record after a
 // write expecting revision rev (0: create-only) was refused. The leader's
-// answer (leader) stands. A direct get's, which GetConfirmed falls back to
-// when the leader cannot answer, may come from a replica behind: one not
-// past rev, or a record missing after its create was refused, counts as
-// unread.
+// answer (leader) stands. A direct get's, which stands in for it where the
+// connection may not ask the leader (kv.Store.Decide), may come from a
+// replica behind: one not past rev, or a record missing after its create
+// was refused, counts as unread.
 func readAfterRefusal(id string, rev uint64, cur *jetflow.Run, leader bool, gerr error) error {
 	switch {
 	case leader:
@@ -1000,11 +1000,9 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 	j.mu.Unlock()
 	for _, id := range kids {
 		if commit {
-			r, err := w.store.Get(ctx, id)
+			r, err := w.store.Show(ctx, id)
 			if errors.Is(err, jetflow.ErrNotFound) {
-				// A replica behind may have answered: the leader decides,
-				// or the child waits for the repair sweep.
-				r, err = w.store.GetConfirmed(ctx, id)
+				r, _, err = w.store.Decide(ctx, id)
 			}
 			if err != nil || r.State != jetflow.Pending {
 				continue

@@ -153,8 +153,8 @@ type Worker struct {
 	js    jetstream.JetStream
 	nc    *nats.Conn
 	store *kv.Store // reads
-	// readConfirmed reads a record after a refused write:
-	// store.GetConfirmedSource (a test reads a replica behind instead).
+	// readConfirmed reads a record after a refused write: store.Decide
+	// (a test reads a replica behind instead).
 	readConfirmed func(ctx context.Context, id string) (*jetflow.Run, bool, error)
 	runs          *engine.Runs // every record write
 	p             producerPlumbing
@@ -269,7 +269,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		stall: stall.New(cfg.AckWait/4, cfg.AckWait), clock: srvclock.New(cfg.Now), givingBack: make(chan struct{}, maxGiveBacks),
 	}
 	w.work, w.stopWork = context.WithCancelCause(context.Background())
-	w.readConfirmed = w.store.GetConfirmedSource
+	w.readConfirmed = w.store.Decide
 	return w, nil
 }
 
@@ -796,7 +796,7 @@ func (w *Worker) noteCancel(id string) {
 // be lost, one with a pending record stuck until the notice expired) nor
 // discards its outcome (leaving the record inProgress).
 func (w *Worker) cancelRecorded(ctx context.Context, id string) (bool, error) {
-	r, err := w.store.GetConfirmed(ctx, id)
+	r, _, err := w.store.Decide(ctx, id)
 	if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
 		return false, err
 	}

@@ -188,7 +188,7 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	}
 	r, err := d.p.Get(ctx, wc.WF)
 	if errors.Is(err, jetflow.ErrNotFound) {
-		r, err = latestRecord(ctx, d.p, wc.WF, err)
+		r, _, err = engine.Of(d.p).Store().Decide(ctx, wc.WF)
 	}
 	if errors.Is(err, jetflow.ErrNotFound) {
 		return nil
@@ -248,18 +248,6 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 		seg = jetflow.DerivedID(fmt.Sprintf("%s-seg%d-%d", id, n, cur.rev))
 	}
 	return nil
-}
-
-// latestRecord confirms with the runs stream's leader that workflow id has
-// no record, as a direct get said (err): a replica that is behind may have
-// answered it, and a workflow would stop for it. Without permission to ask
-// the leader, the direct get's answer stands.
-func latestRecord(ctx context.Context, p *producer.Producer, id string, err error) (*jetflow.Run, error) {
-	r, lerr := engine.Of(p).Store().GetLatest(ctx, id)
-	if errors.Is(lerr, nats.ErrPermissionViolation) {
-		return nil, err
-	}
-	return r, lerr
 }
 
 // errBusy: the previous segment still runs; this one is retried shortly.
@@ -322,7 +310,7 @@ func checkAhead(ctx context.Context, p *producer.Producer, id string, cur *curso
 	seg := SegmentID(id, cur.Seg)
 	_, err := p.Get(ctx, seg)
 	if errors.Is(err, jetflow.ErrNotFound) {
-		_, err = latestRecord(ctx, p, seg, err)
+		_, _, err = engine.Of(p).Store().Decide(ctx, seg)
 	}
 	if errors.Is(err, jetflow.ErrNotFound) {
 		return badJournal(cursorKey(id), "cursor at segment %d, which never ran (run %s)", cur.Seg, seg)
@@ -380,9 +368,9 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 // nothing to run.
 func (d *driver) record(ctx context.Context, wf string) (*jetflow.Run, error) {
 	name := d.def.Name()
-	rec, err := engine.Of(d.p).Store().Get(ctx, wf)
+	rec, err := engine.Of(d.p).Store().Show(ctx, wf)
 	if errors.Is(err, jetflow.ErrNotFound) {
-		rec, err = latestRecord(ctx, d.p, wf, err)
+		rec, _, err = engine.Of(d.p).Store().Decide(ctx, wf)
 	}
 	if errors.Is(err, jetflow.ErrNotFound) {
 		// Start writes the record before the first segment, and a record
@@ -969,12 +957,9 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 	}
 	if w.run != "" {
 		st := engine.Of(s.d.p).Store()
-		r, err := st.Get(ctx, w.run)
-		if err == nil && !r.State.Terminal() {
-			// Not ended, says a direct get, which a replica behind may
-			// answer: if the run ended, its wake-up came already, and
-			// nothing else would resume the workflow. The leader decides.
-			r, err = st.GetFromLeader(ctx, w.run)
+		r, err := st.Show(ctx, w.run)
+		if err != nil || !r.State.Terminal() {
+			r, _, err = st.Decide(ctx, w.run)
 		}
 		if err != nil {
 			return errors.Is(err, jetflow.ErrNotFound), nil
