@@ -318,7 +318,9 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		if r.Kind == jetflow.AtMostOnce {
 			lost := engine.LoseRun(r, s.now())
 			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, lost, r.Revision); err == nil {
-				_ = s.d.Complete(ctx, lost)
+				if err := s.d.Complete(ctx, lost); err != nil {
+					s.log.Warn("on-complete callback of a lost run; repair sweep will", "run_id", r.ID, "error", err)
+				}
 				n++
 			}
 			continue

@@ -813,7 +813,7 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 			s.log.Warn("delayed run's record not confirmed: entry dropped", "run_id", it.d.ID, "error", err)
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 			defer rcancel()
-			_ = s.store.RemoveDelayed(rctx, it.key, it.rev)
+			s.removeEntry(rctx, it)
 			return true
 		}
 	}
@@ -823,13 +823,13 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 		// its pending record.
 	case errors.Is(err, jetflow.ErrNotFound):
 		// The record expired or never existed: the run cannot be started.
-		_ = s.store.RemoveDelayed(ctx, it.key, it.rev)
+		s.removeEntry(ctx, it)
 		return true
 	case err != nil:
 		d.retry(ctx, it)
 		return false
 	case r.State != jetflow.Pending || r.Revision != it.d.Rev || r.HeldBy != "":
-		_ = s.store.RemoveDelayed(ctx, it.key, it.rev)
+		s.removeEntry(ctx, it)
 		return true
 	}
 	m := s.scfg.Message(it.d.Envelope)
@@ -891,6 +891,14 @@ func (d *dispatcher) retry(_ context.Context, it *item) {
 	}
 	d.mu.Unlock()
 	d.poke()
+}
+
+// removeEntry removes the delayed entry of it, whose run is settled, and
+// logs a removal that failed.
+func (s *Scheduler) removeEntry(ctx context.Context, it *item) {
+	if err := s.store.RemoveDelayed(ctx, it.key, it.rev); err != nil {
+		s.log.Debug("remove delayed entry", "key", it.key, "error", err)
+	}
 }
 
 // behindEntry reports whether a direct get's answer (r, err) is missing or

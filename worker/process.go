@@ -751,7 +751,9 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		w.settle(m, nakIt)
 		return
 	}
-	_ = j.flushProgress(bg)
+	if err := j.flushProgress(bg); err != nil {
+		w.log.Debug("progress write", "run_id", j.env.ID, "error", err)
+	}
 	if herr == nil {
 		handedOff = true
 		w.succeed(j, m)
@@ -1012,13 +1014,16 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 			}
 			continue
 		}
-		_, _ = w.runs.Change(ctx, engine.Orphan, id, func(r *jetflow.Run) bool {
+		_, err := w.runs.Change(ctx, engine.Orphan, id, func(r *jetflow.Run) bool {
 			if r.HeldBy == "" {
 				return false
 			}
 			*r = *engine.OrphanRun(r, w.now())
 			return true
 		})
+		if err != nil && !errors.Is(err, kv.ErrTerminal) {
+			w.log.Warn("cancel held child; repair sweep will", "run_id", id, "error", err)
+		}
 	}
 }
 

@@ -579,7 +579,7 @@ func (w *Worker) loop(ctx context.Context, fns []*fnEntry, pauses <-chan jetstre
 			w.sweepOutcomes()
 		case <-t.C:
 			w.probeClock(ctx)
-			_ = w.register(ctx, fns)
+			w.renew(ctx, fns)
 			w.pruneCanceled()
 		case en, ok := <-pauses:
 			if !ok {
@@ -598,7 +598,15 @@ func (w *Worker) pauseChanged(ctx context.Context, fns []*fnEntry, en jetstream.
 	}
 	if fn, ok := kv.PausedFunction(en.Key()); ok {
 		w.setPaused(fn, en.Operation() == jetstream.KeyValuePut)
-		_ = w.register(ctx, fns)
+		w.renew(ctx, fns)
+	}
+}
+
+// renew writes the worker's entries in the functions registry again; one
+// that fails is written at the next tick (its TTL outlasts a few).
+func (w *Worker) renew(ctx context.Context, fns []*fnEntry) {
+	if err := w.register(ctx, fns); err != nil {
+		w.log.Debug("functions registry", "error", err)
 	}
 }
 
@@ -851,7 +859,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	w.mu.Unlock()
 	for _, b := range runs {
 		a := b.a
-		_ = b.msg.InProgress()
+		if err := b.msg.InProgress(); err != nil {
+			w.log.Debug("in-progress ack", "run_id", a.job.env.ID, "error", err)
+		}
 		if err := a.job.beat(ctx); errors.Is(err, jetflow.ErrCanceled) {
 			a.cancel(jetflow.ErrCanceled)
 		} else if errors.Is(err, kv.ErrConflict) {

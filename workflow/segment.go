@@ -557,13 +557,11 @@ func holdCursor(ctx context.Context, jr *journal, wf string, cur *cursor) error 
 // workflow, ends it with the main branch's result, or parks it.
 func (s *segment) conclude(ctx context.Context, main *branch, out json.RawMessage, ferr error) error {
 	if cause := context.Cause(ctx); ctx.Err() != nil {
-		s.leaving()
-		return cause
+		return s.leaving(cause)
 	}
 	switch {
 	case s.aborted != nil:
-		s.leaving()
-		return s.aborted
+		return s.leaving(s.aborted)
 	case s.fatal != nil:
 		return s.finish(ctx, jetflow.Failed, nil, s.fatal)
 	case main.finished && s.unreached() != "":
@@ -780,23 +778,25 @@ func (s *segment) failWorkflow0(err error) {
 	s.mu.Unlock()
 }
 
-// leaving runs when a segment stops without parking or ending the
-// workflow (canceled, or to be retried): if it journaled steps and the
+// leaving runs when a segment stops with err without parking or ending
+// the workflow (canceled, or to be retried): if it journaled steps and the
 // workflow never parked (no janitor armed yet), it arms the janitor, so
-// that a Cancel that stopped it does not leave its journal for good.
-func (s *segment) leaving() {
+// that a Cancel that stopped it does not leave its journal for good. It
+// returns err, saying so when the janitor could not be armed (a retried
+// segment arms it when it parks).
+func (s *segment) leaving(err error) error {
 	s.mu.Lock()
 	wrote := len(s.steps) > 0
 	s.mu.Unlock()
 	if s.cur.rev != 0 || !wrote {
-		return
+		return err
 	}
 	ctx, cancel := s.detached()
 	defer cancel()
-	// Best effort on the way out: the segment's own outcome (canceled, or
-	// retried) is what its run records, and a retried segment arms the
-	// janitor when it parks.
-	_ = armJanitor(ctx, s.d.p, s.def.Name(), s.wf, time.Now().Add(engine.Of(s.d.p).Streams().Retention))
+	if jerr := armJanitor(ctx, s.d.p, s.def.Name(), s.wf, time.Now().Add(engine.Of(s.d.p).Streams().Retention)); jerr != nil {
+		return fmt.Errorf("%w (its journal's janitor not armed: %v)", err, jerr)
+	}
+	return err
 }
 
 // recordClaimAfter is how long a first segment runs before it claims the
