@@ -166,7 +166,6 @@ func (r *Retrier) get(ctx context.Context, id string) (*jetflow.Run, error) {
 // waitable says whether Wait must watch retrier id's record, or can answer
 // at once (done): the record has ended or is another function's run, or
 // there is no such retrier, or its start run ended without writing one.
-// Absences are confirmed by the leader: a replica behind would show none.
 func (r *Retrier) waitable(ctx context.Context, id string) (Status, bool, error) {
 	get := func(id string) (*jetflow.Run, error) { return r.get(ctx, id) }
 	rec, err := get(id)

@@ -239,7 +239,7 @@ func (w *Worker) giveBackClaim(claim *jetflow.Run, rev uint64) {
 		cur, leader, err := w.store.Decide(ctx, claim.ID)
 		if !leader {
 			cancel()
-			continue // unread: not on a direct get's word
+			continue
 		}
 		if err == nil && ownAttempt(cur, claim.Owner, claim.Attempts, claim.StartedTime) {
 			r := *cur

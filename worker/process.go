@@ -529,8 +529,7 @@ func (w *Worker) heldBack(ctx context.Context, j *jobCore, m jetstream.Msg, repl
 }
 
 // recordForeign creates the record of a run published by another producer
-// (no record yet). A create refused goes on from the leader's record (a
-// replica behind answered the read, or it was written meanwhile). It
+// (no record yet). A create refused goes on from the record Decide reads. It
 // returns a nil record when the message was settled (handed back, or
 // dead-lettered: a message whose record the server cannot take).
 func (w *Worker) recordForeign(ctx context.Context, j *jobCore, m jetstream.Msg) (*jetflow.Run, error) {
