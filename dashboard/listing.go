@@ -230,7 +230,7 @@ func (h *handler) scan(ctx context.Context, function string) (scanned, error) {
 			return s, err
 		}
 		if !ok {
-			if r, err = st.Get(ctx, id); err != nil {
+			if r, err = st.Show(ctx, id); err != nil {
 				continue // taken and ended meanwhile, or expired
 			}
 		}
@@ -255,7 +255,7 @@ func (h *handler) read(ctx context.Context, e *entry) (bool, error) {
 		return e.run != nil, nil
 	}
 	st := engine.Of(h.p).Store()
-	r, err := st.Get(ctx, e.ID)
+	r, err := st.Show(ctx, e.ID)
 	if errors.Is(err, jetflow.ErrNotFound) && e.queuedFn != "" {
 		q, ok, qerr := st.QueuedRunOf(ctx, e.queuedFn, e.ID)
 		switch {
@@ -264,7 +264,7 @@ func (h *handler) read(ctx context.Context, e *entry) (bool, error) {
 		case ok:
 			r, err = q, nil
 		default:
-			r, err = st.Get(ctx, e.ID) // taken meanwhile: the record is there
+			r, err = st.Show(ctx, e.ID) // taken meanwhile: the record is there
 		}
 	}
 	if errors.Is(err, jetflow.ErrNotFound) {

@@ -92,7 +92,7 @@ func CreateConfirmed(ctx context.Context, create func(ctx context.Context) error
 // ours tells whether the stored record is the one this call writes.
 func (s *Store) FindRun(id string, ours func(stored *jetflow.Run) bool) func(ctx context.Context) (Found, error) {
 	return func(ctx context.Context) (Found, error) {
-		r, err := s.GetFromLeader(ctx, id)
+		r, _, err := s.Decide(ctx, id)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			return Missing, nil
@@ -135,7 +135,7 @@ func (s *Store) FindQueued(fn, id string) func(ctx context.Context) (Found, erro
 		case !errors.Is(err, jetstream.ErrMsgNotFound):
 			return Missing, err
 		}
-		_, err = s.GetFromLeader(ctx, id)
+		_, _, err = s.Decide(ctx, id)
 		switch {
 		case err == nil:
 			return s.confirmed(ctx, streams.KVStream(s.cfg.RunsBucket()), Ours)

@@ -206,7 +206,7 @@ func (s *Store) CronInfo(ctx context.Context, r *CronRecord, withOutcome bool) (
 	if !withOutcome {
 		return ci, nil
 	}
-	run, err := s.Get(ctx, r.LastRun)
+	run, err := s.Show(ctx, r.LastRun)
 	switch {
 	case err == nil:
 		ci.Last.State, ci.Last.Error = run.State, run.Error

@@ -16,20 +16,36 @@
 // retention period, so JetStream itself removes them; a pending record never
 // expires.
 //
-// # Reads from a replica behind its leader
+// # Reads
 //
-// Get is a direct get, which any replica of a bucket may answer, and on a
-// cluster a replica may be behind its leader (a moment, or up to 10% of the
-// stream after a restart). Writes never depend on it (they are
-// compare-and-swap on the leader), but a decision that would drop, skip or
-// forget work must: GetLatest reads a record from the stream's leader
-// (LastFromLeader, $JS.API.STREAM.MSG.GET), GetConfirmed does so where the
-// leader can answer and falls back to Get otherwise, and Transition asks
-// the leader where a direct get found no record, nothing to change, or a
-// replaced revision. A read through a consumer, which the server may place
-// on a replica, is made again until it holds the leader's last revision
-// (ReadCaughtUp; the delayed seconds the scheduler reads). These reads need
-// permissions that are optional (docs/permissions.md).
+// A run's record is read one of two ways, and the kind of call chooses:
+//
+//   - Show, for display (status pages, the CLI, the dashboard, a producer's
+//     Get): a direct get, which any replica of the bucket may answer. On a
+//     cluster a replica may be behind its leader (a moment, or up to 10% of
+//     the stream after a restart), so a display may be a moment stale.
+//   - Decide, for a decision: the word of the runs stream's leader
+//     (LastFromLeader, $JS.API.STREAM.MSG.GET), which holds every
+//     acknowledged write. Where the connection may not ask the leader (the
+//     permission is optional, docs/permissions.md) a direct get stands in,
+//     as before leader reads existed, and Decide says so (leader false);
+//     where the leader cannot answer now (an election, a timeout) Decide
+//     returns the error and the decision waits.
+//
+// The rule: whatever may drop, skip, forget or give up work, or settle a
+// write whose reply was refused or lost, is decided on Decide's answer. A
+// change written by compare-and-swap may start from Show's answer (the
+// write itself is checked on the leader, and a replica never shows a state
+// that was not written), but an answer that would end it without a write
+// (no record, an older revision than expected, nothing to change) is asked
+// again with Decide: Transition reads this way. A create refused as already
+// there is settled by CreateConfirmed, whose finds add one check to Decide:
+// the leader must hear from a quorum of its replicas (LeaderHasQuorum),
+// since a leader cut off from its peers may hold a write it will lose.
+//
+// A read through a consumer, which the server may place on a replica, is
+// made again until it holds the leader's last revision (ReadCaughtUp; the
+// delayed seconds the scheduler reads).
 //
 // # Listing keys
 //

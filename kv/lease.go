@@ -98,12 +98,18 @@ func (l *Lease) Acquire(ctx context.Context) error {
 	return nil
 }
 
-// Release gives the lease up (best effort) so a standby takes over at once.
-func (l *Lease) Release(ctx context.Context) {
-	if l.rev != 0 {
-		_ = l.kv.Purge(ctx, l.key, jetstream.LastRevision(l.rev))
-		l.rev = 0
+// Release gives the lease up so a standby takes over at once. A release
+// that fails leaves the lease to expire at its TTL; the error says so.
+func (l *Lease) Release(ctx context.Context) error {
+	if l.rev == 0 {
+		return nil
 	}
+	err := l.kv.Purge(ctx, l.key, jetstream.LastRevision(l.rev))
+	l.rev = 0
+	if err != nil {
+		return fmt.Errorf("kv: release lease %s (it expires at its TTL): %w", l.key, err)
+	}
+	return nil
 }
 
 // Info reads the lease.

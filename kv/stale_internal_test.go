@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go/jetstream"
@@ -65,5 +66,38 @@ func TestDelayedReadBehindItsLeaderIsNotUsed(t *testing.T) {
 	}
 	if n, err := read(through("CAUGHTUP", keys...)); err != nil || n != 3 {
 		t.Fatalf("a replica caught up: %d entries, %v; want 3", n, err)
+	}
+}
+
+// Where the runs stream's leader cannot answer (here: nobody answers the
+// API prefix the store asks it on, as while a stream elects its leader),
+// Decide returns that error and does not take a direct get's word in its
+// stead; Show still answers.
+func TestDecideWaitsWhereTheLeaderCannotAnswer(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Open(ctx, ts.JS, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	if _, err := st.Create(ctx, &jetflow.Run{ID: "here-1", Name: "fn.a", State: jetflow.Pending, ScheduledTime: now, CreationTime: now}); err != nil {
+		t.Fatal(err)
+	}
+	nobody, err := jetstream.NewWithAPIPrefix(ts.NC, "$NOBODY.API")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := *st
+	cut.js = nobody
+	if r, leader, err := cut.Decide(ctx, "here-1"); err == nil || leader || r != nil {
+		t.Fatalf("Decide without a leader = %+v, leader %v, %v; want an error and no record", r, leader, err)
+	}
+	if r, err := cut.Show(ctx, "here-1"); err != nil || r.State != jetflow.Pending {
+		t.Fatalf("Show = %+v, %v; want the pending record", r, err)
 	}
 }

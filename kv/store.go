@@ -97,8 +97,11 @@ func (s *Store) Runs() jetstream.KeyValue { return s.runs }
 // Delayed is the delayed bucket.
 func (s *Store) Delayed() jetstream.KeyValue { return s.delayed }
 
-// Get returns the record of run id, or ErrNotFound.
-func (s *Store) Get(ctx context.Context, id string) (*jetflow.Run, error) {
+// Show reads run id's record for display (a status page, the CLI, a
+// producer's Get): a direct get, which any replica of the bucket may answer,
+// so it may be a moment behind the leader (see the package doc, "Reads").
+// Errors: ErrNotFound, jetflow.ErrInvalidRunID, jetflow.ErrBadRecord.
+func (s *Store) Show(ctx context.Context, id string) (*jetflow.Run, error) {
 	if err := jetflow.ValidateRunID(id); err != nil {
 		return nil, err
 	}
@@ -112,14 +115,28 @@ func (s *Store) Get(ctx context.Context, id string) (*jetflow.Run, error) {
 	return Decode(e.Value(), e.Revision())
 }
 
-// GetLatest reads run id's record from the runs stream's leader, or returns
-// ErrNotFound. Get is a direct get, which any replica of the bucket may
-// answer: a follower applies a write a moment after the leader, and one that
-// restarted serves direct gets from 90% caught up. A reader about to drop
-// work because a record is missing, or older than it was told, confirms it
-// here. It needs $JS.API.STREAM.MSG.GET.<runs stream> (docs/permissions.md);
-// without it the error matches nats.ErrPermissionViolation.
-func (s *Store) GetLatest(ctx context.Context, id string) (*jetflow.Run, error) {
+// Decide reads run id's record for a decision: the word of the runs
+// stream's leader, which holds every acknowledged write (see the package
+// doc, "Reads"). leader is true when the leader answered (a record, or
+// ErrNotFound). Where the connection may not ask the leader (the optional
+// $JS.API.STREAM.MSG.GET.<runs stream> of docs/permissions.md), the record
+// is read by a direct get, as before leader reads existed, and leader is
+// false. Where the leader cannot answer now (an election, a timeout), that
+// error is returned and the decision waits: nothing is decided on a
+// replica's word in its stead.
+func (s *Store) Decide(ctx context.Context, id string) (r *jetflow.Run, leader bool, err error) {
+	r, err = s.fromLeader(ctx, id)
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		r, err = s.Show(ctx, id)
+		return r, false, err
+	}
+	answered := err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, jetflow.ErrBadRecord)
+	return r, answered, err
+}
+
+// fromLeader reads run id's record from the runs stream's leader
+// (LastFromLeader), or returns ErrNotFound.
+func (s *Store) fromLeader(ctx context.Context, id string) (*jetflow.Run, error) {
 	if err := jetflow.ValidateRunID(id); err != nil {
 		return nil, err
 	}
@@ -404,18 +421,17 @@ func IsWrongSequence(err error) bool {
 // record as last written or read, and ErrTerminal when the run had already
 // ended before change could apply.
 func (s *Store) Transition(ctx context.Context, id string, change func(r *jetflow.Run) bool) (*jetflow.Run, error) {
-	// The first read is a direct get, which a replica behind the leader
-	// may answer. Where its answer would end the call without a write (no
-	// record, or nothing to change) or cost a conflict, the record is read
-	// again from the leader.
+	// The first read is a Show; an answer that would end the call without
+	// a write, or a conflict, is read again with Decide (the package doc,
+	// "Reads").
 	leader := false
 	for {
 		var r *jetflow.Run
 		var err error
 		if leader {
-			r, err = s.GetConfirmed(ctx, id)
+			r, _, err = s.Decide(ctx, id)
 		} else {
-			r, err = s.Get(ctx, id)
+			r, err = s.Show(ctx, id)
 		}
 		if errors.Is(err, ErrNotFound) && !leader {
 			leader = true
@@ -425,8 +441,6 @@ func (s *Store) Transition(ctx context.Context, id string, change func(r *jetflo
 			return nil, err
 		}
 		if r.State.Terminal() {
-			// A replica behind shows an older state, never an ended one
-			// that is not.
 			return r, fmt.Errorf("run %s is %s: %w", id, r.State, ErrTerminal)
 		}
 		from := r.State
@@ -444,40 +458,6 @@ func (s *Store) Transition(ctx context.Context, id string, change func(r *jetflo
 		}
 		return r, err
 	}
-}
-
-// GetFromLeader reads run id's record for a decision that a replica behind
-// must not make (forget a run, cancel a held child, purge a workflow's
-// journal): from the runs stream's leader, or, where the connection may not
-// ask it (nats.ErrPermissionViolation), by a direct get. Unlike GetConfirmed
-// it does not fall back to a direct get when the leader is slow or being
-// elected: that error is returned, and the caller decides later.
-func (s *Store) GetFromLeader(ctx context.Context, id string) (*jetflow.Run, error) {
-	r, err := s.GetLatest(ctx, id)
-	if errors.Is(err, nats.ErrPermissionViolation) {
-		return s.Get(ctx, id)
-	}
-	return r, err
-}
-
-// GetConfirmed is GetLatest where the stream's leader answers, and Get
-// where it cannot (no permission to ask it, no leader during an election,
-// a timeout): the leader's answer where there is one, the direct get's
-// otherwise, as before leader reads existed.
-func (s *Store) GetConfirmed(ctx context.Context, id string) (*jetflow.Run, error) {
-	r, _, err := s.GetConfirmedSource(ctx, id)
-	return r, err
-}
-
-// GetConfirmedSource is GetConfirmed, also reporting whether the leader
-// answered (false: a direct get, which a replica behind may answer).
-func (s *Store) GetConfirmedSource(ctx context.Context, id string) (r *jetflow.Run, leader bool, err error) {
-	r, err = s.GetLatest(ctx, id)
-	if err == nil || errors.Is(err, ErrNotFound) || errors.Is(err, jetflow.ErrInvalidRunID) {
-		return r, true, err
-	}
-	r, err = s.Get(ctx, id)
-	return r, false, err
 }
 
 // DelayedKey is the key of a delayed entry: <due unix second>.<run id>.

@@ -241,7 +241,7 @@ func (c *core) startRun(ctx context.Context, it *Item) error {
 		if !errors.Is(err, kv.ErrExists) {
 			return err
 		}
-		if r, err = engine.Of(c.p).Store().GetConfirmed(ctx, it.RunID); err != nil {
+		if r, _, err = engine.Of(c.p).Store().Decide(ctx, it.RunID); err != nil {
 			return err
 		}
 		if r.State != jetflow.Pending {

@@ -231,7 +231,7 @@ func (d *dispatcher) repairSlot(ctx context.Context, id string, s slot, c slotCh
 // gone once the attempt's run has ended (or never was). read says which.
 func (d *dispatcher) orphanSlot(ctx context.Context, id string, s slot, read itemRead, err error) bool {
 	pl := d.pl
-	run, rerr := engine.Of(pl.p).Store().GetFromLeader(ctx, RunID(pl.name, id, s.Attempt))
+	run, _, rerr := engine.Of(pl.p).Store().Decide(ctx, RunID(pl.name, id, s.Attempt))
 	if !runOver(run, rerr) {
 		return false
 	}
@@ -300,9 +300,7 @@ func repairOf(run *jetflow.Run, err error, now time.Time, grace time.Duration) r
 // settles the item if its run ended unsettled.
 func (d *dispatcher) repairRun(ctx context.Context, id string, s slot, it *Item, now time.Time) {
 	pl := d.pl
-	// From the leader: a replica behind would say there is no run, and it
-	// would be started a second time.
-	run, err := engine.Of(pl.p).Store().GetFromLeader(ctx, it.RunID)
+	run, _, err := engine.Of(pl.p).Store().Decide(ctx, it.RunID)
 	switch repairOf(run, err, now, pl.cfg.ReconcileGrace) {
 	case runMissing:
 		err = pl.startRun(ctx, it)

@@ -316,14 +316,14 @@ func (p *Producer) checkSize(n int) error {
 // has taken yet is answered from its waiting message, as pending (Revision
 // 0). Errors: jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
 func (p *Producer) Get(ctx context.Context, id string) (*jetflow.Run, error) {
-	r, err := p.store.Get(ctx, id)
+	r, err := p.store.Show(ctx, id)
 	if !errors.Is(err, jetflow.ErrNotFound) {
 		return r, err
 	}
 	q, ok, qerr := p.store.QueuedRun(ctx, id)
 	// The worker may have written the record and taken the message
 	// meanwhile: KV again (the record is written before the message goes).
-	if r, err2 := p.store.Get(ctx, id); !errors.Is(err2, jetflow.ErrNotFound) {
+	if r, err2 := p.store.Show(ctx, id); !errors.Is(err2, jetflow.ErrNotFound) {
 		return r, err2
 	}
 	if qerr != nil {
@@ -411,7 +411,7 @@ type batch struct {
 // dispatch (engine.DispatchExisting). Unread, the repair sweep stands
 // behind it.
 func (p *Producer) dispatchExisting(ctx context.Context, id string) {
-	if cur, err := p.store.GetFromLeader(ctx, id); err == nil {
+	if cur, _, err := p.store.Decide(ctx, id); err == nil {
 		p.d.DispatchExisting(cur)
 	}
 }
@@ -502,7 +502,7 @@ func (p *Producer) writeBatch(ctx context.Context, b batch) error {
 func (p *Producer) batchRefused(ctx context.Context, runs []*jetflow.Run, err error) error {
 	if kv.IsWrongSequence(err) {
 		for _, r := range runs {
-			if _, gerr := p.store.GetFromLeader(ctx, r.ID); gerr == nil {
+			if _, _, gerr := p.store.Decide(ctx, r.ID); gerr == nil {
 				return fmt.Errorf("run %s: %w", r.ID, ErrAlreadyExists)
 			}
 		}

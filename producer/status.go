@@ -104,9 +104,7 @@ func (p *Producer) markCanceled(ctx context.Context, id string) (*jetflow.Run, j
 		if qerr != nil || !ok {
 			// Taken meanwhile: its record is written before its message
 			// goes, so the record is there now, unless there is no run.
-			// (Read from the leader: a replica behind would say there is no
-			// run, and the run would start.)
-			if _, gerr := p.store.GetConfirmed(ctx, id); gerr == nil {
+			if _, _, gerr := p.store.Decide(ctx, id); gerr == nil {
 				continue
 			}
 			if qerr != nil {
@@ -315,7 +313,7 @@ func (p *Producer) Wait(ctx context.Context, id string) (*jetflow.Run, error) {
 	if err := ctx.Err(); err != nil {
 		return last, err
 	}
-	if _, err := p.store.Get(ctx, id); errors.Is(err, jetflow.ErrBadRecord) {
+	if _, err := p.store.Show(ctx, id); errors.Is(err, jetflow.ErrBadRecord) {
 		return last, fmt.Errorf("producer: wait for %s: %w", id, err)
 	}
 	return last, fmt.Errorf("producer: watch of %s ended at %v", id, time.Now())

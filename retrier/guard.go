@@ -230,9 +230,7 @@ func (d *driver) started(ctx context.Context, j *worker.Job[jetflow.Completion])
 // when the id holds another function's run.
 func cancelRetrier(ctx context.Context, p *producer.Producer, s spec, start *jetflow.Run) error {
 	store := engine.Of(p).Store()
-	// Read from the leader: a replica behind would show no record, and
-	// the retrier would go on.
-	rec, err := store.GetConfirmed(ctx, s.Retrier)
+	rec, _, err := store.Decide(ctx, s.Retrier)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		rec = endedRecord(s, jetflow.Canceled, jetflow.ErrCanceled.Error(), time.Now().UTC())
 		rec.ScheduledTime, rec.CreationTime, rec.Parent = start.ScheduledTime, start.CreationTime, start.ID
@@ -247,7 +245,7 @@ func cancelRetrier(ctx context.Context, p *producer.Producer, s spec, start *jet
 			return err
 		}
 		// The start run wrote the record meanwhile: cancel that.
-		rec, err = store.GetConfirmed(ctx, s.Retrier)
+		rec, _, err = store.Decide(ctx, s.Retrier)
 	}
 	if err != nil {
 		return err

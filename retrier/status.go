@@ -153,12 +153,12 @@ func (r *Retrier) Wait(ctx context.Context, id string) (Status, error) {
 	return recordStatus(rec)
 }
 
-// get is the producer's Get, with an absence confirmed by the leader: a
-// replica behind would show no record of a run that has one.
+// get is the producer's Get, with an absence decided by the leader
+// (kv.Store.Decide).
 func (r *Retrier) get(ctx context.Context, id string) (*jetflow.Run, error) {
 	rec, err := r.p.Get(ctx, id)
 	if errors.Is(err, jetflow.ErrNotFound) {
-		rec, err = engine.Of(r.p).Store().GetConfirmed(ctx, id)
+		rec, _, err = engine.Of(r.p).Store().Decide(ctx, id)
 	}
 	return rec, err
 }
@@ -166,7 +166,6 @@ func (r *Retrier) get(ctx context.Context, id string) (*jetflow.Run, error) {
 // waitable says whether Wait must watch retrier id's record, or can answer
 // at once (done): the record has ended or is another function's run, or
 // there is no such retrier, or its start run ended without writing one.
-// Absences are confirmed by the leader: a replica behind would show none.
 func (r *Retrier) waitable(ctx context.Context, id string) (Status, bool, error) {
 	get := func(id string) (*jetflow.Run, error) { return r.get(ctx, id) }
 	rec, err := get(id)
@@ -217,13 +216,11 @@ func (r *Retrier) Cancel(ctx context.Context, id string) error {
 		return err
 	}
 	store := engine.Of(r.p).Store()
-	// Read from the leader: a replica behind would show no record, and
-	// the retrier would go on.
-	rec, err := store.GetConfirmed(ctx, id)
+	rec, _, err := store.Decide(ctx, id)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		// Not started: cancelRetrier writes the record as canceled, so the
 		// start run finds it and runs nothing.
-		start, serr := store.GetConfirmed(ctx, StartID(id))
+		start, _, serr := store.Decide(ctx, StartID(id))
 		if serr != nil {
 			if errors.Is(serr, jetflow.ErrNotFound) {
 				return fmt.Errorf("retrier %s: %w", id, jetflow.ErrNotFound)

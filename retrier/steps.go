@@ -104,7 +104,7 @@ func (d *driver) startWork(ctx context.Context, j *worker.Job[spec], s spec) err
 	_, err = engine.Of(d.p).Runs().Write(ctx, engine.Open, engine.None, rec, 0)
 	switch {
 	case errors.Is(err, kv.ErrExists):
-		cur, gerr := engine.Of(d.p).Store().Get(ctx, s.Retrier)
+		cur, _, gerr := engine.Of(d.p).Store().Decide(ctx, s.Retrier)
 		if gerr != nil {
 			return gerr
 		}
@@ -159,7 +159,7 @@ func (d *driver) schedule(ctx context.Context, s spec, n int, t time.Time) error
 	if _, err := d.p.RunAt(ctx, t, s.target(), opts...); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 		return err
 	}
-	cur, err := engine.Of(d.p).Store().Get(ctx, s.Retrier)
+	cur, err := engine.Of(d.p).Store().Show(ctx, s.Retrier)
 	if err != nil {
 		return err
 	}
@@ -191,10 +191,9 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 // as att.
 func (d *driver) stepWork(ctx context.Context, sc stepContext, att *jetflow.Run) error {
 	store := engine.Of(d.p).Store()
-	cur, err := store.Get(ctx, sc.Retrier)
+	cur, err := store.Show(ctx, sc.Retrier)
 	if errors.Is(err, jetflow.ErrNotFound) {
-		// A replica behind may have answered: the leader decides.
-		cur, err = store.GetFromLeader(ctx, sc.Retrier)
+		cur, _, err = store.Decide(ctx, sc.Retrier)
 	}
 	if err != nil {
 		if errors.Is(err, jetflow.ErrNotFound) {

@@ -681,10 +681,7 @@ const (
 func (c *Crons) awaitStart(ctx context.Context, id string, d time.Duration) (prevRun, error) {
 	deadline := time.Now().Add(d)
 	for {
-		// From the runs stream's leader (GetFromLeader: not a replica, even when the leader is slow): a replica behind
-		// would show the previous run missing (two runs at once) or not
-		// yet ended (a skipped time).
-		run, err := c.store.GetFromLeader(ctx, id)
+		run, _, err := c.store.Decide(ctx, id)
 		if errors.Is(err, jetflow.ErrNotFound) {
 			return prevEnded, nil
 		}
@@ -709,8 +706,7 @@ func (c *Crons) awaitStart(ctx context.Context, id string, d time.Duration) (pre
 
 // runActive reports whether run id is pending or in progress.
 func (c *Crons) runActive(ctx context.Context, id string) (bool, error) {
-	// From the leader, as in awaitStart.
-	run, err := c.store.GetFromLeader(ctx, id)
+	run, _, err := c.store.Decide(ctx, id)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		return false, nil
 	}

@@ -139,10 +139,10 @@ func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Head
 func (s *Scheduler) notifyCompleted(ctx context.Context, notify []kv.Header) int {
 	n := 0
 	for _, h := range notify {
-		if _, err := s.store.Get(ctx, jetflow.CompletionID(h.ID)); !errors.Is(err, jetflow.ErrNotFound) {
+		if _, _, err := s.store.Decide(ctx, jetflow.CompletionID(h.ID)); !errors.Is(err, jetflow.ErrNotFound) {
 			continue
 		}
-		r, err := s.store.Get(ctx, h.ID)
+		r, _, err := s.store.Decide(ctx, h.ID)
 		if err != nil {
 			continue
 		}
@@ -165,12 +165,7 @@ func (s *Scheduler) repairPending(ctx context.Context, h kv.Header) bool {
 	if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
 		return false
 	}
-	r, err := s.store.Get(ctx, h.ID)
-	if errors.Is(err, jetflow.ErrNotFound) {
-		// Forgotten below, and then looked at again only by the hourly
-		// full sweep: a replica behind must not decide that.
-		r, err = s.store.GetFromLeader(ctx, h.ID)
-	}
+	r, _, err := s.store.Decide(ctx, h.ID)
 	if err != nil || r.State != jetflow.Pending {
 		if err == nil && r.State.Terminal() || errors.Is(err, jetflow.ErrNotFound) {
 			s.index.Forget(h.ID)
@@ -199,14 +194,12 @@ func (s *Scheduler) repairPending(ctx context.Context, h kv.Header) bool {
 	return true
 }
 
-// settleHeld decides a held child r from its parent, read from the runs
-// stream's leader (a replica behind could show a running parent missing or
-// at an attempt that ended, and its child canceled for it): done when
+// settleHeld decides a held child r from its parent: done when
 // nothing more is to be done now (its parent's attempt still runs, the
 // read failed, or the child was canceled as an orphan: orphaned); not done
 // when the parent succeeded with it, and it is to be released.
 func (s *Scheduler) settleHeld(ctx context.Context, r *jetflow.Run) (done, orphaned bool) {
-	parent, err := s.store.GetFromLeader(ctx, r.HeldBy)
+	parent, _, err := s.store.Decide(ctx, r.HeldBy)
 	switch {
 	case err == nil && parent.State == jetflow.Success && slices.Contains(parent.Children, r.ID):
 		return false, false
@@ -234,7 +227,7 @@ func (s *Scheduler) repairWorkflow(ctx context.Context, r *jetflow.Run) bool {
 	if q, err := s.store.Queued(ctx, seg.Name, seg.ID); err != nil || q {
 		return false
 	}
-	if rec, err := s.store.Get(ctx, seg.ID); err == nil {
+	if rec, _, err := s.store.Decide(ctx, seg.ID); err == nil {
 		return s.failDeadLettered(ctx, r, rec)
 	} else if !errors.Is(err, jetflow.ErrNotFound) {
 		return false
@@ -306,7 +299,7 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
 			continue
 		}
-		r, err := s.store.Get(ctx, h.ID)
+		r, _, err := s.store.Decide(ctx, h.ID)
 		if err != nil || r.State != jetflow.InProgress || r.Owner == "" {
 			// No owner: not a worker's claim but a record that is in
 			// progress by itself (a workflow's, whose segments are runs of
@@ -323,7 +316,9 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		if r.Kind == jetflow.AtMostOnce {
 			lost := engine.LoseRun(r, s.now())
 			if _, err := s.runs.Write(ctx, engine.Lost, jetflow.InProgress, lost, r.Revision); err == nil {
-				_ = s.d.Complete(ctx, lost)
+				if err := s.d.Complete(ctx, lost); err != nil {
+					s.log.Warn("on-complete callback of a lost run; repair sweep will", "run_id", r.ID, "error", err)
+				}
 				n++
 			}
 			continue

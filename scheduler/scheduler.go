@@ -763,7 +763,7 @@ func (d *dispatcher) deadLetter(ctx context.Context, it *item) bool {
 		// The run has a record: the entry's own dead letter, written by
 		// an earlier dispatch of it (its removal not seen yet), or the
 		// record of a run the entry may not touch.
-		if cur, gerr := s.store.Get(ctx, id); gerr != nil || cur.State != jetflow.Failed || cur.Error != r.Error {
+		if cur, gerr := s.store.Show(ctx, id); gerr != nil || cur.State != jetflow.Failed || cur.Error != r.Error {
 			r.ID = dlq
 			_, err = s.runs.Write(ctx, engine.DeadLetter, engine.None, r, 0)
 		}
@@ -791,25 +791,22 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	// JetStream's default 5 s.
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	r, err := s.store.Get(ctx, it.d.ID)
+	r, err := s.store.Show(ctx, it.d.ID)
 	if !it.d.New && behindEntry(r, err, it.d.Rev) {
-		// Missing, or older than the entry was written against: the direct
-		// get may have been answered by a replica that is behind (one that
-		// restarted serves them from 90% caught up). Dropping the entry on
-		// its word would leave the run to the repair sweep, so the stream's
-		// leader is asked.
-		r, err = s.store.GetLatest(ctx, it.d.ID)
-		if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
-			// No leader (an election), or no permission to ask it: asked
-			// again later. Without the permission the direct get is asked
-			// maxDoubts times (a replica behind catches up, another may
-			// answer); without a leader, for doubtFor. Then the entry goes:
-			// the repair sweep stands behind it.
+		// Dropping the entry is decided on the leader's word. Where the
+		// leader cannot answer, or a direct get stands in for it and is
+		// still behind, the entry is tried again (keepDoubting); then it
+		// goes: the repair sweep stands behind it.
+		var leader bool
+		r, leader, err = s.store.Decide(ctx, it.d.ID)
+		failed := err != nil && !errors.Is(err, jetflow.ErrNotFound)
+		unpermitted := !leader && !failed
+		if failed || unpermitted && behindEntry(r, err, it.d.Rev) {
 			if it.doubtSince.IsZero() {
 				it.doubtSince = s.now()
 			}
 			it.doubts++
-			if keepDoubting(err, it.doubts, s.now().Sub(it.doubtSince)) {
+			if keepDoubting(unpermitted, it.doubts, s.now().Sub(it.doubtSince)) {
 				s.log.Debug("confirm delayed run's record", "run_id", it.d.ID, "error", err)
 				d.retry(ctx, it)
 				return false
@@ -817,7 +814,7 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 			s.log.Warn("delayed run's record not confirmed: entry dropped", "run_id", it.d.ID, "error", err)
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), publishTimeout)
 			defer rcancel()
-			_ = s.store.RemoveDelayed(rctx, it.key, it.rev)
+			s.removeEntry(rctx, it)
 			return true
 		}
 	}
@@ -827,13 +824,13 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 		// its pending record.
 	case errors.Is(err, jetflow.ErrNotFound):
 		// The record expired or never existed: the run cannot be started.
-		_ = s.store.RemoveDelayed(ctx, it.key, it.rev)
+		s.removeEntry(ctx, it)
 		return true
 	case err != nil:
 		d.retry(ctx, it)
 		return false
 	case r.State != jetflow.Pending || r.Revision != it.d.Rev || r.HeldBy != "":
-		_ = s.store.RemoveDelayed(ctx, it.key, it.rev)
+		s.removeEntry(ctx, it)
 		return true
 	}
 	m := s.scfg.Message(it.d.Envelope)
@@ -897,6 +894,14 @@ func (d *dispatcher) retry(_ context.Context, it *item) {
 	d.poke()
 }
 
+// removeEntry removes the delayed entry of it, whose run is settled, and
+// logs a removal that failed.
+func (s *Scheduler) removeEntry(ctx context.Context, it *item) {
+	if err := s.store.RemoveDelayed(ctx, it.key, it.rev); err != nil {
+		s.log.Debug("remove delayed entry", "key", it.key, "error", err)
+	}
+}
+
 // behindEntry reports whether a direct get's answer (r, err) is missing or
 // older than rev, the revision a delayed entry was written against.
 func behindEntry(r *jetflow.Run, err error, rev uint64) bool {
@@ -907,10 +912,10 @@ func behindEntry(r *jetflow.Run, err error, rev uint64) bool {
 }
 
 // keepDoubting reports whether a delayed entry whose record the leader did
-// not confirm (err) is tried again: maxDoubts times where the leader may
-// not be asked, for doubtFor otherwise.
-func keepDoubting(err error, doubts int, doubted time.Duration) bool {
-	if errors.Is(err, nats.ErrPermissionViolation) {
+// not confirm is tried again: maxDoubts times where the leader may not be
+// asked (unpermitted: a direct get stood in), for doubtFor otherwise.
+func keepDoubting(unpermitted bool, doubts int, doubted time.Duration) bool {
+	if unpermitted {
 		return doubts < maxDoubts
 	}
 	return doubted < doubtFor

@@ -127,7 +127,7 @@ func TestCronFiresWhenAReplicaShowsItsPreviousRunUnended(t *testing.T) {
 	ts.StaleMirror(t, streams.KVStream(cfg.RunsBucket()), "STALE_RUNS", jetstream.StreamSource{SubjectTransforms: moves}, n)
 	first := scheduler.CronRunID("single-0", t0)
 	testserver.Eventually(t, 20*time.Second, "a direct get answered by the stale mirror", func() bool {
-		r, err := st.Get(ctx, first)
+		r, err := st.Show(ctx, first)
 		return err == nil && r.State == jetflow.Pending
 	})
 	clk.Add(10 * time.Second)
@@ -191,7 +191,7 @@ func TestCancelWhenAReplicaIsBehind(t *testing.T) {
 	c.mu.Unlock()
 	st := engine.Of(p).Store()
 	for _, id := range inTime {
-		r, err := st.GetLatest(ctx, id)
+		r, _, err := st.Decide(ctx, id)
 		if err != nil || r.State != jetflow.Canceled {
 			t.Fatalf("run %s: %+v, %v; want canceled", id, r, err)
 		}
@@ -307,7 +307,7 @@ func TestRepairAfterATakeoverWhenAReplicaIsBehind(t *testing.T) {
 		if time.Now().After(deadline) {
 			pending := 0
 			for i := range n {
-				if r, err := st.GetLatest(ctx, fmt.Sprintf("orphan-%d", i)); err == nil && r.State == jetflow.Pending {
+				if r, _, err := st.Decide(ctx, fmt.Sprintf("orphan-%d", i)); err == nil && r.State == jetflow.Pending {
 					pending++
 				}
 			}

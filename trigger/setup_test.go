@@ -155,7 +155,7 @@ func (e *env) records(fn string) map[string]*jetflow.Run {
 		e.t.Fatal(err)
 	}
 	for _, id := range ids {
-		r, err := st.Get(ctx, id)
+		r, err := st.Show(ctx, id)
 		if err != nil {
 			e.t.Fatal(err)
 		}

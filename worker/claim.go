@@ -258,6 +258,5 @@ func (w *Worker) giveBackOnce(claim *jetflow.Run, rev uint64, notLanded *time.Ti
 // giveback must not decide on a replica's word: the read waits for the
 // leader instead).
 func (w *Worker) readLeader(ctx context.Context, id string) (*jetflow.Run, bool, error) {
-	r, err := w.store.GetLatest(ctx, id)
-	return r, true, err
+	return w.store.Decide(ctx, id)
 }

@@ -87,7 +87,7 @@ func TestClaimRidesOutAServerOutage(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cur, err := w.store.GetConfirmed(ctx, r.ID)
+	cur, _, err := w.store.Decide(ctx, r.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

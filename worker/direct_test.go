@@ -138,7 +138,7 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 
 func noRecord(t *testing.T, e *env, id string) {
 	t.Helper()
-	if r, err := engine.Of(e.P).Store().Get(context.Background(), id); !errors.Is(err, jetflow.ErrNotFound) {
+	if r, err := engine.Of(e.P).Store().Show(context.Background(), id); !errors.Is(err, jetflow.ErrNotFound) {
 		t.Fatalf("run %s has a record before any worker ran it: %+v %v", id, r, err)
 	}
 }
@@ -189,7 +189,7 @@ func TestDirectRunIsPendingInItsMessageThenRecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := engine.Of(e.P).Store().Get(ctx, keyed); err != nil || r.State != jetflow.Pending {
+	if r, err := engine.Of(e.P).Store().Show(ctx, keyed); err != nil || r.State != jetflow.Pending {
 		t.Fatalf("keyed run has no pending record: %+v %v", r, err)
 	}
 	if q := queuedMsgs(t, e); q != 4 {
@@ -201,7 +201,7 @@ func TestDirectRunIsPendingInItsMessageThenRecorded(t *testing.T) {
 		e.wait(t, id)
 	}
 	for _, id := range ids {
-		r, err := engine.Of(e.P).Store().Get(ctx, id)
+		r, err := engine.Of(e.P).Store().Show(ctx, id)
 		if err != nil {
 			t.Fatalf("no record after the run: %v", err)
 		}
@@ -495,7 +495,7 @@ func TestDirectBatchOfMaxBatchRuns(t *testing.T) {
 	}
 	testserver.Eventually(t, 60*time.Second, "all runs succeeded", func() bool {
 		for _, id := range ids {
-			r, err := engine.Of(e.P).Store().Get(ctx, id)
+			r, err := engine.Of(e.P).Store().Show(ctx, id)
 			if err != nil || r.State != jetflow.Success {
 				return false
 			}
@@ -576,7 +576,7 @@ func TestEnqueueAsyncExistingIDIsAlreadyExists(t *testing.T) {
 	if err != nil || pf.Wait(ctx) != nil || pf.ID() != "async-fresh" {
 		t.Fatalf("fresh id: %v %v", pf, err)
 	}
-	if r, err := engine.Of(e.P).Store().Get(ctx, "async-fresh"); err != nil || r.State != jetflow.Pending {
+	if r, err := engine.Of(e.P).Store().Show(ctx, "async-fresh"); err != nil || r.State != jetflow.Pending {
 		t.Fatalf("keyed async run has no record: %+v %v", r, err)
 	}
 }
@@ -610,7 +610,7 @@ func TestEnqueueAsyncManyRunExactlyOnce(t *testing.T) {
 	}
 	testserver.Eventually(t, 60*time.Second, "all runs succeeded", func() bool {
 		for id := range ids {
-			r, err := engine.Of(e.P).Store().Get(ctx, id)
+			r, err := engine.Of(e.P).Store().Show(ctx, id)
 			if err != nil || r.State != jetflow.Success || r.Attempts != 1 {
 				return false
 			}
@@ -652,7 +652,7 @@ func TestLateClaimShowsOwnerWhileRunning(t *testing.T) {
 	if r.Owner != "w1" || r.Heartbeat.IsZero() || r.StartedTime.IsZero() || r.Attempts != 1 || r.Revision == 0 {
 		t.Fatalf("claim %+v", r)
 	}
-	if s, err := engine.Of(e.P).Store().Get(ctx, id); err != nil || s.State != jetflow.InProgress || s.Owner != "w1" {
+	if s, err := engine.Of(e.P).Store().Show(ctx, id); err != nil || s.State != jetflow.InProgress || s.Owner != "w1" {
 		t.Fatalf("stored claim %+v %v", s, err)
 	}
 	unblock()
@@ -708,7 +708,7 @@ func TestClaimFirstWhenClaimAfterNegative(t *testing.T) {
 // (nil if none) as it starts: a run claimed first is inProgress by then.
 func storedWhileRunning(e *env, seen chan<- *jetflow.Run) func(ctx context.Context, j *worker.Job[echoArgs]) error {
 	return func(ctx context.Context, j *worker.Job[echoArgs]) error {
-		r, err := engine.Of(e.P).Store().Get(ctx, j.ID())
+		r, err := engine.Of(e.P).Store().Show(ctx, j.ID())
 		if err != nil {
 			r = nil
 		}
@@ -932,7 +932,7 @@ func TestDirectDeepFunctionNameIsRecordedFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := engine.Of(e.P).Store().Get(ctx, id); err != nil || r.State != jetflow.Pending {
+	if r, err := engine.Of(e.P).Store().Show(ctx, id); err != nil || r.State != jetflow.Pending {
 		t.Fatalf("record %+v, %v: want a pending record", r, err)
 	}
 	if err := e.P.Cancel(ctx, id); err != nil {

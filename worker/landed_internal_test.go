@@ -139,7 +139,7 @@ func TestOutcomeConflictWithRecordUnreadIsNoConflict(t *testing.T) {
 	}
 	nc2.Close()
 	w.store = st
-	w.readConfirmed = st.GetConfirmedSource
+	w.readConfirmed = st.Decide
 	w.mu.Lock()
 	w.stopping = true // one try, then the worker gives up
 	w.mu.Unlock()
@@ -155,7 +155,7 @@ func TestOutcomeConflictWithRecordUnreadIsNoConflict(t *testing.T) {
 }
 
 // After a refused outcome write, a read answered by a replica behind (the
-// leader could not answer, and GetConfirmed fell back to a direct get) is
+// connection may not ask the leader, and a direct get stood in for it) is
 // no answer: a record not past the refused revision, or missing after a
 // refused create, counts as unread, so the outcome is not discarded as a
 // conflict. Before, the outcome of a run whose own heartbeat had landed
@@ -241,7 +241,7 @@ func behindStore(t *testing.T, env *testserver.Env) *kv.Store {
 // a direct get, as when the leader cannot answer.
 func readsBehind(w *Worker, behind *kv.Store) {
 	w.readConfirmed = func(ctx context.Context, id string) (*jetflow.Run, bool, error) {
-		r, err := behind.Get(ctx, id)
+		r, err := behind.Show(ctx, id)
 		return r, false, err
 	}
 }

@@ -321,7 +321,7 @@ func (w *Worker) claimFailed(ctx context.Context, j *jobCore, m jetstream.Msg, r
 		}
 		w.settle(m, nakAfter(time.Second))
 	default:
-		if cur, gerr := w.store.Get(ctx, j.env.ID); gerr == nil && overFor(cur, j.env.Attempt) {
+		if cur, _, gerr := w.store.Decide(ctx, j.env.ID); gerr == nil && overFor(cur, j.env.Attempt) {
 			w.settle(m, ackIt)
 		}
 	}
@@ -436,7 +436,7 @@ func (w *Worker) runsLeaderSince(ctx context.Context) (time.Time, error) {
 // delivery finds the claim, or the outcome, or claims the run itself.
 func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, replay bool, numDelivered uint64) bool {
 	env := j.env
-	r, err := w.store.Get(ctx, env.ID)
+	r, err := w.store.Show(ctx, env.ID)
 	if errors.Is(err, jetflow.ErrBadRecord) {
 		// Not a record jetflow wrote (written by hand, or by a broken
 		// client): the run cannot go on from it, and retrying will not
@@ -509,8 +509,7 @@ func (w *Worker) heldBack(ctx context.Context, j *jobCore, m jetstream.Msg, repl
 }
 
 // recordForeign creates the record of a run published by another producer
-// (no record yet). A create refused goes on from the leader's record (a
-// replica behind answered the read, or it was written meanwhile). It
+// (no record yet). A create refused goes on from the record Decide reads. It
 // returns a nil record when the message was settled (handed back, or
 // dead-lettered: a message whose record the server cannot take).
 func (w *Worker) recordForeign(ctx context.Context, j *jobCore, m jetstream.Msg) (*jetflow.Run, error) {
@@ -523,7 +522,7 @@ func (w *Worker) recordForeign(ctx context.Context, j *jobCore, m jetstream.Msg)
 	_, err := w.runs.Write(ctx, engine.Schedule, engine.None, r, 0)
 	switch {
 	case errors.Is(err, kv.ErrExists):
-		if r, err = w.store.GetConfirmed(ctx, env.ID); err == nil {
+		if r, _, err = w.store.Decide(ctx, env.ID); err == nil {
 			return r, nil
 		}
 	case errors.Is(err, jetflow.ErrBadArgs):
@@ -729,7 +728,9 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		w.settle(m, nakIt)
 		return
 	}
-	_ = j.flushProgress(bg)
+	if err := j.flushProgress(bg); err != nil {
+		w.log.Debug("progress write", "run_id", j.env.ID, "error", err)
+	}
 	if herr == nil {
 		handedOff = true
 		w.succeed(j, m)
@@ -897,11 +898,9 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 	j.mu.Unlock()
 	for _, id := range kids {
 		if commit {
-			r, err := w.store.Get(ctx, id)
+			r, err := w.store.Show(ctx, id)
 			if errors.Is(err, jetflow.ErrNotFound) {
-				// A replica behind may have answered: the leader decides,
-				// or the child waits for the repair sweep.
-				r, err = w.store.GetConfirmed(ctx, id)
+				r, _, err = w.store.Decide(ctx, id)
 			}
 			if err != nil || r.State != jetflow.Pending {
 				continue
@@ -911,12 +910,15 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 			}
 			continue
 		}
-		_, _ = w.runs.Change(ctx, engine.Orphan, id, func(r *jetflow.Run) *jetflow.Run {
+		_, err := w.runs.Change(ctx, engine.Orphan, id, func(r *jetflow.Run) *jetflow.Run {
 			if r.HeldBy == "" {
 				return nil
 			}
 			return engine.OrphanRun(r, w.now())
 		})
+		if err != nil && !errors.Is(err, kv.ErrTerminal) {
+			w.log.Warn("cancel held child; repair sweep will", "run_id", id, "error", err)
+		}
 	}
 }
 

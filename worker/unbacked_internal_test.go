@@ -29,7 +29,7 @@ func TestLateClaimRefusedUnbackedIsWrittenAgain(t *testing.T) {
 		if r := stale.Load(); r != nil {
 			return r, true, nil
 		}
-		return w.store.GetConfirmedSource(ctx, id)
+		return w.store.Decide(ctx, id)
 	}
 	fn := jetflow.Define[string]("claim.unbacked")
 	errs := make(chan error, 1)

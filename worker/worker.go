@@ -153,8 +153,8 @@ type Worker struct {
 	js    jetstream.JetStream
 	nc    *nats.Conn
 	store *kv.Store // reads
-	// readConfirmed reads a record after a refused write:
-	// store.GetConfirmedSource (a test reads a replica behind instead).
+	// readConfirmed reads a record after a refused write: store.Decide
+	// (a test reads a replica behind instead).
 	readConfirmed func(ctx context.Context, id string) (*jetflow.Run, bool, error)
 	runs          *engine.Runs // every record write
 	p             producerPlumbing
@@ -269,7 +269,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Worker, erro
 		stall: stall.New(cfg.AckWait/4, cfg.AckWait), clock: newClock(cfg), givingBack: make(chan struct{}, maxGiveBacks),
 	}
 	w.work, w.stopWork = context.WithCancelCause(context.Background())
-	w.readConfirmed = w.store.GetConfirmedSource
+	w.readConfirmed = w.store.Decide
 	return w, nil
 }
 
@@ -582,7 +582,7 @@ func (w *Worker) loop(ctx context.Context, fns []*fnEntry, pauses <-chan jetstre
 			w.sweepOutcomes()
 		case <-t.C:
 			w.probeClock(ctx)
-			_ = w.register(ctx, fns)
+			w.renew(ctx, fns)
 			w.pruneCanceled()
 		case en, ok := <-pauses:
 			if !ok {
@@ -601,7 +601,15 @@ func (w *Worker) pauseChanged(ctx context.Context, fns []*fnEntry, en jetstream.
 	}
 	if fn, ok := kv.PausedFunction(en.Key()); ok {
 		w.setPaused(fn, en.Operation() == jetstream.KeyValuePut)
-		_ = w.register(ctx, fns)
+		w.renew(ctx, fns)
+	}
+}
+
+// renew writes the worker's entries in the functions registry again; one
+// that fails is written at the next tick (its TTL outlasts a few).
+func (w *Worker) renew(ctx context.Context, fns []*fnEntry) {
+	if err := w.register(ctx, fns); err != nil {
+		w.log.Debug("functions registry", "error", err)
 	}
 }
 
@@ -799,7 +807,7 @@ func (w *Worker) noteCancel(id string) {
 // be lost, one with a pending record stuck until the notice expired) nor
 // discards its outcome (leaving the record inProgress).
 func (w *Worker) cancelRecorded(ctx context.Context, id string) (bool, error) {
-	r, err := w.store.GetConfirmed(ctx, id)
+	r, _, err := w.store.Decide(ctx, id)
 	if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
 		return false, err
 	}
@@ -854,7 +862,9 @@ func (w *Worker) heartbeat(ctx context.Context) {
 	w.mu.Unlock()
 	for _, b := range runs {
 		a := b.a
-		_ = b.msg.InProgress()
+		if err := b.msg.InProgress(); err != nil {
+			w.log.Debug("in-progress ack", "run_id", a.job.env.ID, "error", err)
+		}
 		if err := a.job.beat(ctx); errors.Is(err, jetflow.ErrCanceled) {
 			a.cancel(jetflow.ErrCanceled)
 		} else if errors.Is(err, kv.ErrConflict) {

@@ -266,7 +266,7 @@ func takeOver(ctx context.Context, p *producer.Producer, jr *journal, id string)
 		return nil, fmt.Errorf("%w: %w", taken, errClaimRecent)
 	}
 	recorded := func() error {
-		_, err := engine.Of(p).Store().GetFromLeader(ctx, id)
+		_, _, err := engine.Of(p).Store().Decide(ctx, id)
 		switch {
 		case err == nil:
 			return taken
@@ -382,9 +382,8 @@ func delayWake(ctx context.Context, p *producer.Producer, name, key string, wc w
 // Restart was slow, or another took the id over) brings the janitor back
 // forkJanitorAfter later; anything else ends it.
 func forkJanitor(ctx context.Context, p *producer.Producer, name, id string) error {
-	// The common case, one read: the Restart wrote its record. From the
-	// leader: a replica behind would say it is missing.
-	_, err := engine.Of(p).Store().GetFromLeader(ctx, id)
+	// The common case, one read: the Restart wrote its record.
+	_, _, err := engine.Of(p).Store().Decide(ctx, id)
 	switch {
 	case err == nil:
 		return nil
@@ -435,11 +434,7 @@ func armJanitor(ctx context.Context, p *producer.Producer, name, id string, at t
 func janitor(ctx context.Context, p *producer.Producer, name, id string) error {
 	retention := engine.Of(p).Streams().Retention
 	now := time.Now().UTC()
-	// Read from the leader: a replica behind would say the record is gone,
-	// and a live workflow would lose its journal. (GetConfirmed would fall
-	// back to a direct get, which any replica answers, when the leader is
-	// slow or being elected.)
-	r, err := engine.Of(p).Store().GetFromLeader(ctx, id)
+	r, _, err := engine.Of(p).Store().Decide(ctx, id)
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
 		return purge(ctx, p, id)

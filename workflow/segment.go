@@ -188,7 +188,7 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	}
 	r, err := d.p.Get(ctx, wc.WF)
 	if errors.Is(err, jetflow.ErrNotFound) {
-		r, err = latestRecord(ctx, d.p, wc.WF, err)
+		r, _, err = engine.Of(d.p).Store().Decide(ctx, wc.WF)
 	}
 	if errors.Is(err, jetflow.ErrNotFound) {
 		return nil
@@ -250,18 +250,6 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 	return nil
 }
 
-// latestRecord confirms with the runs stream's leader that workflow id has
-// no record, as a direct get said (err): a replica that is behind may have
-// answered it, and a workflow would stop for it. Without permission to ask
-// the leader, the direct get's answer stands.
-func latestRecord(ctx context.Context, p *producer.Producer, id string, err error) (*jetflow.Run, error) {
-	r, lerr := engine.Of(p).Store().GetLatest(ctx, id)
-	if errors.Is(lerr, nats.ErrPermissionViolation) {
-		return nil, err
-	}
-	return r, lerr
-}
-
 // errBusy: the previous segment still runs; this one is retried shortly.
 var errBusy = errors.New("workflow: previous segment still running")
 
@@ -316,7 +304,7 @@ func checkAhead(ctx context.Context, p *producer.Producer, id string, cur *curso
 	seg := SegmentID(id, cur.Seg)
 	_, err := p.Get(ctx, seg)
 	if errors.Is(err, jetflow.ErrNotFound) {
-		_, err = latestRecord(ctx, p, seg, err)
+		_, _, err = engine.Of(p).Store().Decide(ctx, seg)
 	}
 	if errors.Is(err, jetflow.ErrNotFound) {
 		return badJournal(cursorKey(id), "cursor at segment %d, which never ran (run %s)", cur.Seg, seg)
@@ -374,9 +362,9 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 // nothing to run.
 func (d *driver) record(ctx context.Context, wf string) (*jetflow.Run, error) {
 	name := d.def.Name()
-	rec, err := engine.Of(d.p).Store().Get(ctx, wf)
+	rec, err := engine.Of(d.p).Store().Show(ctx, wf)
 	if errors.Is(err, jetflow.ErrNotFound) {
-		rec, err = latestRecord(ctx, d.p, wf, err)
+		rec, _, err = engine.Of(d.p).Store().Decide(ctx, wf)
 	}
 	if errors.Is(err, jetflow.ErrNotFound) {
 		// Start writes the record before the first segment, and a record
@@ -563,13 +551,11 @@ func holdCursor(ctx context.Context, jr *journal, wf string, cur *cursor) error 
 // workflow, ends it with the main branch's result, or parks it.
 func (s *segment) conclude(ctx context.Context, main *branch, out json.RawMessage, ferr error) error {
 	if cause := context.Cause(ctx); ctx.Err() != nil {
-		s.leaving()
-		return cause
+		return s.leaving(cause)
 	}
 	switch {
 	case s.aborted != nil:
-		s.leaving()
-		return s.aborted
+		return s.leaving(s.aborted)
 	case s.fatal != nil:
 		return s.finish(ctx, jetflow.Failed, nil, s.fatal)
 	case main.finished && s.unreached() != "":
@@ -786,23 +772,25 @@ func (s *segment) failWorkflow0(err error) {
 	s.mu.Unlock()
 }
 
-// leaving runs when a segment stops without parking or ending the
-// workflow (canceled, or to be retried): if it journaled steps and the
+// leaving runs when a segment stops with err without parking or ending
+// the workflow (canceled, or to be retried): if it journaled steps and the
 // workflow never parked (no janitor armed yet), it arms the janitor, so
-// that a Cancel that stopped it does not leave its journal for good.
-func (s *segment) leaving() {
+// that a Cancel that stopped it does not leave its journal for good. It
+// returns err, saying so when the janitor could not be armed (a retried
+// segment arms it when it parks).
+func (s *segment) leaving(err error) error {
 	s.mu.Lock()
 	wrote := len(s.steps) > 0
 	s.mu.Unlock()
 	if s.cur.rev != 0 || !wrote {
-		return
+		return err
 	}
 	ctx, cancel := s.detached()
 	defer cancel()
-	// Best effort on the way out: the segment's own outcome (canceled, or
-	// retried) is what its run records, and a retried segment arms the
-	// janitor when it parks.
-	_ = armJanitor(ctx, s.d.p, s.def.Name(), s.wf, time.Now().Add(engine.Of(s.d.p).Streams().Retention))
+	if jerr := armJanitor(ctx, s.d.p, s.def.Name(), s.wf, time.Now().Add(engine.Of(s.d.p).Streams().Retention)); jerr != nil {
+		return fmt.Errorf("%w (its journal's janitor not armed: %v)", err, jerr)
+	}
+	return err
 }
 
 // recordClaimAfter is how long a first segment runs before it claims the
@@ -944,12 +932,9 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 	}
 	if w.run != "" {
 		st := engine.Of(s.d.p).Store()
-		r, err := st.Get(ctx, w.run)
-		if err == nil && !r.State.Terminal() {
-			// Not ended, says a direct get, which a replica behind may
-			// answer: if the run ended, its wake-up came already, and
-			// nothing else would resume the workflow. The leader decides.
-			r, err = st.GetFromLeader(ctx, w.run)
+		r, err := st.Show(ctx, w.run)
+		if err != nil || !r.State.Terminal() {
+			r, _, err = st.Decide(ctx, w.run)
 		}
 		if err != nil {
 			return errors.Is(err, jetflow.ErrNotFound), nil

@@ -143,7 +143,7 @@ func TestWorkflowResumesWhenAReplicaShowsItsCallRunning(t *testing.T) {
 	st := engine.Of(e.P).Store()
 	var moves []jetstream.SubjectTransformConfig
 	for i, call := range calls {
-		r, err := st.GetLatest(ctx, call)
+		r, _, err := st.Decide(ctx, call)
 		must(t, err)
 		r.ID = fmt.Sprintf("stale-%d", i)
 		_, err = st.Create(ctx, r)

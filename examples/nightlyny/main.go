@@ -126,7 +126,9 @@ func run(ctx context.Context, url string) error {
 	}
 	defer func() {
 		for _, d := range defs { // a real deployment keeps its crons
-			_ = crons.Delete(context.Background(), d.Name)
+			if err := crons.Delete(context.Background(), d.Name); err != nil {
+				fmt.Fprintln(os.Stderr, "nightlyny: delete cron", d.Name+":", err)
+			}
 		}
 	}()
 	if err := w.Start(ctx); err != nil {

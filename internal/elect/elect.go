@@ -83,7 +83,9 @@ func (e *Elector) Run(ctx context.Context, lead func(ctx context.Context)) {
 	defer func() {
 		end()
 		rctx, c := context.WithTimeout(context.Background(), 2*time.Second)
-		e.Lease.Release(rctx)
+		if err := e.Lease.Release(rctx); err != nil {
+			log.Debug("lease release", "error", err)
+		}
 		c()
 	}()
 	for {

@@ -39,7 +39,7 @@ func TestDispatcherOfProducer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := d.Store().Get(ctx, id)
+	r, err := d.Store().Show(ctx, id)
 	if err != nil || r.State != jetflow.Pending || r.HeldBy != "parent-1" {
 		t.Fatalf("held run: %+v %v", r, err)
 	}
@@ -50,7 +50,7 @@ func TestDispatcherOfProducer(t *testing.T) {
 	if err := d.Release(ctx, r); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := d.Store().Get(ctx, id); err != nil || r.HeldBy != "" || r.State != jetflow.Pending {
+	if r, err := d.Store().Show(ctx, id); err != nil || r.HeldBy != "" || r.State != jetflow.Pending {
 		t.Fatalf("released run: %+v %v", r, err)
 	}
 	if q, err := d.Store().Queued(ctx, r.Name, id); err != nil || !q {

@@ -11,7 +11,7 @@ import (
 )
 
 // ReadFunc reads a run's record for a read-back, reporting whether the
-// runs stream's leader answered (kv.Store.GetConfirmedSource).
+// runs stream's leader answered (kv.Store.Decide).
 type ReadFunc func(ctx context.Context, id string) (*jetflow.Run, bool, error)
 
 // Mine says what a record write was, for its read-back: Same reports

@@ -532,7 +532,7 @@ func (p *pager) get(ctx context.Context, id string) (*jetflow.Run, error) {
 		return f.run, f.err
 	}
 	read.Add(1)
-	return p.r.store.Get(ctx, id)
+	return p.r.store.Show(ctx, id)
 }
 
 // pageRows are the rows a page reads, up to want: the page's limit and one
@@ -622,7 +622,7 @@ func (p *pager) prefetch(ctx context.Context, ids []string, n int) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			run, err := p.r.store.Get(ctx, id)
+			run, err := p.r.store.Show(ctx, id)
 			out[i] = fetched{run, err}
 		})
 	}
