@@ -129,7 +129,7 @@ func serve(f flags) error {
 	if f.health != "" {
 		srv := &http.Server{Addr: f.health, Handler: w.Health(), ReadHeaderTimeout: 5 * time.Second}
 		go func() { _ = srv.ListenAndServe() }()
-		defer srv.Close()
+		defer func() { _ = srv.Close() }()
 	}
 	go func() {
 		// Say when the worker takes runs, for a script (or test) to wait on.
