@@ -108,6 +108,9 @@ type Figures struct {
 	Pools []Pool `json:"pools"`
 	// Triggers: what waits in each trigger's source, by name.
 	Triggers []Trigger `json:"triggers"`
+	// QueuesError says what of Pools and Triggers could not be read (those
+	// are left out); it is not Read's error.
+	QueuesError string `json:"queuesError,omitempty"`
 }
 
 // Function returns the figures of function name, or false.
@@ -224,11 +227,18 @@ func (r *Reader) Read(ctx context.Context) (*Figures, error) {
 	if f.Due10m, err = r.DueBetween(ctx, sec-60, sec+600); err != nil {
 		errs = append(errs, err)
 	}
+	// Pools and triggers are reported apart from the functions' figures:
+	// a pool or a trigger's source this user may not read (a trigger on a
+	// user's stream) must not make the scaling endpoint answer 503.
+	var qerrs []error
 	if f.Pools, err = r.pools(ctx); err != nil {
-		errs = append(errs, err)
+		qerrs = append(qerrs, err)
 	}
 	if f.Triggers, err = r.triggers(ctx); err != nil {
-		errs = append(errs, err)
+		qerrs = append(qerrs, err)
+	}
+	if err := errors.Join(qerrs...); err != nil {
+		f.QueuesError = err.Error()
 	}
 	g := f.WithTarget(1)
 	return &g, errors.Join(errs...)

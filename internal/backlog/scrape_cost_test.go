@@ -13,6 +13,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestScrapeCostWithRunsWaiting measures one backlog read (a scrape of
@@ -51,9 +52,36 @@ func TestScrapeCostWithRunsWaiting(t *testing.T) {
 		}
 		<-ts.JS.PublishAsyncComplete()
 	}
-	// Due soon: 100 within the minute, 400 more within ten.
-	put(0, 100, func(i int) int64 { return now + 5 + int64(i%40) })
-	put(100, 400, func(i int) int64 { return now + 120 + int64(i%400) })
+	// Due soon, planted before each measurement and removed after it: 100
+	// within the minute, 400 more within ten.
+	st, err := ts.JS.Stream(ctx, streams.KVStream(bucket))
+	if err != nil {
+		t.Fatal(err)
+	}
+	soon := func() (remove func()) {
+		at := time.Now().Unix()
+		var acks []jetstream.PubAckFuture
+		for i := range 500 {
+			due := at + 5 + int64(i%40)
+			if i >= 100 {
+				due = at + 120 + int64(i%400)
+			}
+			a, err := ts.JS.PublishAsync(streams.KVSubject(bucket, fmt.Sprintf("%d.soon%d", due, i)), []byte(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			acks = append(acks, a)
+		}
+		<-ts.JS.PublishAsyncComplete()
+		return func() {
+			for _, a := range acks {
+				pa := <-a.Ok()
+				if err := st.DeleteMsg(ctx, pa.Sequence); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
 	// The later runs are spread over JETFLOW_SCRAPE_SECONDS distinct due
 	// seconds (default 10,000, from an hour on): the server counts the due
 	// keys by walking its subject tree, pruned at each whole token, so a
@@ -66,6 +94,7 @@ func TestScrapeCostWithRunsWaiting(t *testing.T) {
 	later := func(i int) int64 { return now + 3600 + int64(i%seconds) }
 	r := backlog.New(ts.JS, streams.Config{})
 	measure := func(waiting int) {
+		defer soon()()
 		var ds []time.Duration
 		for range 21 {
 			start := time.Now()
@@ -79,10 +108,6 @@ func TestScrapeCostWithRunsWaiting(t *testing.T) {
 			}
 		}
 		slices.Sort(ds)
-		st, err := ts.JS.Stream(ctx, streams.KVStream(bucket))
-		if err != nil {
-			t.Fatal(err)
-		}
 		info, err := st.Info(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -90,10 +115,10 @@ func TestScrapeCostWithRunsWaiting(t *testing.T) {
 		t.Logf("%d runs waiting later over %d due seconds (%d messages, %d MB in the delayed store): one read median %s, slowest %s",
 			waiting, min(waiting, seconds), info.State.Msgs, info.State.Bytes>>20, ds[len(ds)/2], ds[len(ds)-1])
 	}
-	put(1000, 10000, later)
+	put(0, 10000, later)
 	measure(10000)
 	fillStart := time.Now()
-	put(11000, big-10000, later)
+	put(10000, big-10000, later)
 	t.Logf("filled %d more in %s", big-10000, time.Since(fillStart).Round(time.Second))
 	measure(big)
 }
