@@ -60,23 +60,22 @@ func TestScrapeCostWithRunsWaiting(t *testing.T) {
 	}
 	soon := func() (remove func()) {
 		at := time.Now().Unix()
-		var acks []jetstream.PubAckFuture
+		var subjects []string
 		for i := range 500 {
 			due := at + 5 + int64(i%40)
 			if i >= 100 {
 				due = at + 120 + int64(i%400)
 			}
-			a, err := ts.JS.PublishAsync(streams.KVSubject(bucket, fmt.Sprintf("%d.soon%d", due, i)), []byte(`{}`))
-			if err != nil {
+			subj := streams.KVSubject(bucket, fmt.Sprintf("%d.soon%d", due, i))
+			if _, err := ts.JS.PublishAsync(subj, []byte(`{}`)); err != nil {
 				t.Fatal(err)
 			}
-			acks = append(acks, a)
+			subjects = append(subjects, subj)
 		}
 		<-ts.JS.PublishAsyncComplete()
 		return func() {
-			for _, a := range acks {
-				pa := <-a.Ok()
-				if err := st.DeleteMsg(ctx, pa.Sequence); err != nil {
+			for _, subj := range subjects {
+				if err := st.Purge(ctx, jetstream.WithPurgeSubject(subj)); err != nil {
 					t.Fatal(err)
 				}
 			}
