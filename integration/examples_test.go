@@ -47,6 +47,22 @@ var exampleSpecs = map[string]exampleSpec{
 	"pool": {want: []string{
 		"summary: 100 succeeded, 0 failed, 0 canceled",
 	}},
+	// Version 1 gets SIGTERM with its two slow runs (5 s) running and a
+	// grace of 2 s: it hands them back, and version 2 runs them.
+	"gracefulworker": {
+		url: true,
+		want: []string{
+			"enqueued 20 runs, 2 of them slow (5s)",
+			"deploy: SIGTERM to version 1",
+			"version 1 stopped: readiness unavailable: draining: stopping: takes no new runs;",
+			"summary: 20 of 20 succeeded, each attempted once: true, ran 20 times in all",
+		},
+		check: func(t *testing.T, out string) {
+			if !strings.Contains(out, "2 handed back") {
+				t.Errorf("version 1 did not hand back its 2 slow runs:\n%s", out)
+			}
+		},
+	},
 	"retrier": {
 		args: []string{"--failures", "2"},
 		want: []string{

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/pool"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -72,6 +73,14 @@ func TestBacklogGaugesAndScalingEndpoint(t *testing.T) {
 	}
 	<-started
 	<-started
+	// A pool with no dispatcher: its item waits in its queue.
+	pl, err := pool.New(ctx, p, pool.Config{Name: "opspool", MaxParallelism: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pl.Enqueue(ctx, busy.With(99)); err != nil {
+		t.Fatal(err)
+	}
 	for i, after := range []time.Duration{30 * time.Second, 30 * time.Second, 5 * time.Minute, 5 * time.Minute, 5 * time.Minute} {
 		if _, err := p.RunAfter(ctx, after, busy.With(10+i)); err != nil {
 			t.Fatal(err)
@@ -86,13 +95,15 @@ func TestBacklogGaugesAndScalingEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		got = gauges(rm)
-		return got["jetflow.runs.ready"]["ops.busy"] == 3 && got["jetflow.runs.due"]["10m"] == 5
+		return got["jetflow.runs.ready"]["ops.busy"] == 3 && got["jetflow.runs.due"]["10m"] == 5 && got["jetflow.pool.queued"]["opspool"] == 1
 	})
 	want := map[string]map[string]float64{
 		"jetflow.runs.ready":     {"ops.busy": 3},
 		"jetflow.runs.in_flight": {"ops.busy": 2},
 		"jetflow.runs.due":       {"1m": 2, "10m": 5},
 		"jetflow.runs.unserved":  {"": 0},
+		"jetflow.pool.queued":    {"opspool": 1},
+		"jetflow.pool.running":   {"opspool": 0},
 	}
 	for name, byKey := range want {
 		for k, v := range byKey {
@@ -132,6 +143,9 @@ func gauges(rm metricdata.ResourceMetrics) map[string]map[string]float64 {
 			return v.AsString()
 		}
 		if v, ok := s.Value("jetflow.due_within"); ok {
+			return v.AsString()
+		}
+		if v, ok := s.Value("jetflow.pool"); ok {
 			return v.AsString()
 		}
 		return ""

@@ -150,7 +150,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	d := engine.Of(p)
 	s := &Scheduler{cfg: cfg, scfg: scfg, js: js, store: d.Store(), runs: d.Runs(), p: p, d: d, leases: leases, log: cfg.Logger, now: cfg.Now}
 	s.lease = kv.NewLease(js, leases, "scheduler", cfg.ID, cfg.LeaseTTL, cfg.Now)
-	s.index = runindex.New(js, scfg)
+	s.index = runindex.New(js, cfg.Streams) // its Replicas as given: zero keeps the index stream's
 	s.index.Name, s.index.Log = cfg.ID, cfg.Logger
 	return s, nil
 }

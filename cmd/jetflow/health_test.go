@@ -44,3 +44,45 @@ func TestDashboardAndDevServeProbes(t *testing.T) {
 		t.Errorf("dev /livez: %d %s", code, body)
 	}
 }
+
+// jetflow scheduler runs a scheduler serving /livez, /readyz and /scaling
+// (the deploy recipe's scheduler, docs/deploy/scheduler.yaml): it becomes
+// ready once it knows the lease holder, answers the scaling endpoint, and
+// stops when its context ends (SIGTERM).
+func TestSchedulerCommandServesProbesAndScaling(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	out, stop := startCommand(t, "scheduler", "--url", e.URL, "--listen", "127.0.0.1:0", "--id", "sched-cmd")
+	var root string
+	testserver.Eventually(t, 30*time.Second, "the scheduler's banner", func() bool {
+		for _, line := range strings.Split(out.String(), "\n") {
+			if u, ok := strings.CutPrefix(line, "scheduler: probes and scaling on "); ok {
+				root = strings.TrimSpace(u)
+				return true
+			}
+		}
+		return false
+	})
+	status := func(path string) (int, string) {
+		resp, err := http.Get(root + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	testserver.Eventually(t, 30*time.Second, "the scheduler ready", func() bool {
+		code, _ := status("/readyz")
+		return code == http.StatusOK
+	})
+	if code, body := status("/livez"); code != http.StatusOK {
+		t.Errorf("/livez: %d %s", code, body)
+	}
+	if code, body := status("/scaling?target=10"); code != http.StatusOK || !strings.Contains(body, `"desiredWorkers"`) {
+		t.Errorf("/scaling: %d %s", code, body)
+	}
+	if err := stop(); err != nil {
+		t.Errorf("jetflow scheduler ended with %v, want nil after its context ended", err)
+	}
+}

@@ -45,7 +45,7 @@ var commands = map[string]command{}
 
 // longRunning commands keep going after a permissions violation (printed
 // on stderr); others end at once with it.
-var longRunning = map[string]bool{"dev": true, "dashboard": true, "bench": true, "doctor": true}
+var longRunning = map[string]bool{"dev": true, "dashboard": true, "bench": true, "doctor": true, "scheduler": true}
 
 func register(name, usage string, run func(ctx context.Context, args []string) error) {
 	commands[name] = command{usage: usage, run: commandRun(name, run)}

@@ -19,10 +19,18 @@
 //     (cost in proportion to the seconds and the entries in the window, not
 //     to the entries due later);
 //   - failed runs are the run index's checkpoint (one direct get), absent
-//     when no indexer runs.
+//     when no indexer runs;
+//   - a work pool's queue is counted as the due runs are (an ephemeral
+//     consumer on its queue keys: the server counts them from its subject
+//     index), its running items are its state record's slots (one get);
+//   - a trigger's ready and in-flight messages are its durable consumer's
+//     on the source stream (a consumer info, from the consumer's leader).
 //
-// One read costs a stream info, a consumer list, one consumer info and at most one message
-// get per function, two consumer creates and deletes, and one direct get.
+// One read costs a stream info, a consumer list, one consumer info and at
+// most one message get per function, two consumer creates and deletes, one
+// direct get, a watch of the trigger definitions and a consumer info per
+// trigger, and a stream info plus a consumer create, delete and a get per
+// pool.
 package backlog
 
 import (
@@ -96,6 +104,13 @@ type Figures struct {
 	// FailedSource says where Failed comes from: "index", or "none" when
 	// no run index answers.
 	FailedSource string `json:"failedSource"`
+	// Pools: each work pool's queue and running items, by name.
+	Pools []Pool `json:"pools"`
+	// Triggers: what waits in each trigger's source, by name.
+	Triggers []Trigger `json:"triggers"`
+	// QueuesError says what of Pools and Triggers could not be read (those
+	// are left out); it is not Read's error.
+	QueuesError string `json:"queuesError,omitempty"`
 }
 
 // Function returns the figures of function name, or false.
@@ -212,6 +227,19 @@ func (r *Reader) Read(ctx context.Context) (*Figures, error) {
 	if f.Due10m, err = r.DueBetween(ctx, sec-60, sec+600); err != nil {
 		errs = append(errs, err)
 	}
+	// Pools and triggers are reported apart from the functions' figures:
+	// a pool or a trigger's source this user may not read (a trigger on a
+	// user's stream) must not make the scaling endpoint answer 503.
+	var qerrs []error
+	if f.Pools, err = r.pools(ctx); err != nil {
+		qerrs = append(qerrs, err)
+	}
+	if f.Triggers, err = r.triggers(ctx); err != nil {
+		qerrs = append(qerrs, err)
+	}
+	if err := errors.Join(qerrs...); err != nil {
+		f.QueuesError = err.Error()
+	}
 	g := f.WithTarget(1)
 	return &g, errors.Join(errs...)
 }
@@ -278,23 +306,10 @@ func (r *Reader) DueBetween(ctx context.Context, from, to int64) (uint64, error)
 	for s := from; s <= to; s++ {
 		filters = append(filters, streams.KVSubject(bucket, strconv.FormatInt(s, 10)+".*"))
 	}
-	name := streams.KVStream(bucket)
-	c, err := r.js.CreateConsumer(ctx, name, jetstream.ConsumerConfig{
-		Description:       "jetflow: count of delayed runs due soon (backlog read)",
-		FilterSubjects:    filters,
-		AckPolicy:         jetstream.AckNonePolicy,
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		MemoryStorage:     true,
-		Replicas:          1,
-		InactiveThreshold: 10 * time.Second,
-	})
+	n, err := r.count(ctx, streams.KVStream(bucket), filters)
 	if err != nil {
 		return 0, fmt.Errorf("backlog: delayed runs due: %w", err)
 	}
-	n := c.CachedInfo().NumPending
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	_ = r.js.DeleteConsumer(dctx, name, c.CachedInfo().Name) // else it ends InactiveThreshold later
 	return n, nil
 }
 

@@ -40,10 +40,13 @@ type Indexer struct {
 	// Name says who indexes, in the checkpoint.
 	Name string
 
-	js   jetstream.JetStream
-	cfg  streams.Config
-	pfx  string
-	runs string // runs stream
+	js  jetstream.JetStream
+	cfg streams.Config
+	// shape is cfg as given: its Replicas and Storage, zero to keep those
+	// of an existing index stream (ProvisionIndex).
+	shape streams.Config
+	pfx   string
+	runs  string // runs stream
 
 	mu      sync.Mutex
 	live    map[string]Live      // non-terminal runs whose writes this term processed
@@ -72,10 +75,13 @@ type Stats struct {
 	CaughtUp bool
 }
 
-// New returns an indexer of the runs bucket of cfg.
+// New returns an indexer of the runs bucket of cfg. cfg.Replicas zero keeps
+// the replicas and storage of an existing index stream: a scheduler started
+// with the zero Config never scales a cluster's R3 index down to R1.
 func New(js jetstream.JetStream, cfg streams.Config) *Indexer {
+	shape := cfg
 	cfg = cfg.WithDefaults()
-	return &Indexer{js: js, cfg: cfg, pfx: streams.KVSubject(cfg.RunsBucket(), ""),
+	return &Indexer{js: js, cfg: cfg, shape: shape, pfx: streams.KVSubject(cfg.RunsBucket(), ""),
 		runs: streams.KVStream(cfg.RunsBucket()), ackWait: 10 * time.Second}
 }
 
@@ -171,7 +177,7 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	}
 	for {
 		err := natsperm.Do(ctx, ix.js.Conn(), func(ctx context.Context) error {
-			return streams.ProvisionIndex(ctx, ix.js, ix.cfg)
+			return streams.ProvisionIndex(ctx, ix.js, ix.shape)
 		}, "$JS.API.")
 		if err == nil {
 			break
@@ -290,7 +296,7 @@ func (ix *Indexer) indexStream(ctx context.Context) (jetstream.Stream, error) {
 		return idx, err
 	}
 	err = natsperm.Do(ctx, js.Conn(), func(ctx context.Context) error {
-		return streams.ProvisionIndex(ctx, js, ix.cfg)
+		return streams.ProvisionIndex(ctx, js, ix.shape)
 	}, "$JS.API.")
 	if err != nil {
 		return nil, err
