@@ -183,6 +183,7 @@ type snapshot struct {
 	steps  map[string]*Entry
 	claims map[uint64]string
 	cur    *cursor
+	end    []byte // the error code of a failed workflow (endKey)
 }
 
 // load reads everything kept under workflow id, with one watch.
@@ -208,6 +209,8 @@ func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
 			}
 			c.rev = e.Revision()
 			s.cur = c
+		case k == "end":
+			s.end = e.Value()
 		}
 		return nil
 	})

@@ -283,6 +283,9 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 // workflow that has ended already is left as it is.
 func failBroken(ctx context.Context, p *producer.Producer, name, id string, cause error) error {
 	eng := engine.Of(p)
+	if err := putBrokenCode(ctx, p, id, cause); err != nil {
+		return err
+	}
 	now := time.Now().UTC()
 	r, err := eng.Runs().Change(ctx, engine.Fail, id, func(r *jetflow.Run) bool {
 		r.State, r.Result, r.CompletedTime, r.Heartbeat = jetflow.Failed, nil, now, now
@@ -353,7 +356,7 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	if rs == nil || err != nil {
 		return err
 	}
-	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: rs.steps, claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC()}
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: rs.steps, claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC(), created: rec.CreationTime}
 	// The record's claim (inProgress): a first segment that finds it
 	// pending writes it only if it runs for recordClaimAfter, or when it
 	// parks or starts a child (a short workflow goes from pending to its
@@ -603,6 +606,7 @@ type segment struct {
 
 	id      string    // the segment's run id
 	started time.Time // when the segment started
+	created time.Time // the workflow record's creation time
 
 	// wmu orders the segment's writes of the workflow's record: the
 	// claim (from a timer), adoptions, the end.
@@ -885,6 +889,11 @@ func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMess
 			r.Error, r.Permanent = ferr.Error(), true
 		}
 		return true
+	}
+	// A failure's code before the record's end: whoever reads the failed
+	// record finds it (Result, Get).
+	if err := putEndCode(ctx, s.jr, &jetflow.Run{ID: s.wf, CreationTime: s.created}, ferr); err != nil {
+		return err
 	}
 	// Over the record as the claim left it when nothing wrote it since
 	// (one read less); otherwise read it again.

@@ -92,6 +92,22 @@ type Status struct {
 	Segment int      `json:"segment"`
 	Waiting bool     `json:"waiting"`
 	Waits   []string `json:"waits,omitempty"`
+	// ErrorCode is the code of the sentinel error a failed workflow's
+	// failure matched (see RegisterError); Err returns it as an error.
+	ErrorCode string `json:"errorCode,omitempty"`
+}
+
+// Err is the error of a workflow that failed (an *Error that errors.Is
+// matches against the sentinel its failure matched), jetflow.ErrCanceled
+// for one canceled, nil otherwise.
+func (st *Status) Err() error {
+	switch st.Run.State {
+	case jetflow.Failed:
+		return failure(st.Run, st.ErrorCode)
+	case jetflow.Canceled:
+		return fmt.Errorf("workflow %s: %w", st.Run.ID, jetflow.ErrCanceled)
+	}
+	return nil
 }
 
 // Get returns workflow id's record and its steps. Errors:
@@ -126,6 +142,9 @@ func get(ctx context.Context, p *producer.Producer, id string) (*Status, error) 
 		return nil, fmt.Errorf("run %s (%s): %w", id, r.Name, producer.ErrNotWorkflow)
 	}
 	st := &Status{Run: r}
+	if r.State == jetflow.Failed {
+		st.ErrorCode = decodeEndCode(snap.end, r)
+	}
 	for _, e := range snap.steps {
 		st.Steps = append(st.Steps, *e)
 	}
@@ -151,8 +170,10 @@ func firstSegmentRan(r *jetflow.Run, n int) bool {
 }
 
 // Result waits until workflow id has ended and returns its result decoded
-// into Out; a workflow that failed or was canceled returns its record's
-// error.
+// into Out. A workflow that failed returns an *Error (its record's error
+// text) that errors.Is matches against the sentinel its failure matched:
+// ErrNondeterministic, a step's error such as ErrEventTimeout, or one
+// given to RegisterError; one canceled returns jetflow.ErrCanceled.
 func Result[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow[In, Out], id string) (Out, error) {
 	var out Out
 	r, err := p.Wait(ctx, id)
@@ -170,7 +191,15 @@ func Result[In, Out any](ctx context.Context, p *producer.Producer, def *Workflo
 	case jetflow.Canceled:
 		return out, fmt.Errorf("workflow %s: %w", id, jetflow.ErrCanceled)
 	}
-	return out, fmt.Errorf("workflow %s failed: %s", id, r.Error)
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return out, err
+	}
+	code, err := readEndCode(ctx, jr, r)
+	if err != nil {
+		return out, errors.Join(failure(r, ""), err)
+	}
+	return out, failure(r, code)
 }
 
 // StepsFunc returns what dashboard.Config.Steps wants: for a run id, its
