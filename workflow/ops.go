@@ -490,30 +490,6 @@ func purgeLeftoversBefore(ctx context.Context, p *producer.Producer, id string, 
 	return st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(jr.bucket, id+".>")), jetstream.WithPurgeSequence(claim))
 }
 
-// purgeLeftovers removes what the journal still holds under workflow id
-// from an earlier workflow of the same id (its record expired before its
-// journal's purge ran). Start calls it for an id given by the caller,
-// after the new record is written (so no live workflow of that id can
-// lose its journal) and before the first segment, which on its first
-// delivery takes the journal to be empty. It looks for the first step (a
-// workflow that journaled anything has one): one read, with the same
-// permission as the definition's state; the purge, rare, needs the
-// journal's purge permission.
-func purgeLeftovers(ctx context.Context, p *producer.Producer, id string) error {
-	jr, err := openJournal(ctx, p)
-	if err != nil {
-		return err
-	}
-	_, err = jr.kv.Get(ctx, stepKey(id, "1"))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("workflow %s: journal: %w", id, err)
-	}
-	return purge(ctx, p, id)
-}
-
 // Watch pushes workflow id's status (record and steps) each time it
 // changes: the current one first, then one per record or journal write.
 // The channel is closed after a status whose record has ended, when ctx

@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
-	"github.com/nats-io/nuid"
 )
 
 // ErrEnded: an event sent to a workflow that has ended (the same error as
@@ -45,21 +43,21 @@ func watchDenied(ctx context.Context, p *producer.Producer, fn func(ctx context.
 }
 
 func sendEvent(ctx context.Context, p *producer.Producer, id, name string, payload any) error {
-	if err := validEventName(name); err != nil {
-		return err
-	}
-	raw, err := json.Marshal(payload)
+	ev, err := eventJSON(engine.Of(p), name, payload)
 	if err != nil {
-		return fmt.Errorf("%w: event %s: %v", jetflow.ErrBadArgs, name, err)
-	}
-	if limit := wfwire.EventLimit(engine.Of(p).Conn().MaxPayload()); len(raw) > limit {
-		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an await's journal entry holds (%d)",
-			producer.ErrArgsTooLarge, name, len(raw), limit)
+		return err
 	}
 	r, err := p.Get(ctx, id)
 	if err != nil {
 		return err
 	}
+	return storeEvent(ctx, p, r, name, ev)
+}
+
+// storeEvent stores event ev (its journal value) named name for workflow
+// r, and resumes it if it waits.
+func storeEvent(ctx context.Context, p *producer.Producer, r *jetflow.Run, name string, ev []byte) error {
+	id := r.ID
 	if !slices.Contains(r.Children, SegmentID(id, 1)) {
 		// As producer.SendEvent: an event for a run that is no workflow
 		// would stay in the journal for good.
@@ -72,8 +70,7 @@ func sendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(wfwire.Event{Name: name, Payload: raw, Sent: time.Now().UTC()})
-	if _, err := jr.kv.Create(ctx, eventPrefix(id, name)+nuid.Next(), b); err != nil {
+	if _, err := jr.kv.Create(ctx, wfwire.EventKey(id, name), ev); err != nil {
 		return fmt.Errorf("workflow %s: store event %s: %w", id, name, err)
 	}
 	return resume(ctx, p, jr, r.Name, id)
