@@ -172,3 +172,72 @@ func (p *Producer) workflowStart(ctx context.Context, name, id string, input any
 	rec.Trace = telemetry.Inject(ctx)
 	return wfwire.Start{Record: rec, SegArgs: segRaw, CallerID: true}, nil
 }
+
+// QueryWorkflow asks durable workflow workflowID for query name: a worker
+// of its definition replays its code read-only and calls the handler the
+// code registered (workflow.SetQueryHandler). It returns the answer's
+// JSON (workflow.Query decodes it). Errors: jetflow.ErrNotFound,
+// ErrNotWorkflow, workflow.ErrNoQueryHandler, the handler's error, ctx's.
+func (p *Producer) QueryWorkflow(ctx context.Context, workflowID, name string) (json.RawMessage, error) {
+	r, err := p.Get(ctx, workflowID)
+	if err != nil {
+		return nil, err
+	}
+	if !wfwire.IsWorkflow(r) {
+		return nil, fmt.Errorf("run %s (%s): %w", workflowID, r.Name, ErrNotWorkflow)
+	}
+	a, err := wfwire.Query(ctx, p.nc, p.cfg.WithDefaults().Prefix, r.Name, workflowID, name)
+	if err != nil {
+		return nil, err
+	}
+	return a.Result, a.Err(nil)
+}
+
+// UpdateWorkflow sends update name with input (JSON) to durable workflow
+// workflowID and waits, until ctx ends, for its answer: the update is
+// stored in the journal like an event, the workflow's code takes it at
+// its next workflow.AwaitUpdate of that name, validates it, handles it,
+// journals it, then answers. It returns the answer's JSON
+// (workflow.Update decodes it). Errors: ErrNotWorkflow, ErrWorkflowEnded,
+// ErrInvalidEventName, ErrArgsTooLarge, workflow.ErrUpdateRejected, the
+// handler's error, workflow.ErrUpdateTimeout (ctx ended first: the update
+// stays stored and may still be handled).
+func (p *Producer) UpdateWorkflow(ctx context.Context, workflowID, name string, input json.RawMessage) (json.RawMessage, error) {
+	r, err := p.updatable(ctx, workflowID, name, input)
+	if err != nil {
+		return nil, err
+	}
+	journal, err := p.journal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a, err := wfwire.SendUpdate(ctx, journal, workflowID, name, input, p.now(), func(ctx context.Context) error {
+		_, err := p.Enqueue(ctx, wfwire.WakeCall(r.Name, workflowID))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a.Result, a.Err(nil)
+}
+
+// updatable checks an update and reads its workflow's record.
+func (p *Producer) updatable(ctx context.Context, workflowID, name string, input json.RawMessage) (*jetflow.Run, error) {
+	if err := wfwire.ValidEventName(name); err != nil {
+		return nil, err
+	}
+	if limit := wfwire.EventLimit(p.nc.MaxPayload()); len(input) > limit {
+		return nil, fmt.Errorf("%w: update %s: %d bytes of input, more than an await's journal entry holds (%d)", ErrArgsTooLarge, name, len(input), limit)
+	}
+	r, err := p.Get(ctx, workflowID)
+	if err != nil {
+		return nil, err
+	}
+	if !wfwire.IsWorkflow(r) {
+		return nil, fmt.Errorf("run %s (%s): %w", workflowID, r.Name, ErrNotWorkflow)
+	}
+	if r.State.Terminal() {
+		return nil, fmt.Errorf("workflow %s is %s: %w", workflowID, r.State, ErrWorkflowEnded)
+	}
+	return r, nil
+}

@@ -68,6 +68,9 @@ func (wf *Context) begin() string {
 func (wf *Context) entry(id, name string, kind StepKind) *Entry {
 	wf.seg.visit(id)
 	e := wf.seg.entryAt(id)
+	if e == nil || !e.ended() {
+		wf.seg.stopReadOnly()
+	}
 	if e == nil && (len(name) > MaxStepName || !utf8.ValidString(name)) {
 		wf.seg.failWorkflow(jetflow.Permanent(fmt.Errorf("%w: step %s (%s): %d bytes, valid UTF-8 %t (at most %d bytes of valid UTF-8)",
 			ErrInvalidStepName, id, kind, len(name), utf8.ValidString(name), MaxStepName)))
@@ -140,7 +143,8 @@ var internalOptions = worker.Options{
 }
 
 // Register registers workflow def on worker w: its segment, wake and
-// start functions (SegmentFunction, WakeFunction, StartFunction). Call it before w.Start, on
+// start functions (SegmentFunction, WakeFunction, StartFunction), and
+// answers its queries (Query) until w stops. Call it before w.Start, on
 // every worker that runs the workflow. Errors: worker.ErrRegistered.
 func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...RegisterOptions) error {
 	d := &driver{p: w.Producer(), def: def}
@@ -157,7 +161,10 @@ func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...Reg
 	if err := worker.Register(w, startFn, d.startRun, internalOptions); err != nil {
 		return err
 	}
-	return worker.Register(w, wakeFn, d.wake, internalOptions)
+	if err := worker.Register(w, wakeFn, d.wake, internalOptions); err != nil {
+		return err
+	}
+	return d.serveQueries(w)
 }
 
 // RegisterOptions tune how a definition's workflows run.
@@ -356,7 +363,7 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	if rs == nil || err != nil {
 		return err
 	}
-	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: rs.steps, claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC(), created: rec.CreationTime}
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: generation(rs.steps, rs.cur.gen()), claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC(), created: rec.CreationTime}
 	// The record's claim (inProgress): a first segment that finds it
 	// pending writes it only if it runs for recordClaimAfter, or when it
 	// parks or starts a child (a short workflow goes from pending to its
@@ -374,7 +381,7 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	}
 	var out json.RawMessage
 	var ferr error
-	main := s.spawn(func() { out, ferr = d.def.run(&Context{seg: s}, rec.Args) })
+	main := s.spawn(func() { out, ferr = d.def.run(s.root(), s.input(rec)) })
 	s.wg.Wait()
 	return s.conclude(ctx, main, out, ferr)
 }
@@ -622,9 +629,13 @@ type segment struct {
 	claims  map[uint64]string
 	waits   []wait
 	visited map[string]bool // the steps this replay reached
-	aborted error           // the segment stops and is retried (replayed)
-	fatal   error           // the workflow fails
-	wg      sync.WaitGroup
+	// readOnly: a query's replay: every branch stops at its first step
+	// that has not ended, and nothing is written.
+	readOnly bool
+	queries  map[string]func() (json.RawMessage, error)
+	aborted  error // the segment stops and is retried (replayed)
+	fatal    error // the workflow fails
+	wg       sync.WaitGroup
 }
 
 // wait is what a suspended branch waits for.
@@ -717,6 +728,7 @@ func (s *segment) entryAt(id string) *Entry {
 // its code run again, for as long as the segment's attempts last. One that
 // still does not fit fails the workflow.
 func (s *segment) put(e *Entry) *Entry {
+	s.stopReadOnly()
 	e.Segment = s.n
 	stored, err := s.jr.putEntry(s.ctx, s.wf, e)
 	if tooLarge(err) && shrink(e, entryLimit(s.jr.js.Conn())) {
@@ -991,7 +1003,11 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 		return r.State.Terminal(), nil
 	}
 	if w.event != "" {
-		evs, err := s.jr.events(ctx, s.wf, w.event)
+		read := s.jr.events
+		if w.kind == KindUpdate {
+			read = s.jr.updates
+		}
+		evs, err := read(ctx, s.wf, w.event)
 		if err != nil {
 			return false, err
 		}
@@ -1012,6 +1028,7 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 // between the start of the run and this write (it ends the context only
 // after the workflow's record is canceled) must still reach the run.
 func (s *segment) adopt(id string) {
+	s.stopReadOnly()
 	ctx, cancel := s.detached()
 	defer cancel()
 	err := s.claim(ctx) // a first segment's record may still be pending

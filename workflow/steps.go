@@ -452,6 +452,7 @@ func Patched(wf *Context, patch string) bool {
 	wf.begin()
 	s.visit(id)
 	if e == nil {
+		s.stopReadOnly()
 		now := time.Now().UTC()
 		s.put(&Entry{Step: id, Name: patch, Kind: KindPatch, State: StepDone, Started: now, Completed: now, Result: json.RawMessage("true")})
 	}
