@@ -73,7 +73,7 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 	if err != nil {
 		return "", err
 	}
-	if err := f.copySteps(ctx, snap.steps); err != nil {
+	if err := f.copySteps(ctx, currentRun(snap)); err != nil {
 		return "", f.abandon(ctx, err)
 	}
 	// The claim again, just before the record: a claim taken over while
@@ -82,7 +82,11 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 	if err := f.renew(ctx); err != nil {
 		return "", f.abandon(ctx, err)
 	}
-	nid, err := start(ctx, p, r.Name, r.Args, append(opts, func(o *startOptions) { o.forked = true })...)
+	input := r.Args
+	if snap.cur.gen() > 1 {
+		input = snap.cur.Input // the run ContinueAsNew started
+	}
+	nid, err := start(ctx, p, r.Name, input, append(opts, func(o *startOptions) { o.forked = true })...)
 	if err != nil && (nid == "" || errors.Is(err, producer.ErrAlreadyExists)) {
 		// Refused before its record was written (the definition's state
 		// changed meanwhile, say), or the id started meanwhile by a

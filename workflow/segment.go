@@ -364,6 +364,7 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 		return err
 	}
 	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: generation(rs.steps, rs.cur.gen()), claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC(), created: rec.CreationTime}
+	s.drop = endedRuns(a.WF, a.N, s.steps)
 	// The record's claim (inProgress): a first segment that finds it
 	// pending writes it only if it runs for recordClaimAfter, or when it
 	// parks or starts a child (a short workflow goes from pending to its
@@ -593,6 +594,8 @@ func (s *segment) conclude(ctx context.Context, main *branch, out json.RawMessag
 		e := s.entryAt(id)
 		return s.finish(ctx, jetflow.Failed, nil, jetflow.Permanent(fmt.Errorf("%w: step %s is %s %q in the journal, the code now ends without reaching it",
 			ErrNondeterministic, id, e.Kind, e.Name)))
+	case main.finished && asNew(ferr) != nil:
+		return s.continueAsNew(ctx, asNew(ferr).input)
 	case main.finished && ferr != nil:
 		return s.finish(ctx, jetflow.Failed, nil, ferr)
 	case main.finished:
@@ -619,6 +622,9 @@ type segment struct {
 	// claim (from a timer), adoptions, the end.
 	wmu     sync.Mutex
 	claimed bool // the record is inProgress with this segment among its children
+	// drop: the children the claim removes (endedRuns), from the journal
+	// as the segment found it, before its code ran.
+	drop map[string]bool
 	ended   bool // the segment wrote the record's end: no more claims
 
 	mu sync.Mutex
@@ -842,6 +848,7 @@ func (s *segment) claim(ctx context.Context) error {
 	eng := engine.Of(s.d.p)
 	now := time.Now().UTC()
 	claim := func(r *jetflow.Run) bool {
+		r.Children = pruneChildren(r.Children, s.drop)
 		r.State = jetflow.InProgress
 		if r.StartedTime.IsZero() {
 			r.StartedTime = now

@@ -89,6 +89,9 @@ type Status struct {
 	Segment int      `json:"segment"`
 	Waiting bool     `json:"waiting"`
 	Waits   []string `json:"waits,omitempty"`
+	// Generation is the workflow's current run (from 1): ContinueAsNew
+	// starts the next; Steps are the current run's.
+	Generation int `json:"generation"`
 	// ErrorCode is the code of the sentinel error a failed workflow's
 	// failure matched (see RegisterError); Err returns it as an error.
 	ErrorCode string `json:"errorCode,omitempty"`
@@ -142,7 +145,8 @@ func get(ctx context.Context, p *producer.Producer, id string) (*Status, error) 
 	if r.State == jetflow.Failed {
 		st.ErrorCode = decodeEndCode(snap.end, r)
 	}
-	for _, e := range snap.steps {
+	st.Generation = snap.cur.gen()
+	for _, e := range generation(snap.steps, st.Generation) {
 		st.Steps = append(st.Steps, *e)
 	}
 	sort.Slice(st.Steps, func(a, b int) bool { return stepLess(st.Steps[a].Step, st.Steps[b].Step) })

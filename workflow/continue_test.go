@@ -1,0 +1,87 @@
+package workflow_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
+)
+
+type tally struct {
+	Sum  int `json:"sum"`
+	Seen int `json:"seen"`
+}
+
+// counterDef sums 10 "tick" events, 3 per run: each run continues as new
+// with the running tally.
+var counterDef = workflow.Define("test.counter", func(wf *workflow.Context, t tally) (int, error) {
+	workflow.SetQueryHandler(wf, "tally", func() (tally, error) { return t, nil })
+	for range 3 {
+		v, err := workflow.AwaitEvent[int](wf, "tick", 0)
+		if err != nil {
+			return 0, err
+		}
+		t.Sum += v
+		t.Seen++
+		if t.Seen == 10 {
+			return t.Sum, nil
+		}
+	}
+	return 0, workflow.ContinueAsNew(wf, t)
+})
+
+// A workflow that continues as new is one workflow from outside: the
+// same record in progress throughout, every event sent (some while a run
+// ends and the next starts) consumed once, the current run's steps only,
+// the earlier runs' steps removed, and a record whose children do not
+// grow with each wait.
+func TestContinueAsNew(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, counterDef)) })
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, counterDef, tally{})
+	must(t, err)
+	want := 0
+	for i := 1; i <= 10; i++ {
+		must(t, workflow.SendEvent(ctx, e.P, id, "tick", i))
+		want += i
+		if i == 7 {
+			// Run 3 took event 7 and waits for the next.
+			var st *workflow.Status
+			testserver.Eventually(t, 20*time.Second, "run 3 waiting after event 7", func() bool {
+				s, err := workflow.Get(ctx, e.P, id)
+				st = s
+				return err == nil && s.Generation == 3 && s.Waiting && len(s.Steps) == 2
+			})
+			if st.Run.State.Terminal() {
+				t.Fatalf("after 7 events: %s", st.Run.State)
+			}
+			if q, err := workflow.Query[tally](ctx, e.P, id, "tally"); err != nil || q != (tally{Sum: 28, Seen: 7}) {
+				t.Fatalf("query in run 3: %+v, %v", q, err)
+			}
+			for _, k := range e.journalKeys(t, id) {
+				if strings.Contains(k, ".s.") && !strings.Contains(k, ".s.g3.") {
+					t.Errorf("journal key %s of an earlier run left", k)
+				}
+			}
+		}
+	}
+	got, err := workflow.Result(ctx, e.P, counterDef, id)
+	if err != nil || got != want {
+		t.Fatalf("result %d, %v; want %d", got, err, want)
+	}
+	st := e.status(t, id)
+	if st.Generation != 4 {
+		t.Errorf("ended in run %d, want 4", st.Generation)
+	}
+	// The first segment and the last: each claim drops the segment
+	// before, and the runs and timers of ended steps.
+	if n := len(st.Run.Children); n > 3 {
+		t.Errorf("record has %d children after %d segments: %v", n, st.Segment, st.Run.Children)
+	}
+}
