@@ -624,8 +624,8 @@ type segment struct {
 	claimed bool // the record is inProgress with this segment among its children
 	// drop: the children the claim removes (endedRuns), from the journal
 	// as the segment found it, before its code ran.
-	drop map[string]bool
-	ended   bool // the segment wrote the record's end: no more claims
+	drop  map[string]bool
+	ended bool // the segment wrote the record's end: no more claims
 
 	mu sync.Mutex
 	// rec is the workflow's record as this segment last wrote it (nil
