@@ -63,10 +63,8 @@ func (s *segment) continueAsNew(ctx context.Context, input json.RawMessage) erro
 			return err
 		}
 	}
-	next := *s.cur
-	next.Seg, next.Waiting, next.Waits = s.n, true, []string{"continue as new"}
-	next.Gen, next.Input = s.cur.gen()+1, input
-	ok, err := s.jr.putCursor(ctx, s.wf, &next)
+	next := s.cur.continued(input)
+	ok, err := s.jr.putCursor(ctx, s.wf, next)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package workflow
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -74,5 +76,60 @@ func TestGenerationSteps(t *testing.T) {
 	snap := &snapshot{steps: mk(all...), cur: &cursor{Seg: 4, Gen: 2}}
 	if got := keys(currentRun(snap)); !slices.Equal(got, []string{"1", "2.1"}) {
 		t.Errorf("run 2 for Restart: %v", got)
+	}
+}
+
+// How a segment ends, from every combination that matters.
+func TestDecideEnd(t *testing.T) {
+	returned := func(err error) branchOutcome { return branchOutcome{returned: true, err: err} }
+	suspended := branchOutcome{}
+	for _, tc := range []struct {
+		name           string
+		stopped, fatal bool
+		main           branchOutcome
+		unreached      bool
+		want           segmentEnd
+	}{
+		{"stopped wins over a fatal error", true, true, returned(nil), false, endRetry},
+		{"stopped while suspended", true, false, suspended, false, endRetry},
+		{"fatal while another branch waits", false, true, suspended, false, endFail},
+		{"returned before a journaled step", false, false, returned(nil), true, endFail},
+		{"suspended: unreached steps are later ones", false, false, suspended, true, endPark},
+		{"continue as new", false, false, returned(&ContinueAsNewError{}), false, endContinue},
+		{"continue as new, wrapped", false, false, returned(fmt.Errorf("x: %w", &ContinueAsNewError{})), false, endContinue},
+		{"returned an error", false, false, returned(errors.New("no")), false, endFail},
+		{"returned", false, false, returned(nil), false, endSucceed},
+		{"every branch waits", false, false, suspended, false, endPark},
+	} {
+		if got := decideEnd(tc.stopped, tc.fatal, tc.main, tc.unreached); got != tc.want {
+			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
+
+// The cursor's transitions keep its revision (the compare-and-swap's
+// base), its run and input, and change only what they name.
+func TestCursorTransitions(t *testing.T) {
+	parked := &cursor{Seg: 3, Waiting: true, Waits: []string{"x"}, Gen: 2, Input: []byte(`1`), rev: 9}
+	got := parked.taken(4)
+	if got.state() != cursorRunning || got.Seg != 4 || got.Waits != nil || got.Gen != 2 || string(got.Input) != "1" || got.rev != 9 {
+		t.Errorf("taken: %+v", got)
+	}
+	if parked.Seg != 3 || parked.state() != cursorParked {
+		t.Errorf("taken changed its receiver: %+v", parked)
+	}
+	p := got.parked([]string{"event go"})
+	if p.state() != cursorParked || p.Seg != 4 || len(p.Waits) != 1 || !p.waits() || !p.parkedAt(4) {
+		t.Errorf("parked: %+v", p)
+	}
+	c := got.continued([]byte(`{"n":2}`))
+	if c.state() != cursorParked || c.Gen != 3 || string(c.Input) != `{"n":2}` || c.Seg != 4 || !c.waits() {
+		t.Errorf("continued: %+v", c)
+	}
+	if first := (&cursor{Seg: 1}).continued(nil); first.Gen != 2 {
+		t.Errorf("continued from run 1 (Gen 0): run %d", first.Gen)
+	}
+	if done := (&cursor{Seg: 2, Waiting: true, Done: true}); done.state() != cursorDone || done.waits() || done.parkedAt(2) {
+		t.Errorf("done: %+v", done)
 	}
 }

@@ -380,11 +380,9 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	} else if err != nil {
 		return err
 	}
-	var out json.RawMessage
-	var ferr error
-	main := s.spawn(func() { out, ferr = d.def.run(s.root(), s.input(rec)) })
+	main := s.spawn(func() (json.RawMessage, error) { return d.def.run(s.root(), s.input(rec)) })
 	s.wg.Wait()
-	return s.conclude(ctx, main, out, ferr)
+	return s.conclude(ctx, main.out)
 }
 
 // record reads the record of workflow wf; nil when there is none, and so
@@ -464,7 +462,7 @@ func turnOf(cur *cursor, n int) segmentTurn {
 		return turnFirst
 	case cur == nil:
 		return turnNoCursor
-	case cur.Done || cur.Seg > n:
+	case cur.state() == cursorDone || cur.Seg > n:
 		return turnAhead
 	case n == 1, cur.Seg == n, cur.parkedAt(n - 1):
 		// For the first segment: segment 1 again (a redelivery), it takes
@@ -476,20 +474,65 @@ func turnOf(cur *cursor, n int) segmentTurn {
 	return turnBehind
 }
 
-// running reports whether a segment holds cursor c: it neither waits nor
-// is done.
-func (c *cursor) running() bool { return !c.Waiting && !c.Done }
+// cursorState is what a cursor says of the workflow.
+type cursorState int
+
+const (
+	// cursorRunning: segment Seg holds it (runs, or died running).
+	cursorRunning cursorState = iota
+	// cursorParked: segment Seg parked; the next segment takes it.
+	cursorParked
+	// cursorDone: the workflow ended.
+	cursorDone
+)
+
+// state is the cursor's state.
+func (c *cursor) state() cursorState {
+	switch {
+	case c.Done:
+		return cursorDone
+	case c.Waiting:
+		return cursorParked
+	}
+	return cursorRunning
+}
+
+// The cursor's transitions: each returns the next cursor, written by
+// compare-and-swap over the revision it keeps (putCursor).
+
+// taken is the cursor held by segment n.
+func (c cursor) taken(n int) *cursor {
+	c.Seg, c.Waiting, c.Waits = n, false, nil
+	return &c
+}
+
+// parked is the cursor of its segment parked, waiting for waits.
+func (c cursor) parked(waits []string) *cursor {
+	c.Waiting, c.Waits = true, waits
+	return &c
+}
+
+// continued is the cursor of its segment ending the run: parked, the
+// next segment starting the next run with input.
+func (c cursor) continued(input json.RawMessage) *cursor {
+	c.Waiting, c.Waits = true, []string{"continue as new"}
+	c.Gen, c.Input = c.gen()+1, input
+	return &c
+}
+
+// running reports whether a segment holds cursor c.
+func (c *cursor) running() bool { return c.state() == cursorRunning }
 
 // waits reports whether cursor c, nil when there is none, waits for the
 // next segment: a segment parked and the workflow has not ended.
-func (c *cursor) waits() bool { return c != nil && c.Waiting && !c.Done }
+func (c *cursor) waits() bool { return c != nil && c.state() == cursorParked }
 
 // isClaim reports whether cursor c is as a Restart's claim writes it:
 // segment 1, held.
 func (c *cursor) isClaim() bool { return c.Seg == 1 && c.running() }
 
-// parkedAt reports whether segment seg parked: its cursor waits.
-func (c *cursor) parkedAt(seg int) bool { return c.Seg == seg && c.Waiting }
+// parkedAt reports whether segment seg parked and the workflow goes on.
+func (c *cursor) parkedAt(seg int) bool { return c.Seg == seg && c.state() == cursorParked }
 
 // reached reports whether cursor c, nil when there is none, shows segment
 // n's turn or later: segment n-1 parked, segment n or a later one ran, or
@@ -498,7 +541,7 @@ func (c *cursor) reached(n int) bool {
 	if c == nil {
 		return false
 	}
-	return c.Done || c.Seg >= n || c.parkedAt(n-1)
+	return c.state() == cursorDone || c.Seg >= n || c.parkedAt(n-1)
 }
 
 // enterFirst is enter for the first segment run again (or forked): it
@@ -516,7 +559,7 @@ func (d *driver) enterFirst(ctx context.Context, jr *journal, wf string) (*repla
 	case turnAhead:
 		return nil, checkAhead(ctx, d.p, wf, snap.cur)
 	}
-	rs.cur.Waiting, rs.cur.Waits = false, nil
+	rs.cur = rs.cur.taken(1)
 	if err := holdCursor(ctx, jr, wf, rs.cur); err != nil {
 		return nil, err
 	}
@@ -547,7 +590,7 @@ func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*repla
 	case turnBehind:
 		return nil, jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
 	}
-	cur.Seg, cur.Waiting, cur.Waits = a.N, false, nil
+	cur = cur.taken(a.N)
 	kept := d.take(a.WF, cur.rev)
 	if err := holdCursor(ctx, jr, a.WF, cur); err != nil {
 		return nil, err
@@ -575,33 +618,77 @@ func holdCursor(ctx context.Context, jr *journal, wf string, cur *cursor) error 
 	return nil
 }
 
-// conclude ends the segment once its branches have returned or suspended:
-// it stops (to be retried) on a canceled context or an abort, fails the
-// workflow, ends it with the main branch's result, or parks it.
-func (s *segment) conclude(ctx context.Context, main *branch, out json.RawMessage, ferr error) error {
-	if cause := context.Cause(ctx); ctx.Err() != nil {
-		s.leaving()
-		return cause
-	}
+// segmentEnd is how a segment ends, once its branches have returned or
+// suspended (decideEnd).
+type segmentEnd int
+
+const (
+	// endRetry: canceled, or aborted: the segment stops and is retried.
+	endRetry segmentEnd = iota
+	// endFail: the workflow fails (a fatal error, a replay that ends
+	// before a journaled step, the function's error).
+	endFail
+	// endContinue: the function asked to continue as new.
+	endContinue
+	// endSucceed: the function returned its result.
+	endSucceed
+	// endPark: every branch waits.
+	endPark
+)
+
+// decideEnd decides how a segment ends: stopped (ctx ended, or aborted),
+// the workflow failed (fatal, unreached: the code ended before a journaled
+// step), or as the main branch's outcome says.
+func decideEnd(stopped, fatal bool, main branchOutcome, unreached bool) segmentEnd {
 	switch {
-	case s.aborted != nil:
+	case stopped:
+		return endRetry
+	case fatal, main.returned && unreached:
+		return endFail
+	case !main.returned:
+		return endPark
+	case asNew(main.err) != nil:
+		return endContinue
+	case main.err != nil:
+		return endFail
+	}
+	return endSucceed
+}
+
+// conclude ends the segment once its branches have returned or suspended,
+// as decideEnd says: it stops (to be retried), fails the workflow, ends
+// it with the main branch's result, continues it as new, or parks it.
+func (s *segment) conclude(ctx context.Context, main branchOutcome) error {
+	stopped := ctx.Err() != nil || s.aborted != nil
+	unreached := s.unreached()
+	switch decideEnd(stopped, s.fatal != nil, main, unreached != "") {
+	case endRetry:
 		s.leaving()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
 		return s.aborted
-	case s.fatal != nil:
-		return s.finish(ctx, jetflow.Failed, nil, s.fatal)
-	case main.finished && s.unreached() != "":
-		id := s.unreached()
-		e := s.entryAt(id)
-		return s.finish(ctx, jetflow.Failed, nil, jetflow.Permanent(fmt.Errorf("%w: step %s is %s %q in the journal, the code now ends without reaching it",
-			ErrNondeterministic, id, e.Kind, e.Name)))
-	case main.finished && asNew(ferr) != nil:
-		return s.continueAsNew(ctx, asNew(ferr).input)
-	case main.finished && ferr != nil:
-		return s.finish(ctx, jetflow.Failed, nil, ferr)
-	case main.finished:
-		return s.finish(ctx, jetflow.Success, out, nil)
+	case endFail:
+		return s.finish(ctx, jetflow.Failed, nil, s.failure(main, unreached))
+	case endContinue:
+		return s.continueAsNew(ctx, asNew(main.err).input)
+	case endSucceed:
+		return s.finish(ctx, jetflow.Success, main.result, nil)
 	}
 	return s.park(ctx)
+}
+
+// failure is the error a workflow fails with (decideEnd's endFail).
+func (s *segment) failure(main branchOutcome, unreached string) error {
+	switch {
+	case s.fatal != nil:
+		return s.fatal
+	case unreached != "":
+		e := s.entryAt(unreached)
+		return jetflow.Permanent(fmt.Errorf("%w: step %s is %s %q in the journal, the code now ends without reaching it",
+			ErrNondeterministic, unreached, e.Kind, e.Name))
+	}
+	return main.err
 }
 
 // segment is one replay of a workflow.
@@ -669,28 +756,36 @@ func (w wait) String() string {
 
 // branch is one goroutine of workflow code.
 type branch struct {
-	done     chan struct{}
-	finished bool // returned; otherwise it suspended, aborted or failed the workflow
+	done chan struct{}
+	out  branchOutcome // once done is closed
+}
+
+// branchOutcome is how a branch ended: returned (with its result and error),
+// or not: it suspended, aborted the segment or failed the workflow.
+type branchOutcome struct {
+	returned bool
+	result   json.RawMessage
+	err      error
 }
 
 // spawn runs body in a goroutine of the segment. A step that must wait
 // ends the goroutine with runtime.Goexit (its deferred calls run).
-func (s *segment) spawn(body func()) *branch {
+func (s *segment) spawn(body func() (json.RawMessage, error)) *branch {
 	b := &branch{done: make(chan struct{})}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer close(b.done)
 		defer func() {
-			if b.finished {
+			if b.out.returned {
 				return
 			}
 			if p := recover(); p != nil {
 				s.failWorkflow0(jetflow.Permanent(fmt.Errorf("%w: %v\n%s", jetflow.ErrPanic, p, debug.Stack())))
 			}
 		}()
-		body()
-		b.finished = true
+		res, err := body()
+		b.out = branchOutcome{returned: true, result: res, err: err}
 	}()
 	return b
 }
@@ -956,10 +1051,9 @@ func (s *segment) park(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
-	s.cur.Waiting = true
-	s.cur.Waits = nil
+	var waits []string
 	for _, w := range s.waits {
-		s.cur.Waits = append(s.cur.Waits, w.String())
+		waits = append(waits, w.String())
 	}
 	first := s.cur.rev == 0 // the workflow parks for the first time
 	if first {
@@ -970,13 +1064,15 @@ func (s *segment) park(ctx context.Context) error {
 			return err
 		}
 	}
-	ok, err := s.jr.putCursor(ctx, s.wf, s.cur)
+	next := s.cur.parked(waits)
+	ok, err := s.jr.putCursor(ctx, s.wf, next)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
 	}
+	s.cur = next
 	s.d.keep(s.wf, &stickyJournal{rev: s.cur.rev, steps: s.steps, claims: s.claims})
 	for _, w := range s.waits {
 		ready, err := s.ready(ctx, w)

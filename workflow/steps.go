@@ -476,7 +476,10 @@ func Go[T any](wf *Context, fn func(wf *Context) (T, error)) *Future[T] {
 	id := wf.begin()
 	child := &Context{seg: wf.seg, path: id}
 	f := &Future[T]{}
-	f.b = wf.seg.spawn(func() { f.v, f.err = fn(child) })
+	f.b = wf.seg.spawn(func() (json.RawMessage, error) {
+		f.v, f.err = fn(child)
+		return nil, f.err
+	})
 	return f
 }
 
@@ -485,7 +488,7 @@ func Go[T any](wf *Context, fn func(wf *Context) (T, error)) *Future[T] {
 // from the journal when it can go on.
 func (f *Future[T]) Get() (T, error) {
 	<-f.b.done
-	if !f.b.finished {
+	if !f.b.out.returned {
 		runtime.Goexit()
 	}
 	return f.v, f.err
