@@ -74,6 +74,7 @@ func (s *segment) continueAsNew(ctx context.Context, input json.RawMessage) erro
 	if st, err := s.jr.stream(ctx); err == nil {
 		// Best effort: the next run reads only its own steps (generation).
 		_ = st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(s.jr.bucket, s.wf+".s.>")), jetstream.WithPurgeSequence(next.rev))
+		s.dropConsumed(ctx, st)
 	}
 	s.d.keep(s.wf, &stickyJournal{rev: next.rev, steps: map[string]*Entry{}, claims: s.claims})
 	return resume(ctx, s.d.p, s.jr, s.def.Name(), s.wf)
@@ -133,4 +134,42 @@ func currentRun(snap *snapshot) map[string]*Entry {
 		out[c.Step] = &c
 	}
 	return out
+}
+
+// dropConsumed removes the events and updates the workflow's runs
+// consumed, each before its claim (an event whose claim went first would
+// be taken again), so that a workflow that continues as new does not read
+// every event of its life at each replay. Best effort: what stays is read
+// and skipped as before.
+func (s *segment) dropConsumed(ctx context.Context, st jetstream.Stream) {
+	keys := map[uint64]string{} // the events and updates still stored
+	for _, filter := range []string{s.wf + ".ev.>", s.wf + ".up.>"} {
+		err := s.jr.scan(ctx, filter, func(e jetstream.KeyValueEntry) error {
+			keys[e.Revision()] = e.Key()
+			return nil
+		})
+		if err != nil {
+			return
+		}
+	}
+	s.mu.Lock()
+	seqs := make([]uint64, 0, len(s.claims))
+	for seq := range s.claims {
+		seqs = append(seqs, seq)
+	}
+	s.mu.Unlock()
+	subject := func(key string) jetstream.StreamPurgeOpt {
+		return jetstream.WithPurgeSubject(streams.KVSubject(s.jr.bucket, key))
+	}
+	for _, seq := range seqs {
+		if key, ok := keys[seq]; ok && st.Purge(ctx, subject(key)) != nil {
+			continue
+		}
+		if st.Purge(ctx, subject(claimKey(s.wf, seq))) != nil {
+			continue
+		}
+		s.mu.Lock()
+		delete(s.claims, seq)
+		s.mu.Unlock()
+	}
 }

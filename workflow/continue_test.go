@@ -64,10 +64,22 @@ func TestContinueAsNew(t *testing.T) {
 			if q, err := workflow.Query[tally](ctx, e.P, id, "tally"); err != nil || q != (tally{Sum: 28, Seen: 7}) {
 				t.Fatalf("query in run 3: %+v, %v", q, err)
 			}
+			evs, claims := 0, 0
 			for _, k := range e.journalKeys(t, id) {
 				if strings.Contains(k, ".s.") && !strings.Contains(k, ".s.g3.") {
 					t.Errorf("journal key %s of an earlier run left", k)
 				}
+				if strings.Contains(k, ".ev.") {
+					evs++
+				}
+				if strings.Contains(k, ".claim.") {
+					claims++
+				}
+			}
+			// Events 1-6, consumed by runs 1 and 2, are gone with their
+			// claims; event 7 is run 3's.
+			if evs != 1 || claims != 1 {
+				t.Errorf("run 3's journal holds %d events and %d claims, want 1 and 1", evs, claims)
 			}
 		}
 	}
