@@ -1,6 +1,8 @@
 package workflow_test
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -95,5 +97,72 @@ func TestContinueAsNew(t *testing.T) {
 	// before, and the runs and timers of ended steps.
 	if n := len(st.Run.Children); n > 3 {
 		t.Errorf("record has %d children after %d segments: %v", n, st.Segment, st.Run.Children)
+	}
+}
+
+// ledgerDef adds updates to a total, two per run, continuing as new; an
+// update of 0 ends it.
+var ledgerDef = workflow.Define("test.ledger", func(wf *workflow.Context, total int) (int, error) {
+	workflow.SetQueryHandler(wf, "total", func() (int, error) { return total, nil })
+	for range 2 {
+		end := false
+		err := workflow.AwaitUpdate(wf, "add", 0, func(n int) (int, error) {
+			end = n == 0
+			total += n
+			return total, nil
+		}, nil)
+		if err != nil || end {
+			return total, err
+		}
+	}
+	return 0, workflow.ContinueAsNew(wf, total)
+})
+
+// Updates, queries and continue-as-new through a worker replaced and a
+// NATS server restart: every update is answered with the running total,
+// the query sees it, and the result is the sum.
+func TestUpdatesAndContinueAcrossRestarts(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	w1 := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, ledgerDef)) })
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, ledgerDef, 0)
+	must(t, err)
+	update := func(n, want int) {
+		t.Helper()
+		var got int
+		// Retried only while it is refused before it is stored (the
+		// connection back after the restart): a stored update that timed
+		// out would still be applied.
+		testserver.Eventually(t, 30*time.Second, fmt.Sprintf("update add %d answered", n), func() bool {
+			v, err := workflow.Update[int, int](ctx, e.P, id, "add", n)
+			if errors.Is(err, workflow.ErrUpdateTimeout) {
+				t.Fatalf("update add %d: %v", n, err)
+			}
+			got = v
+			return err == nil
+		})
+		if got != want {
+			t.Fatalf("update add %d: total %d, want %d", n, got, want)
+		}
+	}
+	update(1, 1)
+	update(2, 3)
+	update(3, 6) // run 2
+	must(t, w1.Stop(ctx))
+	e.Restart()
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, ledgerDef)) })
+	update(4, 10) // run 2, on the new worker, after the restart
+	update(5, 15) // run 3
+	if q, err := workflow.Query[int](ctx, e.P, id, "total"); err != nil || q != 15 {
+		t.Fatalf("query: %d, %v", q, err)
+	}
+	update(0, 15)
+	got, err := workflow.Result(ctx, e.P, ledgerDef, id)
+	if err != nil || got != 15 {
+		t.Fatalf("result %d, %v", got, err)
+	}
+	if st := e.status(t, id); st.Generation != 3 {
+		t.Errorf("ended in run %d, want 3", st.Generation)
 	}
 }

@@ -21,8 +21,10 @@ import (
 // ErrInvalidEventName (the name), producer.ErrArgsTooLarge,
 // ErrUpdateRejected (the validator refused it: nothing changed), the
 // handler's error (errors.Is-able through its code, as for Result),
-// ErrUpdateTimeout (ctx ended first: the update stays stored and may still
-// be handled).
+// ErrUpdateTimeout (once stored, any failure to get the answer: ctx ended
+// first, the resume or the answer's watch failed; the update stays stored
+// and may still be handled, so sending it again may apply it twice).
+// Errors before it is stored leave nothing behind.
 func Update[In, Out any](ctx context.Context, p *producer.Producer, id, name string, in In) (Out, error) {
 	var out Out
 	raw, err := json.Marshal(in)

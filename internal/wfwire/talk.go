@@ -127,11 +127,11 @@ func StoreUpdate(ctx context.Context, journal jetstream.KeyValue, wf, name strin
 }
 
 // AwaitAnswer waits for the answer under key until ctx ends
-// (ErrUpdateTimeout, the update stays stored).
+// (ErrUpdateTimeout, the update stays stored; so is a watch that fails).
 func AwaitAnswer(ctx context.Context, journal jetstream.KeyValue, key string) (*Answer, error) {
 	w, err := journal.Watch(ctx, key)
 	if err != nil {
-		return nil, fmt.Errorf("workflow: watch %s: %w", key, err)
+		return nil, fmt.Errorf("%w: watch %s: %w", ErrUpdateTimeout, key, err)
 	}
 	defer func() { _ = w.Stop() }()
 	for {
@@ -147,7 +147,7 @@ func AwaitAnswer(ctx context.Context, journal jetstream.KeyValue, key string) (*
 			}
 			var a Answer
 			if err := json.Unmarshal(e.Value(), &a); err != nil {
-				return nil, fmt.Errorf("workflow: answer %s: %w", key, err)
+				return nil, fmt.Errorf("%w: answer %s: %w", ErrUpdateTimeout, key, err)
 			}
 			return &a, nil
 		}
@@ -161,9 +161,15 @@ func SendUpdate(ctx context.Context, journal jetstream.KeyValue, wf, name string
 	if err != nil {
 		return nil, err
 	}
-	if err := wake(ctx); err != nil {
-		// Stored: the workflow finds it at its next await of it.
-		return nil, fmt.Errorf("workflow %s: update %s stored, resume failed: %w", wf, name, err)
+	// Stored: from here on the update may be handled, so every error is
+	// ErrUpdateTimeout (a retry would send it twice). The resume is tried
+	// until ctx ends.
+	for err := wake(ctx); err != nil; err = wake(ctx) {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: workflow %s: update %s stored, resume failed: %w", ErrUpdateTimeout, wf, name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 	return AwaitAnswer(ctx, journal, key)
 }
