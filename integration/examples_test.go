@@ -38,7 +38,15 @@ var exampleSpecs = map[string]exampleSpec{
 	// writes in between can take seconds on a loaded machine; 10 s leave
 	// a wide margin.
 	"onboarding": {args: []string{"--wait", "10s"}, url: true, want: []string{"alice activated her account", "alice: acct-alice@example.com activated via email link; no follow-up", "bob: acct-bob@example.com not activated; follow-up sent", "emails sent: 3"}},
-	"ordersaga":  {url: true, want: []string{"order A done: res-A, ch-A", "order B canceled: card declined; compensated 1 step(s)", "release          done"}},
+	"cart": {url: true, want: []string{
+		"opened the cart: started by 1 of 2 calls",
+		"add book x1: 1 item(s)", "add pen x3: 4 item(s)",
+		"add lamp x-2: rejected (errors.Is ErrUpdateRejected: true)",
+		"add mug x2: 6 item(s)", "add card x1: 7 item(s)",
+		"query: alice has 7 item(s), in run 2 of the cart",
+		"result: alice paid for 7 item(s) over 2 run(s)",
+	}},
+	"ordersaga": {url: true, want: []string{"order A done: res-A, ch-A", "order B canceled: card declined; compensated 1 step(s)", "release          done"}},
 	"nightlyny": {url: true, want: []string{"daily 02:00 (America/New_York), next fires:", "Sun 02:00 EST",
 		`success, result "report-demo.pdf (1200 rows)"`, "definition paused: fire cron-demo-report-", "definition active again"}},
 	"dailydigest":     {want: []string{"send-daily-digest: daily 09:00 (UTC); next fires:"}},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,14 +35,14 @@ const (
 
 // ErrDefinitionInactive: the workflow's definition is deprecated or
 // deleted, so no new workflow of it starts.
-var ErrDefinitionInactive = errors.New("workflow: definition not active")
+var ErrDefinitionInactive = wfwire.ErrDefinitionInactive
 
 // ErrInvalidState: not a DefinitionState.
 var ErrInvalidState = errors.New("workflow: invalid definition state")
 
 // definitionKey is the journal bucket's key of definition name's state (a
 // workflow id never starts with '=').
-func definitionKey(name string) string { return "=def." + name }
+func definitionKey(name string) string { return wfwire.DefinitionKey(name) }
 
 // SetDefinitionState sets the state of workflow definition name for every
 // producer and worker. Errors: ErrInvalidState, jetflow.ErrInvalidName, and

@@ -132,13 +132,26 @@
 //
 // # Limits
 //
-// A segment replays the function from the top: a workflow that waits n
-// times runs its own code O(n²) times over its life (journaled steps are
-// map look-ups). The journal is read once per segment, and not at all
-// when the segment runs on the worker where the previous one parked and
-// no other segment ran since (sticky journals, up to 1024 workflows per
-// definition and worker). The record's children list grows by one per
-// segment, call and timer. Results and inputs must fit a run record.
+// A segment replays the current run's function from the top: a run that
+// waits n times runs its own code O(n²) times (journaled steps are map
+// look-ups); ContinueAsNew starts a fresh run and bounds n. The journal is
+// read once per segment, and not at all when the segment runs on the
+// worker where the previous one parked and no other segment ran since
+// (sticky journals, up to 1024 workflows per definition and worker). The
+// record's children list holds what may still run (each segment's claim
+// drops the segment before and the runs of ended steps). Results and
+// inputs must fit a run record.
+//
+// # Talking to a workflow
+//
+// SendEvent stores an event; SendEventWithStart starts the workflow of
+// that id first if none exists (one workflow per id, no event lost).
+// Query asks a handler the code registered (SetQueryHandler), answered by
+// a worker's read-only replay, also while the workflow waits. Update
+// sends an update the code takes at its next AwaitUpdate: validated,
+// handled, journaled, then answered. A failed workflow's error keeps its
+// identity: Result and Status.Err match its sentinel with errors.Is
+// (RegisterError codes a user's).
 // Journal entries of an ended workflow are removed by a delayed run at the
 // end of the retention period, scheduled when it ends (or, if it was
 // canceled while it waited, when a child's completion or a segment finds

@@ -39,6 +39,8 @@ const (
 	KindEvent StepKind = "event"
 	// KindPatch is a patch marker (Patched).
 	KindPatch StepKind = "patch"
+	// KindUpdate is an await of an update (AwaitUpdate).
+	KindUpdate StepKind = "update"
 )
 
 // StepState is a step's state in the journal.
@@ -79,6 +81,9 @@ type Waits struct {
 	Event string `json:"event,omitempty"`
 	// Seq is the revision of the event an await consumed.
 	Seq uint64 `json:"seq,omitempty"`
+	// Update is the unique part of the key of the update an AwaitUpdate
+	// handled: its answer's key ends in it.
+	Update string `json:"update,omitempty"`
 }
 
 // Entry is one step of a workflow's journal (key <workflow id>.s.<step id>).
@@ -109,7 +114,48 @@ type cursor struct {
 	Waiting bool     `json:"waiting,omitempty"`
 	Done    bool     `json:"done,omitempty"`
 	Waits   []string `json:"waits,omitempty"`
-	rev     uint64
+	// Gen is the workflow's run (from 1; 0 is 1): ContinueAsNew starts the
+	// next, whose steps' ids begin with "g<Gen>." and whose input is
+	// Input (the record's args hold the first run's).
+	Gen   int             `json:"gen,omitempty"`
+	Input json.RawMessage `json:"input,omitempty"`
+	rev   uint64
+}
+
+// gen is the cursor's run, from 1.
+func (c *cursor) gen() int {
+	if c == nil {
+		return 1
+	}
+	return max(c.Gen, 1)
+}
+
+// genPath is the step id prefix of run g's main branch ("" for the
+// first).
+func genPath(g int) string {
+	if g <= 1 {
+		return ""
+	}
+	return "g" + strconv.Itoa(g)
+}
+
+// inGen reports whether step id belongs to run g.
+func inGen(id string, g int) bool {
+	if g <= 1 {
+		return !strings.HasPrefix(id, "g")
+	}
+	return strings.HasPrefix(id, genPath(g)+".")
+}
+
+// generation is steps without those of earlier runs (which a
+// ContinueAsNew purges, but may not have yet).
+func generation(steps map[string]*Entry, g int) map[string]*Entry {
+	for id := range steps {
+		if !inGen(id, g) {
+			delete(steps, id)
+		}
+	}
+	return steps
 }
 
 // event is a stored event (key <workflow id>.ev.<name>.<unique>).
@@ -118,6 +164,7 @@ type event struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	Sent    time.Time       `json:"sent"`
 	seq     uint64
+	key     string
 }
 
 func stepKey(wf, step string) string     { return wf + ".s." + step }
@@ -183,6 +230,7 @@ type snapshot struct {
 	steps  map[string]*Entry
 	claims map[uint64]string
 	cur    *cursor
+	end    []byte // the error code of a failed workflow (endKey)
 }
 
 // load reads everything kept under workflow id, with one watch.
@@ -208,6 +256,8 @@ func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
 			}
 			c.rev = e.Revision()
 			s.cur = c
+		case k == "end":
+			s.end = e.Value()
 		}
 		return nil
 	})
@@ -278,13 +328,23 @@ func (j *journal) read(ctx context.Context, filter string) ([]jetstream.KeyValue
 
 // events reads the events named name sent to workflow wf, oldest first.
 func (j *journal) events(ctx context.Context, wf, name string) ([]event, error) {
+	return j.eventsAt(ctx, eventPrefix(wf, name))
+}
+
+// updates reads the updates named name sent to workflow wf, oldest first.
+func (j *journal) updates(ctx context.Context, wf, name string) ([]event, error) {
+	return j.eventsAt(ctx, wfwire.UpdatePrefix(wf, name))
+}
+
+// eventsAt reads the events (or updates) under prefix, oldest first.
+func (j *journal) eventsAt(ctx context.Context, prefix string) ([]event, error) {
 	var out []event
-	err := j.scan(ctx, eventPrefix(wf, name)+"*", func(e jetstream.KeyValueEntry) error {
+	err := j.scan(ctx, prefix+"*", func(e jetstream.KeyValueEntry) error {
 		var ev event
 		if json.Unmarshal(e.Value(), &ev) != nil {
 			return nil
 		}
-		ev.seq = e.Revision()
+		ev.seq, ev.key = e.Revision(), e.Key()
 		out = append(out, ev)
 		return nil
 	})
@@ -557,7 +617,7 @@ func decodeEntry(key, step string, b []byte) (*Entry, error) {
 		return nil, badJournal(key, "entry of step %q", e.Step)
 	}
 	switch e.Kind {
-	case KindStep, KindCall, KindChild, KindSleep, KindEvent, KindPatch:
+	case KindStep, KindCall, KindChild, KindSleep, KindEvent, KindPatch, KindUpdate:
 	default:
 		return nil, badJournal(key, "step kind %q", e.Kind)
 	}
@@ -574,7 +634,7 @@ func decodeEntry(key, step string, b []byte) (*Entry, error) {
 			return nil, badJournal(key, "waiting step without what it waits for")
 		case (e.Kind == KindCall || e.Kind == KindChild) && w.Run == "",
 			e.Kind == KindSleep && w.Until.IsZero(),
-			e.Kind == KindEvent && w.Event == "",
+			(e.Kind == KindEvent || e.Kind == KindUpdate) && w.Event == "",
 			e.Kind == KindStep || e.Kind == KindPatch:
 			return nil, badJournal(key, "waiting %s step, waits %+v", e.Kind, *w)
 		}

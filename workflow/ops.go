@@ -73,7 +73,7 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 	if err != nil {
 		return "", err
 	}
-	if err := f.copySteps(ctx, snap.steps); err != nil {
+	if err := f.copySteps(ctx, currentRun(snap)); err != nil {
 		return "", f.abandon(ctx, err)
 	}
 	// The claim again, just before the record: a claim taken over while
@@ -82,7 +82,11 @@ func Restart(ctx context.Context, p *producer.Producer, id string, opts ...Start
 	if err := f.renew(ctx); err != nil {
 		return "", f.abandon(ctx, err)
 	}
-	nid, err := start(ctx, p, r.Name, r.Args, append(opts, func(o *startOptions) { o.forked = true })...)
+	input := r.Args
+	if snap.cur.gen() > 1 {
+		input = snap.cur.Input // the run ContinueAsNew started
+	}
+	nid, err := start(ctx, p, r.Name, input, append(opts, func(o *startOptions) { o.forked = true })...)
 	if err != nil && (nid == "" || errors.Is(err, producer.ErrAlreadyExists)) {
 		// Refused before its record was written (the definition's state
 		// changed meanwhile, say), or the id started meanwhile by a
@@ -483,30 +487,6 @@ func purgeLeftoversBefore(ctx context.Context, p *producer.Producer, id string, 
 		return err
 	}
 	return st.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(jr.bucket, id+".>")), jetstream.WithPurgeSequence(claim))
-}
-
-// purgeLeftovers removes what the journal still holds under workflow id
-// from an earlier workflow of the same id (its record expired before its
-// journal's purge ran). Start calls it for an id given by the caller,
-// after the new record is written (so no live workflow of that id can
-// lose its journal) and before the first segment, which on its first
-// delivery takes the journal to be empty. It looks for the first step (a
-// workflow that journaled anything has one): one read, with the same
-// permission as the definition's state; the purge, rare, needs the
-// journal's purge permission.
-func purgeLeftovers(ctx context.Context, p *producer.Producer, id string) error {
-	jr, err := openJournal(ctx, p)
-	if err != nil {
-		return err
-	}
-	_, err = jr.kv.Get(ctx, stepKey(id, "1"))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("workflow %s: journal: %w", id, err)
-	}
-	return purge(ctx, p, id)
 }
 
 // Watch pushes workflow id's status (record and steps) each time it

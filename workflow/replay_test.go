@@ -147,6 +147,13 @@ func TestNondeterministicChangeDetected(t *testing.T) {
 		!strings.Contains(r.Error, `"reserve"`) || !strings.Contains(r.Error, `"charge"`) {
 		t.Fatalf("workflow %s: %s", r.State, r.Error)
 	}
+	// Its identity survives the record: Result and Get match it.
+	if _, err := workflow.Result(ctx, e.P, v2, id); !errors.Is(err, workflow.ErrNondeterministic) {
+		t.Errorf("Result: %v, want errors.Is ErrNondeterministic", err)
+	}
+	if st := e.status(t, id); st.ErrorCode == "" || !errors.Is(st.Err(), workflow.ErrNondeterministic) {
+		t.Errorf("Get: code %q, Err %v", st.ErrorCode, st.Err())
+	}
 }
 
 // Patched is false for an execution whose journal predates the patch,

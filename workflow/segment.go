@@ -68,6 +68,9 @@ func (wf *Context) begin() string {
 func (wf *Context) entry(id, name string, kind StepKind) *Entry {
 	wf.seg.visit(id)
 	e := wf.seg.entryAt(id)
+	if e == nil || !e.ended() {
+		wf.seg.stopReadOnly()
+	}
 	if e == nil && (len(name) > MaxStepName || !utf8.ValidString(name)) {
 		wf.seg.failWorkflow(jetflow.Permanent(fmt.Errorf("%w: step %s (%s): %d bytes, valid UTF-8 %t (at most %d bytes of valid UTF-8)",
 			ErrInvalidStepName, id, kind, len(name), utf8.ValidString(name), MaxStepName)))
@@ -140,7 +143,8 @@ var internalOptions = worker.Options{
 }
 
 // Register registers workflow def on worker w: its segment, wake and
-// start functions (SegmentFunction, WakeFunction, StartFunction). Call it before w.Start, on
+// start functions (SegmentFunction, WakeFunction, StartFunction), and
+// answers its queries (Query) until w stops. Call it before w.Start, on
 // every worker that runs the workflow. Errors: worker.ErrRegistered.
 func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...RegisterOptions) error {
 	d := &driver{p: w.Producer(), def: def}
@@ -157,7 +161,10 @@ func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...Reg
 	if err := worker.Register(w, startFn, d.startRun, internalOptions); err != nil {
 		return err
 	}
-	return worker.Register(w, wakeFn, d.wake, internalOptions)
+	if err := worker.Register(w, wakeFn, d.wake, internalOptions); err != nil {
+		return err
+	}
+	return d.serveQueries(w)
 }
 
 // RegisterOptions tune how a definition's workflows run.
@@ -271,6 +278,9 @@ func (d *driver) segment(ctx context.Context, j *worker.Job[segArgs]) error {
 // workflow that has ended already is left as it is.
 func failBroken(ctx context.Context, p *producer.Producer, name, id string, cause error) error {
 	eng := engine.Of(p)
+	if err := putBrokenCode(ctx, p, id, cause); err != nil {
+		return err
+	}
 	now := time.Now().UTC()
 	r, err := eng.Runs().Change(ctx, engine.Fail, id, func(r *jetflow.Run) *jetflow.Run {
 		return engine.EndRecord(r, jetflow.Failed, nil, cause.Error(), 1, now, now)
@@ -335,7 +345,8 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	if rs == nil || err != nil {
 		return err
 	}
-	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: rs.steps, claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC()}
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: generation(rs.steps, rs.cur.gen()), claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC(), created: rec.CreationTime}
+	s.drop = endedRuns(a.WF, a.N, s.steps)
 	// The record's claim (inProgress): a first segment that finds it
 	// pending writes it only if it runs for recordClaimAfter, or when it
 	// parks or starts a child (a short workflow goes from pending to its
@@ -351,11 +362,9 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	} else if err != nil {
 		return err
 	}
-	var out json.RawMessage
-	var ferr error
-	main := s.spawn(func() { out, ferr = d.def.run(&Context{seg: s}, rec.Args) })
+	main := s.spawn(func() (json.RawMessage, error) { return d.def.run(s.root(), s.input(rec)) })
 	s.wg.Wait()
-	return s.conclude(ctx, main, out, ferr)
+	return s.conclude(ctx, main.out)
 }
 
 // record reads the record of workflow wf; nil when there is none, and so
@@ -435,7 +444,7 @@ func turnOf(cur *cursor, n int) segmentTurn {
 		return turnFirst
 	case cur == nil:
 		return turnNoCursor
-	case cur.Done || cur.Seg > n:
+	case cur.state() == cursorDone || cur.Seg > n:
 		return turnAhead
 	case n == 1, cur.Seg == n, cur.parkedAt(n - 1):
 		// For the first segment: segment 1 again (a redelivery), it takes
@@ -447,20 +456,65 @@ func turnOf(cur *cursor, n int) segmentTurn {
 	return turnBehind
 }
 
-// running reports whether a segment holds cursor c: it neither waits nor
-// is done.
-func (c *cursor) running() bool { return !c.Waiting && !c.Done }
+// cursorState is what a cursor says of the workflow.
+type cursorState int
+
+const (
+	// cursorRunning: segment Seg holds it (runs, or died running).
+	cursorRunning cursorState = iota
+	// cursorParked: segment Seg parked; the next segment takes it.
+	cursorParked
+	// cursorDone: the workflow ended.
+	cursorDone
+)
+
+// state is the cursor's state.
+func (c *cursor) state() cursorState {
+	switch {
+	case c.Done:
+		return cursorDone
+	case c.Waiting:
+		return cursorParked
+	}
+	return cursorRunning
+}
+
+// The cursor's transitions: each returns the next cursor, written by
+// compare-and-swap over the revision it keeps (putCursor).
+
+// taken is the cursor held by segment n.
+func (c cursor) taken(n int) *cursor {
+	c.Seg, c.Waiting, c.Waits = n, false, nil
+	return &c
+}
+
+// parked is the cursor of its segment parked, waiting for waits.
+func (c cursor) parked(waits []string) *cursor {
+	c.Waiting, c.Waits = true, waits
+	return &c
+}
+
+// continued is the cursor of its segment ending the run: parked, the
+// next segment starting the next run with input.
+func (c cursor) continued(input json.RawMessage) *cursor {
+	c.Waiting, c.Waits = true, []string{"continue as new"}
+	c.Gen, c.Input = c.gen()+1, input
+	return &c
+}
+
+// running reports whether a segment holds cursor c.
+func (c *cursor) running() bool { return c.state() == cursorRunning }
 
 // waits reports whether cursor c, nil when there is none, waits for the
 // next segment: a segment parked and the workflow has not ended.
-func (c *cursor) waits() bool { return c != nil && c.Waiting && !c.Done }
+func (c *cursor) waits() bool { return c != nil && c.state() == cursorParked }
 
 // isClaim reports whether cursor c is as a Restart's claim writes it:
 // segment 1, held.
 func (c *cursor) isClaim() bool { return c.Seg == 1 && c.running() }
 
-// parkedAt reports whether segment seg parked: its cursor waits.
-func (c *cursor) parkedAt(seg int) bool { return c.Seg == seg && c.Waiting }
+// parkedAt reports whether segment seg parked and the workflow goes on.
+func (c *cursor) parkedAt(seg int) bool { return c.Seg == seg && c.state() == cursorParked }
 
 // reached reports whether cursor c, nil when there is none, shows segment
 // n's turn or later: segment n-1 parked, segment n or a later one ran, or
@@ -469,7 +523,7 @@ func (c *cursor) reached(n int) bool {
 	if c == nil {
 		return false
 	}
-	return c.Done || c.Seg >= n || c.parkedAt(n-1)
+	return c.state() == cursorDone || c.Seg >= n || c.parkedAt(n-1)
 }
 
 // enterFirst is enter for the first segment run again (or forked): it
@@ -487,7 +541,7 @@ func (d *driver) enterFirst(ctx context.Context, jr *journal, wf string) (*repla
 	case turnAhead:
 		return nil, checkAhead(ctx, d.p, wf, snap.cur)
 	}
-	rs.cur.Waiting, rs.cur.Waits = false, nil
+	rs.cur = rs.cur.taken(1)
 	if err := holdCursor(ctx, jr, wf, rs.cur); err != nil {
 		return nil, err
 	}
@@ -518,7 +572,7 @@ func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*repla
 	case turnBehind:
 		return nil, jetflow.Permanent(fmt.Errorf("workflow %s: segment %d, cursor at %d", a.WF, a.N, cur.Seg))
 	}
-	cur.Seg, cur.Waiting, cur.Waits = a.N, false, nil
+	cur = cur.taken(a.N)
 	kept := d.take(a.WF, cur.rev)
 	if err := holdCursor(ctx, jr, a.WF, cur); err != nil {
 		return nil, err
@@ -546,29 +600,76 @@ func holdCursor(ctx context.Context, jr *journal, wf string, cur *cursor) error 
 	return nil
 }
 
-// conclude ends the segment once its branches have returned or suspended:
-// it stops (to be retried) on a canceled context or an abort, fails the
-// workflow, ends it with the main branch's result, or parks it.
-func (s *segment) conclude(ctx context.Context, main *branch, out json.RawMessage, ferr error) error {
-	if cause := context.Cause(ctx); ctx.Err() != nil {
-		return s.leaving(cause)
-	}
+// segmentEnd is how a segment ends, once its branches have returned or
+// suspended (decideEnd).
+type segmentEnd int
+
+const (
+	// endRetry: canceled, or aborted: the segment stops and is retried.
+	endRetry segmentEnd = iota
+	// endFail: the workflow fails (a fatal error, a replay that ends
+	// before a journaled step, the function's error).
+	endFail
+	// endContinue: the function asked to continue as new.
+	endContinue
+	// endSucceed: the function returned its result.
+	endSucceed
+	// endPark: every branch waits.
+	endPark
+)
+
+// decideEnd decides how a segment ends: stopped (ctx ended, or aborted),
+// the workflow failed (fatal, unreached: the code ended before a journaled
+// step), or as the main branch's outcome says.
+func decideEnd(stopped, fatal bool, main branchOutcome, unreached bool) segmentEnd {
 	switch {
-	case s.aborted != nil:
+	case stopped:
+		return endRetry
+	case fatal, main.returned && unreached:
+		return endFail
+	case !main.returned:
+		return endPark
+	case asNew(main.err) != nil:
+		return endContinue
+	case main.err != nil:
+		return endFail
+	}
+	return endSucceed
+}
+
+// conclude ends the segment once its branches have returned or suspended,
+// as decideEnd says: it stops (to be retried), fails the workflow, ends
+// it with the main branch's result, continues it as new, or parks it.
+func (s *segment) conclude(ctx context.Context, main branchOutcome) error {
+	stopped := ctx.Err() != nil || s.aborted != nil
+	unreached := s.unreached()
+	switch decideEnd(stopped, s.fatal != nil, main, unreached != "") {
+	case endRetry:
+		if ctx.Err() != nil {
+			return s.leaving(context.Cause(ctx))
+		}
 		return s.leaving(s.aborted)
-	case s.fatal != nil:
-		return s.finish(ctx, jetflow.Failed, nil, s.fatal)
-	case main.finished && s.unreached() != "":
-		id := s.unreached()
-		e := s.entryAt(id)
-		return s.finish(ctx, jetflow.Failed, nil, jetflow.Permanent(fmt.Errorf("%w: step %s is %s %q in the journal, the code now ends without reaching it",
-			ErrNondeterministic, id, e.Kind, e.Name)))
-	case main.finished && ferr != nil:
-		return s.finish(ctx, jetflow.Failed, nil, ferr)
-	case main.finished:
-		return s.finish(ctx, jetflow.Success, out, nil)
+	case endFail:
+		return s.finish(ctx, jetflow.Failed, nil, s.failure(main, unreached))
+	case endContinue:
+		return s.continueAsNew(ctx, asNew(main.err).input)
+	case endSucceed:
+		return s.finish(ctx, jetflow.Success, main.result, nil)
 	}
 	return s.park(ctx)
+}
+
+// failure is the error a workflow fails with (decideEnd's endFail).
+func (s *segment) failure(main branchOutcome, unreached string) error {
+	switch {
+	case s.fatal != nil:
+		return s.fatal
+	case unreached != "":
+		e := s.entryAt(unreached)
+		return jetflow.Permanent(fmt.Errorf("%w: step %s is %s %q in the journal, the code now ends without reaching it",
+			ErrNondeterministic, unreached, e.Kind, e.Name))
+	}
+	return main.err
 }
 
 // segment is one replay of a workflow.
@@ -583,12 +684,16 @@ type segment struct {
 
 	id      string    // the segment's run id
 	started time.Time // when the segment started
+	created time.Time // the workflow record's creation time
 
 	// wmu orders the segment's writes of the workflow's record: the
 	// claim (from a timer), adoptions, the end.
 	wmu     sync.Mutex
 	claimed bool // the record is inProgress with this segment among its children
-	ended   bool // the segment wrote the record's end: no more claims
+	// drop: the children the claim removes (endedRuns), from the journal
+	// as the segment found it, before its code ran.
+	drop  map[string]bool
+	ended bool // the segment wrote the record's end: no more claims
 
 	mu sync.Mutex
 	// rec is the workflow's record as this segment last wrote it (nil
@@ -598,9 +703,13 @@ type segment struct {
 	claims  map[uint64]string
 	waits   []wait
 	visited map[string]bool // the steps this replay reached
-	aborted error           // the segment stops and is retried (replayed)
-	fatal   error           // the workflow fails
-	wg      sync.WaitGroup
+	// readOnly: a query's replay: every branch stops at its first step
+	// that has not ended, and nothing is written.
+	readOnly bool
+	queries  map[string]func() (json.RawMessage, error)
+	aborted  error // the segment stops and is retried (replayed)
+	fatal    error // the workflow fails
+	wg       sync.WaitGroup
 }
 
 // wait is what a suspended branch waits for.
@@ -628,28 +737,36 @@ func (w wait) String() string {
 
 // branch is one goroutine of workflow code.
 type branch struct {
-	done     chan struct{}
-	finished bool // returned; otherwise it suspended, aborted or failed the workflow
+	done chan struct{}
+	out  branchOutcome // once done is closed
+}
+
+// branchOutcome is how a branch ended: returned (with its result and error),
+// or not: it suspended, aborted the segment or failed the workflow.
+type branchOutcome struct {
+	returned bool
+	result   json.RawMessage
+	err      error
 }
 
 // spawn runs body in a goroutine of the segment. A step that must wait
 // ends the goroutine with runtime.Goexit (its deferred calls run).
-func (s *segment) spawn(body func()) *branch {
+func (s *segment) spawn(body func() (json.RawMessage, error)) *branch {
 	b := &branch{done: make(chan struct{})}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		defer close(b.done)
 		defer func() {
-			if b.finished {
+			if b.out.returned {
 				return
 			}
 			if p := recover(); p != nil {
 				s.failWorkflow0(jetflow.Permanent(fmt.Errorf("%w: %v\n%s", jetflow.ErrPanic, p, debug.Stack())))
 			}
 		}()
-		body()
-		b.finished = true
+		res, err := body()
+		b.out = branchOutcome{returned: true, result: res, err: err}
 	}()
 	return b
 }
@@ -693,6 +810,7 @@ func (s *segment) entryAt(id string) *Entry {
 // its code run again, for as long as the segment's attempts last. One that
 // still does not fit fails the workflow.
 func (s *segment) put(e *Entry) *Entry {
+	s.stopReadOnly()
 	e.Segment = s.n
 	stored, err := s.jr.putEntry(s.ctx, s.wf, e)
 	if tooLarge(err) && shrink(e, entryLimit(s.jr.js.Conn())) {
@@ -807,7 +925,7 @@ func (s *segment) claim(ctx context.Context) error {
 	}
 	eng := engine.Of(s.d.p)
 	now := time.Now().UTC()
-	claim := func(r *jetflow.Run) *jetflow.Run { return engine.StartRecord(r, s.id, now) }
+	claim := func(r *jetflow.Run) *jetflow.Run { return engine.StartRecord(r, s.id, now, s.drop) }
 	// Over the record as last read or written (one read less); a conflict
 	// (a Cancel, a child's adoption) reads it again.
 	s.mu.Lock()
@@ -846,6 +964,11 @@ func (s *segment) finish(ctx context.Context, st jetflow.State, out json.RawMess
 	why := ""
 	if ferr != nil {
 		why = ferr.Error()
+	}
+	// A failure's code before the record's end: whoever reads the failed
+	// record finds it (Result, Get).
+	if err := putEndCode(ctx, s.jr, &jetflow.Run{ID: s.wf, CreationTime: s.created}, ferr); err != nil {
+		return err
 	}
 	// Started at the segment's start if never claimed: it ran in one short
 	// segment.
@@ -891,10 +1014,9 @@ func (s *segment) park(ctx context.Context) error {
 	} else if err != nil {
 		return err
 	}
-	s.cur.Waiting = true
-	s.cur.Waits = nil
+	var waits []string
 	for _, w := range s.waits {
-		s.cur.Waits = append(s.cur.Waits, w.String())
+		waits = append(waits, w.String())
 	}
 	first := s.cur.rev == 0 // the workflow parks for the first time
 	if first {
@@ -905,13 +1027,15 @@ func (s *segment) park(ctx context.Context) error {
 			return err
 		}
 	}
-	ok, err := s.jr.putCursor(ctx, s.wf, s.cur)
+	next := s.cur.parked(waits)
+	ok, err := s.jr.putCursor(ctx, s.wf, next)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
 	}
+	s.cur = next
 	s.d.keep(s.wf, &stickyJournal{rev: s.cur.rev, steps: s.steps, claims: s.claims})
 	for _, w := range s.waits {
 		ready, err := s.ready(ctx, w)
@@ -942,7 +1066,11 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 		return r.State.Terminal(), nil
 	}
 	if w.event != "" {
-		evs, err := s.jr.events(ctx, s.wf, w.event)
+		read := s.jr.events
+		if w.kind == KindUpdate {
+			read = s.jr.updates
+		}
+		evs, err := read(ctx, s.wf, w.event)
 		if err != nil {
 			return false, err
 		}
@@ -963,6 +1091,7 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 // between the start of the run and this write (it ends the context only
 // after the workflow's record is canceled) must still reach the run.
 func (s *segment) adopt(id string) {
+	s.stopReadOnly()
 	ctx, cancel := s.detached()
 	defer cancel()
 	err := s.claim(ctx) // a first segment's record may still be pending

@@ -76,7 +76,7 @@ func (e *env) startWorkerWith(t testing.TB, cfg worker.Config, register func(w *
 }
 
 // startScheduler starts a scheduler (delayed runs: sleeps, timeouts).
-func (e *env) startScheduler(t *testing.T) {
+func (e *env) startScheduler(t testing.TB) {
 	t.Helper()
 	_, js := e.Connect()
 	s, err := scheduler.New(context.Background(), js, scheduler.Config{LeaseTTL: time.Second})

@@ -7,14 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
-	"github.com/nats-io/nuid"
 )
 
 // ErrEnded: an event sent to a workflow that has ended (the same error as
@@ -45,21 +43,21 @@ func watchDenied(ctx context.Context, p *producer.Producer, fn func(ctx context.
 }
 
 func sendEvent(ctx context.Context, p *producer.Producer, id, name string, payload any) error {
-	if err := validEventName(name); err != nil {
-		return err
-	}
-	raw, err := json.Marshal(payload)
+	ev, err := eventJSON(engine.Of(p), name, payload)
 	if err != nil {
-		return fmt.Errorf("%w: event %s: %v", jetflow.ErrBadArgs, name, err)
-	}
-	if limit := wfwire.EventLimit(engine.Of(p).Conn().MaxPayload()); len(raw) > limit {
-		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an await's journal entry holds (%d)",
-			producer.ErrArgsTooLarge, name, len(raw), limit)
+		return err
 	}
 	r, err := p.Get(ctx, id)
 	if err != nil {
 		return err
 	}
+	return storeEvent(ctx, p, r, name, ev)
+}
+
+// storeEvent stores event ev (its journal value) named name for workflow
+// r, and resumes it if it waits.
+func storeEvent(ctx context.Context, p *producer.Producer, r *jetflow.Run, name string, ev []byte) error {
+	id := r.ID
 	if !slices.Contains(r.Children, SegmentID(id, 1)) {
 		// As producer.SendEvent: an event for a run that is no workflow
 		// would stay in the journal for good.
@@ -72,8 +70,7 @@ func sendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(wfwire.Event{Name: name, Payload: raw, Sent: time.Now().UTC()})
-	if _, err := jr.kv.Create(ctx, eventPrefix(id, name)+nuid.Next(), b); err != nil {
+	if _, err := jr.kv.Create(ctx, wfwire.EventKey(id, name), ev); err != nil {
 		return fmt.Errorf("workflow %s: store event %s: %w", id, name, err)
 	}
 	return resume(ctx, p, jr, r.Name, id)
@@ -92,6 +89,25 @@ type Status struct {
 	Segment int      `json:"segment"`
 	Waiting bool     `json:"waiting"`
 	Waits   []string `json:"waits,omitempty"`
+	// Generation is the workflow's current run (from 1): ContinueAsNew
+	// starts the next; Steps are the current run's.
+	Generation int `json:"generation"`
+	// ErrorCode is the code of the sentinel error a failed workflow's
+	// failure matched (see RegisterError); Err returns it as an error.
+	ErrorCode string `json:"errorCode,omitempty"`
+}
+
+// Err is the error of a workflow that failed (an *Error that errors.Is
+// matches against the sentinel its failure matched), jetflow.ErrCanceled
+// for one canceled, nil otherwise.
+func (st *Status) Err() error {
+	switch st.Run.State {
+	case jetflow.Failed:
+		return failure(st.Run, st.ErrorCode)
+	case jetflow.Canceled:
+		return fmt.Errorf("workflow %s: %w", st.Run.ID, jetflow.ErrCanceled)
+	}
+	return nil
 }
 
 // Get returns workflow id's record and its steps. Errors:
@@ -126,7 +142,11 @@ func get(ctx context.Context, p *producer.Producer, id string) (*Status, error) 
 		return nil, fmt.Errorf("run %s (%s): %w", id, r.Name, producer.ErrNotWorkflow)
 	}
 	st := &Status{Run: r}
-	for _, e := range snap.steps {
+	if r.State == jetflow.Failed {
+		st.ErrorCode = decodeEndCode(snap.end, r)
+	}
+	st.Generation = snap.cur.gen()
+	for _, e := range generation(snap.steps, st.Generation) {
 		st.Steps = append(st.Steps, *e)
 	}
 	sort.Slice(st.Steps, func(a, b int) bool { return stepLess(st.Steps[a].Step, st.Steps[b].Step) })
@@ -151,8 +171,10 @@ func firstSegmentRan(r *jetflow.Run, n int) bool {
 }
 
 // Result waits until workflow id has ended and returns its result decoded
-// into Out; a workflow that failed or was canceled returns its record's
-// error.
+// into Out. A workflow that failed returns an *Error (its record's error
+// text) that errors.Is matches against the sentinel its failure matched:
+// ErrNondeterministic, a step's error such as ErrEventTimeout, or one
+// given to RegisterError; one canceled returns jetflow.ErrCanceled.
 func Result[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow[In, Out], id string) (Out, error) {
 	var out Out
 	r, err := p.Wait(ctx, id)
@@ -170,7 +192,15 @@ func Result[In, Out any](ctx context.Context, p *producer.Producer, def *Workflo
 	case jetflow.Canceled:
 		return out, fmt.Errorf("workflow %s: %w", id, jetflow.ErrCanceled)
 	}
-	return out, fmt.Errorf("workflow %s failed: %s", id, r.Error)
+	jr, err := openJournal(ctx, p)
+	if err != nil {
+		return out, err
+	}
+	code, err := readEndCode(ctx, jr, r)
+	if err != nil {
+		return out, errors.Join(failure(r, ""), err)
+	}
+	return out, failure(r, code)
 }
 
 // StepsFunc returns what dashboard.Config.Steps wants: for a run id, its

@@ -21,7 +21,9 @@ import (
 // ErrResultTooLarge, producer.ErrArgsTooLarge or jetflow.ErrBadArgs (a
 // call or child workflow refused for its args), jetflow.ErrInvalidName (a
 // call of a function whose name is not valid) and ErrDefinitionInactive
-// (a child workflow of a deprecated or deleted definition) through it.
+// (a child workflow of a deprecated or deleted definition) through it,
+// and, for an inline step, any sentinel given to RegisterError that the
+// step's error matched.
 type StepError struct {
 	Step string
 	Name string
@@ -32,28 +34,9 @@ type StepError struct {
 
 func (e *StepError) Error() string { return e.Msg }
 
-// Unwrap returns the sentinel the step's failure stands for, if any.
-func (e *StepError) Unwrap() error {
-	switch e.code {
-	case codeEventTimeout:
-		return ErrEventTimeout
-	case codeWorkerLost:
-		return jetflow.ErrWorkerLost
-	case codeCanceled:
-		return jetflow.ErrCanceled
-	case codeTooLarge:
-		return ErrResultTooLarge
-	case codeArgsTooLarge:
-		return producer.ErrArgsTooLarge
-	case codeBadArgs:
-		return jetflow.ErrBadArgs
-	case codeInvalidName:
-		return jetflow.ErrInvalidName
-	case codeInactive:
-		return ErrDefinitionInactive
-	}
-	return nil
-}
+// Unwrap returns the sentinel the step's failure stands for, if any (see
+// RegisterError).
+func (e *StepError) Unwrap() error { return errorOfCode(e.code) }
 
 // outcome turns an ended entry into the step's return values.
 func outcome[T any](wf *Context, e *Entry) (T, error) {
@@ -149,7 +132,7 @@ func Step[T any](wf *Context, name string, fn func(ctx context.Context) (T, erro
 	}
 	ne.Completed = time.Now().UTC()
 	if err != nil {
-		ne.State, ne.Error = StepFailed, err.Error()
+		ne.State, ne.Error, ne.Code = StepFailed, err.Error(), codeOf(err)
 	} else {
 		b, merr := json.Marshal(v)
 		if merr != nil {
@@ -469,6 +452,7 @@ func Patched(wf *Context, patch string) bool {
 	wf.begin()
 	s.visit(id)
 	if e == nil {
+		s.stopReadOnly()
 		now := time.Now().UTC()
 		s.put(&Entry{Step: id, Name: patch, Kind: KindPatch, State: StepDone, Started: now, Completed: now, Result: json.RawMessage("true")})
 	}
@@ -492,7 +476,10 @@ func Go[T any](wf *Context, fn func(wf *Context) (T, error)) *Future[T] {
 	id := wf.begin()
 	child := &Context{seg: wf.seg, path: id}
 	f := &Future[T]{}
-	f.b = wf.seg.spawn(func() { f.v, f.err = fn(child) })
+	f.b = wf.seg.spawn(func() (json.RawMessage, error) {
+		f.v, f.err = fn(child)
+		return nil, f.err
+	})
 	return f
 }
 
@@ -501,7 +488,7 @@ func Go[T any](wf *Context, fn func(wf *Context) (T, error)) *Future[T] {
 // from the journal when it can go on.
 func (f *Future[T]) Get() (T, error) {
 	<-f.b.done
-	if !f.b.finished {
+	if !f.b.out.returned {
 		runtime.Goexit()
 	}
 	return f.v, f.err

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -123,7 +122,9 @@ type startOptions struct {
 	after      time.Duration // After: resolved on the producer's clock at Start
 	parent     string
 	onComplete *jetflow.Call
-	forked     bool // Restart: the journal holds steps before the first segment
+	forked     bool   // Restart: the journal holds steps before the first segment
+	event      []byte // SendEventWithStart: stored before the first segment
+	eventName  string
 }
 
 // WithID gives the workflow its id, an idempotency key: starting an id that
@@ -254,52 +255,27 @@ func startWorkflow(ctx context.Context, p *producer.Producer, name string, raw j
 	}
 	rec := recordOf(name, a)
 	rec.Trace = telemetry.Inject(ctx)
-	// The record first, create-only: the idempotency point. Get, Watch and
-	// Cancel find the workflow at once.
-	if _, err := eng.Create(ctx, rec); err != nil {
-		if errors.Is(err, kv.ErrExists) {
-			return id, fmt.Errorf("workflow %s: %w", id, producer.ErrAlreadyExists)
-		}
+	jr, err := openJournal(ctx, p)
+	if err != nil {
 		return "", err
 	}
-	if o.id != "" && !o.forked {
-		if err := purgeLeftovers(ctx, p, id); err != nil {
-			return id, fmt.Errorf("workflow %s is recorded but its first segment was not published (the repair sweep will): %w", id, err)
-		}
-	}
-	// Then its first segment, without a record of its own (its message is
-	// its pending record): published once, after the create that only
-	// one Start wins. The repair sweep publishes it if this process dies
-	// first (a pending workflow record whose first segment has neither a
-	// message, nor a delayed entry, nor a record).
-	seg := wfwire.FirstSegment(rec)
-	seg.Args = segRaw
-	var err error
+	// The record first, create-only: the idempotency point (Get, Watch and
+	// Cancel find the workflow at once); then the first segment, without
+	// a record of its own, published once, after the create that only one
+	// Start wins. The repair sweep publishes it if this process dies
+	// between the two.
+	st := wfwire.Start{Record: rec, SegArgs: segRaw, CallerID: o.id != "" && !o.forked, Event: o.event, EventName: o.eventName}
+	err = st.Do(ctx, eng, jr.kv)
 	switch {
-	case strings.Count(seg.Name, ".") < kv.QueuedMaxTokens && sched.After(eng.Now()):
-		err = eng.DelayNew(ctx, seg)
-	case strings.Count(seg.Name, ".") < kv.QueuedMaxTokens:
-		err = eng.PublishNew(ctx, seg)
-	default:
-		// A name too deep for a record-less run to be found by its id
-		// (kv.QueuedMaxTokens): a record first, as any run with an id.
-		var rev uint64
-		if rev, err = eng.Create(ctx, seg); err == nil {
-			seg.Revision = rev
-			err = eng.Dispatch(ctx, seg)
-		}
-	}
-	if err != nil {
-		return id, fmt.Errorf("workflow %s is recorded but its first segment was not published (the repair sweep will): %w", id, err)
+	case errors.Is(err, kv.ErrExists):
+		return id, fmt.Errorf("workflow %s: %w", id, producer.ErrAlreadyExists)
+	case errors.Is(err, wfwire.ErrNotPublished):
+		return id, err
+	case err != nil:
+		return "", err
 	}
 	return id, nil
 }
 
 // recordOf is the pending record of a workflow, from its first segment's args.
-func recordOf(name string, a segArgs) *jetflow.Run {
-	return &jetflow.Run{
-		ID: a.WF, Name: name, Kind: jetflow.Retryable, Args: a.Input, State: jetflow.Pending,
-		ScheduledTime: a.Scheduled, CreationTime: a.Created, Parent: a.Parent,
-		Children: []string{SegmentID(a.WF, 1)}, OnComplete: a.OnComplete,
-	}
-}
+func recordOf(name string, a segArgs) *jetflow.Run { return wfwire.RecordOf(name, a) }

@@ -36,6 +36,11 @@ var cliFlow = workflow.Define("cli.approve", func(wf *workflow.Context, in cliFl
 	return "hello " + in.User + ", approved by " + a.By, nil
 })
 
+// A workflow that fails with a step's typed error (no event sent).
+var cliTimeout = workflow.Define("cli.timeout", func(wf *workflow.Context, _ cliFlowIn) (string, error) {
+	return workflow.AwaitEvent[string](wf, "never", -1)
+})
+
 // jetflow workflows get shows a waiting workflow and its steps; send-event
 // resumes it; get --json then shows it succeeded; cancel and restart answer
 // for workflows that cannot.
@@ -49,6 +54,9 @@ func TestWorkflowsCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := workflow.Register(w, cliFlow); err != nil {
+		t.Fatal(err)
+	}
+	if err := workflow.Register(w, cliTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Start(context.Background()); err != nil {
@@ -82,6 +90,19 @@ func TestWorkflowsCommands(t *testing.T) {
 	})
 	if st.Run.State != jetflow.Success || string(st.Run.Result) != `"hello ann, approved by bob"` {
 		t.Fatalf("workflow ended %s with %s (%s)", st.Run.State, st.Run.Result, st.Run.Error)
+	}
+	// A failed workflow's error keeps its code through get --json.
+	tid, err := workflow.Start(context.Background(), p, cliTimeout, cliFlowIn{}, workflow.WithID("timeout-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tst workflow.Status
+	testserver.Eventually(t, 20*time.Second, "workflow failed", func() bool {
+		out, _ := mustCLI(ctx, t, "workflows", "get", tid, "--json", "--url", e.URL)
+		return json.Unmarshal([]byte(out), &tst) == nil && tst.Run != nil && tst.Run.State.Terminal()
+	})
+	if tst.ErrorCode != "eventTimeout" || !errors.Is(tst.Err(), workflow.ErrEventTimeout) {
+		t.Errorf("get --json of a failed workflow: state %s, code %q, Err %v", tst.Run.State, tst.ErrorCode, tst.Err())
 	}
 	if out, _ := mustCLI(ctx, t, "workflows", "cancel", id, "--url", e.URL); !strings.Contains(out, "had already ended (success)") {
 		t.Fatalf("cancel of an ended workflow: %q", out)

@@ -220,9 +220,11 @@ func DeadLetterRun(r *jetflow.Run, why string, now time.Time) *jetflow.Run {
 
 // StartRecord is step Claim of a record whose work runs as runs of its own
 // (a workflow's segments): inProgress, started at now if it was not, at
-// least its first attempt, child listed once.
-func StartRecord(r *jetflow.Run, child string, now time.Time) *jetflow.Run {
+// least its first attempt, the children in drop gone (runs that ended: the
+// record does not grow with every segment), child listed once.
+func StartRecord(r *jetflow.Run, child string, now time.Time, drop map[string]bool) *jetflow.Run {
 	next := clone(r)
+	next.Children = slices.DeleteFunc(next.Children, func(c string) bool { return drop[c] })
 	next.State, next.Heartbeat, next.Attempts = jetflow.InProgress, now.UTC(), max(r.Attempts, 1)
 	if next.StartedTime.IsZero() {
 		next.StartedTime = now.UTC()

@@ -137,7 +137,7 @@ func TestTransitionsFromEveryState(t *testing.T) {
 			}
 			return ""
 		}},
-		{"start a record", Claim, func(r *jetflow.Run) *jetflow.Run { return StartRecord(r, "seg-1", now) }, func(cur, n *jetflow.Run) string {
+		{"start a record", Claim, func(r *jetflow.Run) *jetflow.Run { return StartRecord(r, "seg-1", now, nil) }, func(cur, n *jetflow.Run) string {
 			if !slices.Contains(n.Children, "seg-1") || n.Attempts < 1 || n.StartedTime.IsZero() || !n.Heartbeat.Equal(now) {
 				return "not started with its segment"
 			}
@@ -219,7 +219,7 @@ func TestTransitionDetails(t *testing.T) {
 	if n.Error != long || len(n.History[len(n.History)-1].Error) > MaxHistoryError+len("…") {
 		t.Errorf("a long error: the record keeps %d bytes, the history %d", len(n.Error), len(n.History[len(n.History)-1].Error))
 	}
-	if AddChild(record(jetflow.Pending, now), "c", now) != nil || AddChild(StartRecord(first, "c", now), "c", now) != nil {
+	if AddChild(record(jetflow.Pending, now), "c", now) != nil || AddChild(StartRecord(first, "c", now, nil), "c", now) != nil {
 		t.Error("AddChild wrote a record not running, or a child listed already")
 	}
 	if NextAttempt(&jetflow.Run{Children: []string{"a-2"}, Attempts: 2}, "a-2", 2, "x") != nil {

@@ -1,0 +1,175 @@
+package wfwire
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+)
+
+// Queries and updates (docs/wire-format.md, "Queries and updates").
+
+// ErrNoQueryHandler: no worker of the workflow's definition answered the
+// query, or the workflow's code (as far as it has run) registered no
+// handler of that name.
+var ErrNoQueryHandler = errors.New("workflow: no query handler")
+
+// ErrUpdateRejected: the workflow's validator refused the update; it
+// changed nothing.
+var ErrUpdateRejected = errors.New("workflow: update rejected")
+
+// ErrUpdateTimeout: the update was not answered before the caller's
+// deadline; it stays stored and may still be handled.
+var ErrUpdateTimeout = errors.New("workflow: update not answered in time")
+
+// QuerySubject is the core NATS subject on which the workers of
+// definition name answer queries (a queue group of that name).
+func QuerySubject(prefix, name string) string { return prefix + ".wfquery." + name }
+
+// QueryRequest is a query's request body.
+type QueryRequest struct {
+	WF   string `json:"wf"`
+	Name string `json:"name"`
+}
+
+// Answer is a query's reply, and an update's answer (journal key
+// AnswerKey).
+type Answer struct {
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+	// Code is the error's code (workflow.RegisterError), "noHandler" or
+	// "rejected".
+	Code string `json:"code,omitempty"`
+}
+
+// Answer codes of the errors defined here.
+const (
+	CodeNoHandler = "noHandler"
+	CodeRejected  = "rejected"
+)
+
+// Err is the answer's error (nil on success), wrapping the sentinel of its
+// code when it is one of this package's; other codes are the caller's to
+// map (of is consulted first, may be nil).
+func (a *Answer) Err(of func(code string) error) error {
+	if a.Error == "" && a.Code == "" {
+		return nil
+	}
+	var s error
+	if of != nil {
+		s = of(a.Code)
+	}
+	switch {
+	case s != nil:
+	case a.Code == CodeNoHandler:
+		s = ErrNoQueryHandler
+	case a.Code == CodeRejected:
+		s = ErrUpdateRejected
+	}
+	if s == nil {
+		return errors.New(a.Error)
+	}
+	return &codedError{msg: a.Error, err: s}
+}
+
+type codedError struct {
+	msg string
+	err error
+}
+
+func (e *codedError) Error() string { return e.msg }
+func (e *codedError) Unwrap() error { return e.err }
+
+// Query asks a worker of definition def to answer query name of workflow
+// id, from the state its code replays to: the raw reply.
+func Query(ctx context.Context, nc *nats.Conn, prefix, def, id, name string) (*Answer, error) {
+	req, _ := json.Marshal(QueryRequest{WF: id, Name: name})
+	msg, err := nc.RequestWithContext(ctx, QuerySubject(prefix, def), req)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("%w: no worker of %s is running", ErrNoQueryHandler, def)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: query %s: %w", id, name, err)
+	}
+	var a Answer
+	if err := json.Unmarshal(msg.Data, &a); err != nil {
+		return nil, fmt.Errorf("workflow %s: query %s: reply %q: %w", id, name, msg.Data, err)
+	}
+	return &a, nil
+}
+
+// UpdatePrefix is the prefix of the journal keys of workflow wf's updates
+// named name: <wf>.up.<name>.<unique>.
+func UpdatePrefix(wf, name string) string { return wf + ".up." + name + "." }
+
+// AnswerKey is the journal key of the answer to workflow wf's update
+// whose key ends in unique.
+func AnswerKey(wf, unique string) string { return wf + ".ans." + unique }
+
+// UpdateUnique is the unique part of update key key.
+func UpdateUnique(key string) string { return key[strings.LastIndexByte(key, '.')+1:] }
+
+// StoreUpdate stores update name with input (its journal value an Event)
+// for workflow wf, and returns the key of its answer.
+func StoreUpdate(ctx context.Context, journal jetstream.KeyValue, wf, name string, input json.RawMessage, now time.Time) (string, error) {
+	unique := nuid.Next()
+	b, _ := json.Marshal(Event{Name: name, Payload: input, Sent: now.UTC()})
+	if _, err := journal.Create(ctx, UpdatePrefix(wf, name)+unique, b); err != nil {
+		return "", fmt.Errorf("workflow %s: store update %s: %w", wf, name, err)
+	}
+	return AnswerKey(wf, unique), nil
+}
+
+// AwaitAnswer waits for the answer under key until ctx ends
+// (ErrUpdateTimeout, the update stays stored; so is a watch that fails).
+func AwaitAnswer(ctx context.Context, journal jetstream.KeyValue, key string) (*Answer, error) {
+	w, err := journal.Watch(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: watch %s: %w", ErrUpdateTimeout, key, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrUpdateTimeout, context.Cause(ctx))
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("%w: watch of %s ended", ErrUpdateTimeout, key)
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var a Answer
+			if err := json.Unmarshal(e.Value(), &a); err != nil {
+				return nil, fmt.Errorf("%w: answer %s: %w", ErrUpdateTimeout, key, err)
+			}
+			return &a, nil
+		}
+	}
+}
+
+// SendUpdate stores update name with input for workflow wf, resumes it
+// (wake), and waits for its answer until ctx ends.
+func SendUpdate(ctx context.Context, journal jetstream.KeyValue, wf, name string, input json.RawMessage, now time.Time, wake func(ctx context.Context) error) (*Answer, error) {
+	key, err := StoreUpdate(ctx, journal, wf, name, input, now)
+	if err != nil {
+		return nil, err
+	}
+	// Stored: from here on the update may be handled, so every error is
+	// ErrUpdateTimeout (a retry would send it twice). The resume is tried
+	// until ctx ends.
+	for err := wake(ctx); err != nil; err = wake(ctx) {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: workflow %s: update %s stored, resume failed: %w", ErrUpdateTimeout, wf, name, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return AwaitAnswer(ctx, journal, key)
+}

@@ -1,0 +1,125 @@
+package workflow_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/worker"
+	"github.com/jetflow-dev/jetflow/workflow"
+)
+
+var errNegative = errors.New("cart: negative quantity")
+
+func init() {
+	if err := workflow.RegisterError("cart.negative", errNegative); err != nil {
+		panic(err)
+	}
+}
+
+type cartState struct {
+	Items int    `json:"items"`
+	Phase string `json:"phase"`
+}
+
+// cartDef is an entity workflow: it answers query "state", takes updates
+// "add" (validated: a positive quantity) until one is "checkout" (0), and
+// sleeps a little between: queries work while it waits; an update is
+// answered once journaled, and replays rebuild the state.
+var cartDef = workflow.Define("test.cart", func(wf *workflow.Context, _ struct{}) (int, error) {
+	st := cartState{Phase: "open"}
+	workflow.SetQueryHandler(wf, "state", func() (cartState, error) { return st, nil })
+	workflow.SetQueryHandler(wf, "fail", func() (int, error) { return 0, fmt.Errorf("asked: %w", errNegative) })
+	for {
+		n := -1
+		err := workflow.AwaitUpdate(wf, "add", 0, func(q int) (int, error) {
+			n = q
+			st.Items += q
+			return st.Items, nil
+		}, func(q int) error {
+			if q < 0 {
+				return errNegative
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, err
+		}
+		if n == 0 {
+			break
+		}
+	}
+	st.Phase = "checkout"
+	if _, err := workflow.AwaitEvent[string](wf, "paid", 0); err != nil {
+		return 0, err
+	}
+	return st.Items, nil
+})
+
+func TestQueryAndUpdate(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, cartDef)) })
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, cartDef, struct{}{})
+	must(t, err)
+	e.waiting(t, id)
+	if st, err := workflow.Query[cartState](ctx, e.P, id, "state"); err != nil || st != (cartState{Phase: "open"}) {
+		t.Fatalf("query before updates: %+v, %v", st, err)
+	}
+	for i, q := range []int{2, 3} {
+		got, err := workflow.Update[int, int](ctx, e.P, id, "add", q)
+		if want := []int{2, 5}[i]; err != nil || got != want {
+			t.Fatalf("update add %d: %d, %v; want %d", q, got, err, want)
+		}
+	}
+	// Through the producer, bytes in and out.
+	raw, err := e.P.UpdateWorkflow(ctx, id, "add", []byte("4"))
+	if err != nil || string(raw) != "9" {
+		t.Fatalf("producer update: %s, %v", raw, err)
+	}
+	// Rejected by the validator: nothing changes, and the error keeps its
+	// identity.
+	if _, err := workflow.Update[int, int](ctx, e.P, id, "add", -1); !errors.Is(err, workflow.ErrUpdateRejected) {
+		t.Fatalf("negative add: %v, want ErrUpdateRejected", err)
+	}
+	// The state, while the workflow waits: rebuilt by a read-only replay.
+	e.waiting(t, id)
+	if st, err := workflow.Query[cartState](ctx, e.P, id, "state"); err != nil || st != (cartState{Items: 9, Phase: "open"}) {
+		t.Fatalf("query after updates: %+v, %v", st, err)
+	}
+	raw, err = e.P.QueryWorkflow(ctx, id, "state")
+	if err != nil || string(raw) != `{"items":9,"phase":"open"}` {
+		t.Fatalf("producer query: %s, %v", raw, err)
+	}
+	if _, err := workflow.Query[int](ctx, e.P, id, "fail"); !errors.Is(err, errNegative) {
+		t.Errorf("failing query: %v, want errNegative", err)
+	}
+	if _, err := workflow.Query[int](ctx, e.P, id, "nope"); !errors.Is(err, workflow.ErrNoQueryHandler) {
+		t.Errorf("unknown query: %v, want ErrNoQueryHandler", err)
+	}
+	if got, err := workflow.Update[int, int](ctx, e.P, id, "add", 0); err != nil || got != 9 {
+		t.Fatalf("checkout: %d, %v", got, err)
+	}
+	testserver.Eventually(t, 20*time.Second, "state checkout", func() bool {
+		st, err := workflow.Query[cartState](ctx, e.P, id, "state")
+		return err == nil && st == cartState{Items: 9, Phase: "checkout"}
+	})
+	// An update nobody takes in time: ErrUpdateTimeout.
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := workflow.Update[int, int](short, e.P, id, "add", 1); !errors.Is(err, workflow.ErrUpdateTimeout) {
+		t.Errorf("update never awaited: %v, want ErrUpdateTimeout", err)
+	}
+	must(t, workflow.SendEvent(ctx, e.P, id, "paid", "ok"))
+	if n, err := workflow.Result(ctx, e.P, cartDef, id); err != nil || n != 9 {
+		t.Fatalf("result %d, %v", n, err)
+	}
+	// After the end, the query replays the whole run.
+	if st, err := workflow.Query[cartState](ctx, e.P, id, "state"); err != nil || st.Items != 9 {
+		t.Errorf("query after the end: %+v, %v", st, err)
+	}
+}
