@@ -75,6 +75,9 @@ type Function struct {
 	DesiredWorkers int `json:"desiredWorkers"`
 }
 
+// queuesTimeout bounds the read of the pools' and the triggers' queues.
+const queuesTimeout = 3 * time.Second
+
 // Figures are one read of the backlog.
 type Figures struct {
 	// At is when they were read (this host's clock).
@@ -230,11 +233,17 @@ func (r *Reader) Read(ctx context.Context) (*Figures, error) {
 	// Pools and triggers are reported apart from the functions' figures:
 	// a pool or a trigger's source this user may not read (a trigger on a
 	// user's stream) must not make the scaling endpoint answer 503.
+	// A request the user may not make goes unanswered: each read has
+	// queuesTimeout, not the caller's whole ctx.
 	var qerrs []error
-	if f.Pools, err = r.pools(ctx); err != nil {
+	qctx, cancel := context.WithTimeout(ctx, queuesTimeout)
+	defer cancel()
+	if f.Pools, err = r.pools(qctx); err != nil {
 		qerrs = append(qerrs, err)
 	}
-	if f.Triggers, err = r.triggers(ctx); err != nil {
+	qctx, cancel = context.WithTimeout(ctx, queuesTimeout)
+	defer cancel()
+	if f.Triggers, err = r.triggers(qctx); err != nil {
 		qerrs = append(qerrs, err)
 	}
 	if err := errors.Join(qerrs...); err != nil {
