@@ -39,9 +39,9 @@ func (p *Producer) SendEvent(ctx context.Context, workflowID, name string, paylo
 		return fmt.Errorf("%w: event %s: %v", jetflow.ErrBadArgs, name, err)
 	}
 	if limit := wfwire.EventLimit(p.nc.MaxPayload()); len(raw) > limit {
-		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an await's journal entry holds (%d)", ErrArgsTooLarge, name, len(raw), limit)
+		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an event takes (%d)", ErrArgsTooLarge, name, len(raw), limit)
 	}
-	r, err := p.Get(ctx, workflowID)
+	r, err := p.get(ctx, workflowID)
 	if err != nil {
 		return err
 	}
@@ -54,6 +54,9 @@ func (p *Producer) SendEvent(ctx context.Context, workflowID, name string, paylo
 	journal, err := p.js.KeyValue(ctx, p.cfg.JournalBucket())
 	if err != nil {
 		return fmt.Errorf("workflow %s: journal: %w", workflowID, err)
+	}
+	if raw, err = wfwire.EventPayload(ctx, p.js, p.cfg.PayloadsBucket(), workflowID, name, raw); err != nil {
+		return err
 	}
 	b, _ := json.Marshal(wfwire.Event{Name: name, Payload: raw, Sent: p.now().UTC()})
 	if _, err := journal.Create(ctx, wfwire.EventPrefix(workflowID, name)+nuid.Next(), b); err != nil {

@@ -93,6 +93,12 @@ func Check(ctx context.Context, js jetstream.JetStream, c Config) error {
 			}
 			shape(name, cfg)
 		}
+		payloads := ObjectStream(c.PayloadsBucket())
+		if cfg, err = info(payloads); err != nil {
+			return err
+		} else if cfg != nil {
+			shape(payloads, cfg)
+		}
 		pools := KVStream(c.PoolsBucket())
 		cfg, err = info(pools)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/payload"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -94,7 +95,14 @@ func (j *jobCore) SetResult(v any) error {
 	// Args and result within the server's max payload less resultRoom for
 	// the record's other fields: args at the producer's limit (max payload
 	// less 4096) still leave room for a result of up to 2 KB.
-	if max := j.w.nc.MaxPayload(); max > 0 && int64(len(b)+len(j.env.Args)+resultRoom) > max {
+	// A result above payload.Threshold goes to the payloads bucket when
+	// the handler returns (offloadResult): the record holds its reference.
+	max := j.w.nc.MaxPayload()
+	switch {
+	case len(b) > payload.MaxSize:
+		return fmt.Errorf("%w: result of %d bytes, more than jetflow offloads (%d)", ErrResultTooLarge, len(b), payload.MaxSize)
+	case payload.Above(b, max):
+	case max > 0 && int64(len(b)+len(j.env.Args)+resultRoom) > max:
 		return fmt.Errorf("%w: result of %d bytes does not fit the server's max payload %d with the args", ErrResultTooLarge, len(b), max)
 	}
 	j.mu.Lock()

@@ -714,6 +714,9 @@ func (s *segment) entryAt(id string) *Entry {
 // still does not fit fails the workflow.
 func (s *segment) put(e *Entry) *Entry {
 	e.Segment = s.n
+	if e.State == StepDone {
+		e.Result = s.offload("step-"+e.Step, e.Result)
+	}
 	stored, err := s.jr.putEntry(s.ctx, s.wf, e)
 	if tooLarge(err) && shrink(e, entryLimit(s.jr.js.Conn())) {
 		stored, err = s.jr.putEntry(s.ctx, s.wf, e)

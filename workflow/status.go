@@ -53,7 +53,7 @@ func sendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 		return fmt.Errorf("%w: event %s: %v", jetflow.ErrBadArgs, name, err)
 	}
 	if limit := wfwire.EventLimit(engine.Of(p).Conn().MaxPayload()); len(raw) > limit {
-		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an await's journal entry holds (%d)",
+		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an event takes (%d)",
 			producer.ErrArgsTooLarge, name, len(raw), limit)
 	}
 	r, err := p.Get(ctx, id)
@@ -70,6 +70,9 @@ func sendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 	}
 	jr, err := openJournal(ctx, p)
 	if err != nil {
+		return err
+	}
+	if raw, err = wfwire.EventPayload(ctx, engine.Of(p).JetStream(), engine.Of(p).Streams().PayloadsBucket(), id, name, raw); err != nil {
 		return err
 	}
 	b, _ := json.Marshal(wfwire.Event{Name: name, Payload: raw, Sent: time.Now().UTC()})

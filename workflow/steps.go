@@ -61,8 +61,12 @@ func outcome[T any](wf *Context, e *Entry) (T, error) {
 	if e.State == StepFailed {
 		return v, &StepError{Step: e.Step, Name: e.Name, Kind: e.Kind, Msg: e.Error, code: e.Code}
 	}
-	if len(e.Result) > 0 {
-		if err := json.Unmarshal(e.Result, &v); err != nil {
+	res, err := wf.seg.resolve(e.Result)
+	if err != nil {
+		wf.seg.failWorkflow(fmt.Errorf("step %s (%s %q): result: %w", e.Step, e.Kind, e.Name, err))
+	}
+	if len(res) > 0 {
+		if err := json.Unmarshal(res, &v); err != nil {
 			wf.seg.failWorkflow(fmt.Errorf("%w: step %s (%s %q): result %s: %v", jetflow.ErrBadArgs, e.Step, e.Kind, e.Name, e.Result, err))
 		}
 	}

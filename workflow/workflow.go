@@ -91,6 +91,10 @@ func WakeFunction(name string) string { return wfwire.WakeFunction(name) }
 // run is the untyped form of the workflow function.
 func (w *Workflow[In, Out]) run(wf *Context, raw json.RawMessage) (json.RawMessage, error) {
 	var in In
+	raw, err := wf.seg.resolve(raw)
+	if err != nil {
+		return nil, err
+	}
 	if len(raw) == 0 {
 		raw = json.RawMessage("null")
 	}
@@ -105,7 +109,7 @@ func (w *Workflow[In, Out]) run(wf *Context, raw json.RawMessage) (json.RawMessa
 	if err != nil {
 		return nil, fmt.Errorf("%w: result: %v", jetflow.ErrBadArgs, err)
 	}
-	return b, nil
+	return wf.seg.offload("result", b), nil
 }
 
 // definition is what the internal functions need of a Workflow.
@@ -232,6 +236,10 @@ func startWorkflow(ctx context.Context, p *producer.Producer, name string, raw j
 	sched := o.at.UTC()
 	if o.at.IsZero() || sched.Before(now) {
 		sched = now
+	}
+	raw, oerr := offloadInput(ctx, p, id, raw)
+	if oerr != nil {
+		return "", oerr
 	}
 	a := segArgs{WF: id, N: 1, Input: raw, Scheduled: sched, Created: now, Parent: o.parent, Forked: o.forked}
 	if o.onComplete != nil {
