@@ -50,7 +50,7 @@ func TestStartRefusesAnInputItsFirstSegmentCannotCarry(t *testing.T) {
 	// carries 8 MB, and on a loaded machine one may take longer than the
 	// second startWorker's worker allows before it takes a run over.
 	e.startWorkerWith(t, worker.Config{}, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	limit := int(e.JS.Conn().MaxPayload()) - 4096 // kv.ArgsLimit: what a run's args hold
+	limit := int(e.JS.Conn().MaxPayload()) - 4096     // kv.ArgsLimit: what a run's args hold
 	for _, size := range []int{payload.MaxSize - 1} { // JSON adds 2 quotes
 		t0 := time.Now()
 		_, err := workflow.Start(ctx, e.P, def, strings.Repeat("y", size), workflow.WithID("big"))
