@@ -44,25 +44,26 @@ func (e *env) journalValues(t *testing.T, id string) map[string][]byte {
 	return out
 }
 
-// parked waits until workflow id's cursor says it waits, reading the
-// journal's cursor (workflow.Get would read its 20 MB input each time).
-func (e *env) parked(t *testing.T, id string) {
+// parked waits until workflow id's cursor says it waits for event name,
+// reading the journal's cursor (workflow.Get would read its 20 MB input
+// each time).
+func (e *env) parked(t *testing.T, id, name string) {
 	t.Helper()
 	kvb, err := e.JS.KeyValue(context.Background(), streams.Config{}.WithDefaults().JournalBucket())
 	must(t, err)
-	testserver.Eventually(t, time.Minute, "workflow "+id+" waiting", func() bool {
+	testserver.Eventually(t, 2*time.Minute, "workflow "+id+" waiting for "+name, func() bool {
 		ent, err := kvb.Get(context.Background(), id+".wf")
-		return err == nil && bytes.Contains(ent.Value(), []byte(`"waiting":true`))
+		return err == nil && bytes.Contains(ent.Value(), []byte(`"waiting":true`)) && bytes.Contains(ent.Value(), []byte(name))
 	})
 }
 
-// A workflow's input, a step's result, an event's payload, a call's
-// result and the workflow's result of 20 MB each, on a server of NATS's
-// default max payload (1 MB), go through the payloads bucket: the
-// workflow's code gets each whole after a server restart between their
-// writes and their reads (the worker stopped meanwhile), its steps run
-// once, Result returns the result whole, and the journal and the record
-// keep references only.
+// A workflow's input, a step's result, a call's result, an event's payload
+// and the workflow's result of 20 MB each, on a server of NATS's default
+// max payload (1 MB), go through the payloads bucket: the workflow's code
+// gets each whole after a server restart between their writes and their
+// reads (the worker stopped meanwhile), its step and call run once, Result
+// returns the result whole, and the journal and the record keep
+// references only.
 func TestLargePayloadsThroughAWorkflowAndAServerRestart(t *testing.T) {
 	t.Parallel()
 	ts := testserver.StartMaxPayload(t, 1<<20)
@@ -70,8 +71,7 @@ func TestLargePayloadsThroughAWorkflowAndAServerRestart(t *testing.T) {
 	must(t, err)
 	e := &env{Env: ts, P: p, count: map[string]int{}}
 	const size = 20 << 20
-	in, stepOut, event, callOut := text(0, size), text(1, size), text(2, size), text(3, size)
-	small := text(4, 300<<10) // above the threshold, sent with workflow.SendEvent
+	in, stepOut, callOut, event := text(0, size), text(1, size), text(2, size), text(3, size)
 	def := workflow.Define("test.bigpayloads", func(wf *workflow.Context, got string) (string, error) {
 		if got != in {
 			return "", errors.New("the input is not the one given to Start")
@@ -83,17 +83,13 @@ func TestLargePayloadsThroughAWorkflowAndAServerRestart(t *testing.T) {
 		if err != nil || s != stepOut {
 			return "", errors.New("the step's result is not the one it returned: " + errString(err))
 		}
-		ev, err := workflow.AwaitEvent[string](wf, "doc", 0)
-		if err != nil || ev != event {
-			return "", errors.New("the event is not the one sent: " + errString(err))
-		}
-		ev2, err := workflow.AwaitEvent[string](wf, "doc2", 0)
-		if err != nil || ev2 != small {
-			return "", errors.New("the second event is not the one sent: " + errString(err))
-		}
 		c, err := workflow.Call[string](wf, bigResult.With(3))
 		if err != nil || c != callOut {
 			return "", errors.New("the call's result is not the one its handler set: " + errString(err))
+		}
+		ev, err := workflow.AwaitEvent[string](wf, "doc", 0)
+		if err != nil || ev != event {
+			return "", errors.New("the event is not the one sent: " + errString(err))
 		}
 		return strings.ToUpper(ev), nil
 	})
@@ -106,17 +102,18 @@ func TestLargePayloadsThroughAWorkflowAndAServerRestart(t *testing.T) {
 			return j.SetResult(callOut)
 		})
 	}
+	// The default AckWait and LostAfter: a 20 MB read on a loaded machine
+	// may take longer than startWorker's second, and a segment taken over
+	// mid-step would run its (retryable) step again.
 	first := e.startWorkerWith(t, worker.Config{}, register)
 	id, err := workflow.Start(ctx, e.P, def, in)
 	must(t, err)
-	e.parked(t, id) // at "doc": the input and the step's result are written
+	e.parked(t, id, "doc") // the input, the step's and the call's results are written
 	must(t, first.Stop(ctx))
 	must(t, e.P.SendEvent(ctx, id, "doc", event))
 	ts.Restart()
 	testserver.Eventually(t, 10*time.Second, "reconnected", ts.NC.IsConnected)
 	e.startWorkerWith(t, worker.Config{}, register)
-	e.parked(t, id) // at "doc2"
-	must(t, workflow.SendEvent(ctx, e.P, id, "doc2", small))
 	out, err := workflow.Result(ctx, e.P, def, id)
 	if err != nil {
 		t.Fatalf("workflow %s: %v", id, err)
@@ -138,12 +135,6 @@ func TestLargePayloadsThroughAWorkflowAndAServerRestart(t *testing.T) {
 	must(t, err)
 	if v := rec.Value(); len(v) > 4096 || bytes.Count(v, []byte(`"`+payload.Key+`"`)) != 2 {
 		t.Fatalf("the workflow's record holds %d bytes: %.300s; want two references (input, result)", len(v), v)
-	}
-	r, err := e.P.Get(ctx, id)
-	must(t, err)
-	wantIn, _ := json.Marshal(in)
-	if !bytes.Equal(r.Args, wantIn) {
-		t.Fatalf("Get: %d bytes of input, want %d", len(r.Args), len(wantIn))
 	}
 }
 
