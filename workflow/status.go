@@ -29,9 +29,9 @@ var ErrEnded = wfwire.ErrEnded
 // consumed by one await. Errors: ErrInvalidEventName, jetflow.ErrNotFound
 // (no such workflow), producer.ErrNotWorkflow (a run that is not a
 // workflow), ErrEnded, jetflow.ErrBadArgs, producer.ErrArgsTooLarge (a
-// payload larger than the await's journal entry holds: the server's max
-// payload less 5 KB), jetflow.ErrBadRecord (the workflow's journal cannot
-// be read: the workflow fails with it).
+// payload above 64 MiB; one above a quarter of the server's max payload
+// goes to the payloads bucket), jetflow.ErrBadRecord (the workflow's
+// journal cannot be read: the workflow fails with it).
 func SendEvent(ctx context.Context, p *producer.Producer, id, name string, payload any) error {
 	return watchDenied(ctx, p, func(ctx context.Context) error { return sendEvent(ctx, p, id, name, payload) })
 }

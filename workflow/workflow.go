@@ -189,8 +189,9 @@ func wakeCallback(name, id string) jetflow.Call {
 // for At and After: a scheduler must run for a delayed start, as for any
 // delayed run). Should Start die between the two, the scheduler's repair
 // sweep publishes the first segment. Errors: jetflow.ErrBadArgs,
-// producer.ErrArgsTooLarge (an input larger than a run's args hold, less
-// about 150 bytes; it matches jetflow.ErrBadArgs too),
+// producer.ErrArgsTooLarge (an input above 64 MiB; it matches
+// jetflow.ErrBadArgs too; one above a quarter of the server's max payload
+// goes to the payloads bucket, docs/wire-format.md "Large payloads"),
 // jetflow.ErrInvalidRunID, ErrDefinitionInactive, producer.ErrAlreadyExists
 // (with the id) when the id was started before.
 func Start[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow[In, Out], in In, opts ...StartOption) (string, error) {
