@@ -117,4 +117,3 @@ func TestRolesCarryLargePayloads(t *testing.T) {
 		t.Fatalf("the worker or the producer was denied: %v", vs)
 	}
 }
-
