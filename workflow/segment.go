@@ -186,7 +186,7 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	if wc.Purge {
 		return janitor(ctx, d.p, d.def.Name(), wc.WF)
 	}
-	r, err := d.p.Get(ctx, wc.WF)
+	r, err := engine.Of(d.p).Get(ctx, wc.WF)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		r, err = latestRecord(ctx, d.p, wc.WF, err)
 	}
@@ -237,7 +237,7 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 		if !errors.Is(err, producer.ErrAlreadyExists) {
 			return err
 		}
-		r, gerr := p.Get(ctx, seg)
+		r, gerr := engine.Of(p).Get(ctx, seg)
 		if gerr != nil || !r.State.Terminal() {
 			return gerr // it is there and will run
 		}
@@ -320,7 +320,7 @@ func checkAhead(ctx context.Context, p *producer.Producer, id string, cur *curso
 		return nil
 	}
 	seg := SegmentID(id, cur.Seg)
-	_, err := p.Get(ctx, seg)
+	_, err := engine.Of(p).Get(ctx, seg)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		_, err = latestRecord(ctx, p, seg, err)
 	}

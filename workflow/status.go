@@ -56,7 +56,7 @@ func sendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 		return fmt.Errorf("%w: event %s: %d bytes of payload, more than an event takes (%d)",
 			producer.ErrArgsTooLarge, name, len(raw), limit)
 	}
-	r, err := p.Get(ctx, id)
+	r, err := engine.Of(p).Get(ctx, id)
 	if err != nil {
 		return err
 	}
