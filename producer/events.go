@@ -29,7 +29,7 @@ var (
 // needs no import of package workflow to send one (workflow.SendEvent does
 // the same, resuming the workflow directly). Errors: ErrInvalidEventName,
 // jetflow.ErrNotFound (no such run), ErrNotWorkflow, ErrWorkflowEnded,
-// jetflow.ErrBadArgs (payload not JSON-encodable), ErrArgsTooLarge (above 64
+// jetflow.ErrBadArgs (payload not JSON-encodable), ErrArgsTooLarge (above 32
 // MiB; a payload above a quarter of the max payload goes to the payloads
 // bucket, docs/wire-format.md "Large payloads").
 func (p *Producer) SendEvent(ctx context.Context, workflowID, name string, payload any) error {

@@ -37,7 +37,7 @@ var (
 	ErrTooManyRuns = errors.New("producer: too many runs in one call")
 	// ErrArgsTooLarge: args above MaxBatchArgs in one call, or one run's
 	// args above what jetflow offloads to the payloads bucket
-	// (payload.MaxSize, 64 MiB), or offloaded args of a run due later than
+	// (payload.MaxSize, 32 MiB), or offloaded args of a run due later than
 	// the bucket keeps them.
 	ErrArgsTooLarge = errors.New("producer: arguments too large")
 	// ErrBatchFailed: the batch was refused by the server; none of it was written.

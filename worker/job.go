@@ -89,7 +89,7 @@ const resultRoom = 2048
 // SetResult stores v (JSON-encoded) on the run record when the run succeeds.
 // A result above a quarter of the server's max payload goes to the
 // payloads bucket when the handler returns, the record keeping a reference
-// (docs/wire-format.md, "Large payloads"); one above 64 MiB is
+// (docs/wire-format.md, "Large payloads"); one above 32 MiB is
 // ErrResultTooLarge.
 func (j *jobCore) SetResult(v any) error {
 	b, err := json.Marshal(v)

@@ -20,7 +20,7 @@ import (
 // offload is b, or the reference to it once stored under owner/what. A
 // failure to store it stops the segment, which is retried. A payload above
 // payload.MaxSize stays as it is: the write that cannot hold it fails the
-// step (or the workflow) with ErrResultTooLarge, as before.
+// workflow with ErrResultTooLarge (a step's fails the step: segment.put).
 func (s *segment) offload(what string, b []byte) []byte {
 	eng := engine.Of(s.d.p)
 	if !payload.Above(b, eng.Conn().MaxPayload()) || len(b) > payload.MaxSize {

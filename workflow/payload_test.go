@@ -51,14 +51,14 @@ func (e *env) parked(t *testing.T, id, name string) {
 	t.Helper()
 	kvb, err := e.JS.KeyValue(context.Background(), streams.Config{}.WithDefaults().JournalBucket())
 	must(t, err)
-	testserver.Eventually(t, 2*time.Minute, "workflow "+id+" waiting for "+name, func() bool {
+	testserver.Eventually(t, 4*time.Minute, "workflow "+id+" waiting for "+name, func() bool {
 		ent, err := kvb.Get(context.Background(), id+".wf")
 		return err == nil && bytes.Contains(ent.Value(), []byte(`"waiting":true`)) && bytes.Contains(ent.Value(), []byte(name))
 	})
 }
 
-// A workflow's input, a step's result, a call's result, an event's payload
-// and the workflow's result of 20 MB each, on a server of NATS's default
+// A workflow's input, a step's result, an event's payload and the
+// workflow's result of 20 MB each, and a call's result of 2 MB, on a server of NATS's default
 // max payload (1 MB), go through the payloads bucket: the workflow's code
 // gets each whole after a server restart between their writes and their
 // reads (the worker stopped meanwhile), its step and call run once, Result
@@ -73,7 +73,9 @@ func TestLargePayloadsThroughAWorkflowAndAServerRestart(t *testing.T) {
 	must(t, err)
 	e := &env{Env: ts, P: p, count: map[string]int{}}
 	const size = 20 << 20
-	in, stepOut, callOut, event := text(0, size), text(1, size), text(2, size), text(3, size)
+	// The call's result, written and read as the step's is, at 2 MB: the
+	// worker's tests carry a 20 MB result.
+	in, stepOut, callOut, event := text(0, size), text(1, size), text(2, 2<<20), text(3, size)
 	def := workflow.Define("test.bigpayloads", func(wf *workflow.Context, got string) (string, error) {
 		if got != in {
 			return "", errors.New("the input is not the one given to Start")
@@ -95,7 +97,7 @@ func TestLargePayloadsThroughAWorkflowAndAServerRestart(t *testing.T) {
 		}
 		return strings.ToUpper(ev), nil
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	register := func(w *worker.Worker) {
 		must(t, workflow.Register(w, def))

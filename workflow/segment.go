@@ -16,6 +16,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/payload"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -714,7 +715,9 @@ func (s *segment) entryAt(id string) *Entry {
 // still does not fit fails the workflow.
 func (s *segment) put(e *Entry) *Entry {
 	e.Segment = s.n
-	if e.State == StepDone {
+	if e.State == StepDone && len(e.Result) > payload.MaxSize {
+		shrink(e, payload.MaxSize) // more than jetflow offloads: the step fails
+	} else if e.State == StepDone {
 		e.Result = s.offload("step-"+e.Step, e.Result)
 	}
 	stored, err := s.jr.putEntry(s.ctx, s.wf, e)

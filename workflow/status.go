@@ -29,7 +29,7 @@ var ErrEnded = wfwire.ErrEnded
 // consumed by one await. Errors: ErrInvalidEventName, jetflow.ErrNotFound
 // (no such workflow), producer.ErrNotWorkflow (a run that is not a
 // workflow), ErrEnded, jetflow.ErrBadArgs, producer.ErrArgsTooLarge (a
-// payload above 64 MiB; one above a quarter of the server's max payload
+// payload above 32 MiB; one above a quarter of the server's max payload
 // goes to the payloads bucket), jetflow.ErrBadRecord (the workflow's
 // journal cannot be read: the workflow fails with it).
 func SendEvent(ctx context.Context, p *producer.Producer, id, name string, payload any) error {

@@ -189,7 +189,7 @@ func wakeCallback(name, id string) jetflow.Call {
 // for At and After: a scheduler must run for a delayed start, as for any
 // delayed run). Should Start die between the two, the scheduler's repair
 // sweep publishes the first segment. Errors: jetflow.ErrBadArgs,
-// producer.ErrArgsTooLarge (an input above 64 MiB; it matches
+// producer.ErrArgsTooLarge (an input above 32 MiB; it matches
 // jetflow.ErrBadArgs too; one above a quarter of the server's max payload
 // goes to the payloads bucket, docs/wire-format.md "Large payloads"),
 // jetflow.ErrInvalidRunID, ErrDefinitionInactive, producer.ErrAlreadyExists

@@ -22,9 +22,9 @@ import (
 // {"jetflowPayload":{"name":"<object>","size":<bytes>}}.
 const Key = "jetflowPayload"
 
-// MaxSize is the largest payload jetflow offloads: 64 MiB. A handler's
+// MaxSize is the largest payload jetflow offloads: 32 MiB. A handler's
 // args and a result are held in memory whole.
-const MaxSize = 64 << 20
+const MaxSize = 32 << 20
 
 // maxRef bounds what Resolve looks into: a reference is a short object
 // (an object name of at most a few hundred bytes).
