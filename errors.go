@@ -30,6 +30,11 @@ var (
 	ErrBadRecord = errors.New("jetflow: unreadable run record")
 	// ErrPanic: the handler panicked; the record holds the stack.
 	ErrPanic = errors.New("jetflow: handler panicked")
+	// ErrPayloadMissing: a reference to a large payload (docs/wire-format.md,
+	// "Large payloads") whose object is not in the payloads bucket: it
+	// expired, was deleted, or never existed. A run whose args are missing
+	// fails (permanent) with it; Get and Result return it.
+	ErrPayloadMissing = errors.New("jetflow: offloaded payload missing")
 )
 
 // permanentError stops retries.

@@ -39,8 +39,11 @@
 //
 // Batch schedules up to MaxBatch runs all or none, in one atomic JetStream
 // batch. Limits are checked before anything is written: ErrTooManyRuns,
-// ErrArgsTooLarge (MaxBatchArgs in one call, or one run's args above the
-// server's max payload).
+// ErrArgsTooLarge (MaxBatchArgs in one call, or one run's args above 32
+// MiB). Args above a quarter of the server's max payload go to the
+// payloads bucket, the record and message keeping a reference
+// (docs/wire-format.md, "Large payloads"); the handler, Get and Wait see
+// the args themselves.
 //
 // # Status
 //

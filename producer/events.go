@@ -35,13 +35,15 @@ var (
 // needs no import of package workflow to send one (workflow.SendEvent does
 // the same, resuming the workflow directly). Errors: ErrInvalidEventName,
 // jetflow.ErrNotFound (no such run), ErrNotWorkflow, ErrWorkflowEnded,
-// jetflow.ErrBadArgs (payload not JSON-encodable), ErrArgsTooLarge.
+// jetflow.ErrBadArgs (payload not JSON-encodable), ErrArgsTooLarge (above 32
+// MiB; a payload above a quarter of the max payload goes to the payloads
+// bucket, docs/wire-format.md "Large payloads").
 func (p *Producer) SendEvent(ctx context.Context, workflowID, name string, payload any) error {
 	ev, err := p.eventJSON(name, payload)
 	if err != nil {
 		return err
 	}
-	r, err := p.Get(ctx, workflowID)
+	r, err := p.get(ctx, workflowID)
 	if err != nil {
 		return err
 	}
@@ -75,6 +77,9 @@ func (p *Producer) storeEvent(ctx context.Context, r *jetflow.Run, name string, 
 	}
 	journal, err := p.journal(ctx)
 	if err != nil {
+		return err
+	}
+	if ev, err = wfwire.OffloadEvent(ctx, p.js, p.cfg.PayloadsBucket(), workflowID, ev); err != nil {
 		return err
 	}
 	if _, err := journal.Create(ctx, wfwire.EventKey(workflowID, name), ev); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/jsbatch"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
+	"github.com/jetflow-dev/jetflow/internal/payload"
 	"github.com/jetflow-dev/jetflow/internal/srvclock"
 	"github.com/jetflow-dev/jetflow/internal/telemetry"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -36,7 +37,9 @@ var (
 	// ErrTooManyRuns: more than MaxBatch runs in one call.
 	ErrTooManyRuns = errors.New("producer: too many runs in one call")
 	// ErrArgsTooLarge: args above MaxBatchArgs in one call, or one run's
-	// args above the server's max payload.
+	// args above what jetflow offloads to the payloads bucket
+	// (payload.MaxSize, 32 MiB), or offloaded args of a run due later than
+	// the bucket keeps them.
 	ErrArgsTooLarge = errors.New("producer: arguments too large")
 	// ErrBatchFailed: the batch was refused by the server; none of it was written.
 	ErrBatchFailed = errors.New("producer: batch not written")
@@ -139,7 +142,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Producer, er
 	p := &Producer{store: st, cfg: scfg, js: js, nc: js.Conn(), log: cfg.Logger, now: cfg.Now, win: win}
 	p.d = engine.NewDispatcher(engine.DispatcherConfig{
 		JS: js, Streams: scfg, Store: st, Now: cfg.Now, Ride: p.ride, Enqueue: p.enqueueCallback,
-		Create: p.createRecord, Direct: p.publishDirect,
+		Create: p.createRecord, Direct: p.publishDirect, Get: p.get,
 	})
 	p.runs = p.d.Runs()
 	return p, nil
@@ -204,6 +207,9 @@ func (p *Producer) runAt(ctx context.Context, t time.Time, c jetflow.Call, opts 
 		return "", err
 	}
 	if err := p.checkSize(len(r.Args)); err != nil {
+		return "", err
+	}
+	if err := p.offloadArgs(ctx, r); err != nil {
 		return "", err
 	}
 	if p.direct(r, o) {
@@ -304,18 +310,76 @@ func directEnvelope(r *jetflow.Run) streams.Envelope {
 	return e
 }
 
+// checkSize checks one run's args of n bytes: at most payload.MaxSize when
+// they go to the payloads bucket (above payload.Threshold), within the
+// server's max payload less 4096 bytes when they stay in the record.
 func (p *Producer) checkSize(n int) error {
-	if max := p.nc.MaxPayload(); max > 0 && int64(n)+4096 > max {
+	max := p.nc.MaxPayload()
+	switch {
+	case n > payload.MaxSize:
+		return fmt.Errorf("%w: %d bytes of args, more than jetflow offloads (%d)", ErrArgsTooLarge, n, payload.MaxSize)
+	case payload.Threshold(max) > 0 && n > payload.Threshold(max):
+		return nil // offloaded
+	case max > 0 && int64(n)+4096 > max:
 		return fmt.Errorf("%w: %d bytes of args, server max payload %d", ErrArgsTooLarge, n, max)
 	}
+	return nil
+}
+
+// offloadArgs stores r's args in the payloads bucket when they are above
+// payload.Threshold, r then holding the reference (docs/wire-format.md,
+// "Large payloads"). A run due later than the payloads are kept
+// (streams.Config.PayloadTTL less Retention, for its record's retention)
+// is refused with ErrArgsTooLarge before anything is written.
+func (p *Producer) offloadArgs(ctx context.Context, r *jetflow.Run) error {
+	if !payload.Above(r.Args, p.nc.MaxPayload()) {
+		return nil
+	}
+	if keep := p.cfg.PayloadTTL - p.cfg.Retention; r.ScheduledTime.After(p.now().Add(keep)) {
+		return fmt.Errorf("%w: %d bytes of args go to the payloads bucket, which keeps them %s; the run is due later than %s from now",
+			ErrArgsTooLarge, len(r.Args), p.cfg.PayloadTTL, keep)
+	}
+	b, err := payload.Offload(ctx, p.js, p.cfg.PayloadsBucket(), r.ID, "args", r.Args)
+	if err != nil {
+		return fmt.Errorf("producer: run %s: %w", r.ID, err)
+	}
+	r.Args = b
 	return nil
 }
 
 // Get returns the record of run id. A run published without a record (one
 // due now with a generated id, or one from another producer) that no worker
 // has taken yet is answered from its waiting message, as pending (Revision
-// 0). Errors: jetflow.ErrNotFound, jetflow.ErrInvalidRunID.
+// 0). Args and Result hold the payloads themselves, those kept in the
+// payloads bucket too (docs/wire-format.md, "Large payloads"). Errors:
+// jetflow.ErrNotFound, jetflow.ErrInvalidRunID, jetflow.ErrPayloadMissing
+// (with the record, its reference in place of the payload).
 func (p *Producer) Get(ctx context.Context, id string) (*jetflow.Run, error) {
+	r, err := p.get(ctx, id)
+	if err != nil {
+		return r, err
+	}
+	return p.resolve(ctx, r)
+}
+
+// resolve is r with the payloads its args' and result's references name
+// in their place (payload.Resolve); when one cannot be read, r as it is,
+// and the error.
+func (p *Producer) resolve(ctx context.Context, r *jetflow.Run) (*jetflow.Run, error) {
+	bucket := p.cfg.PayloadsBucket()
+	args, err := payload.Resolve(ctx, p.js, bucket, r.Args)
+	if err != nil {
+		return r, fmt.Errorf("run %s: args: %w", r.ID, err)
+	}
+	result, err := payload.Resolve(ctx, p.js, bucket, r.Result)
+	if err != nil {
+		return r, fmt.Errorf("run %s: result: %w", r.ID, err)
+	}
+	return engine.WithPayloads(r, args, result), nil
+}
+
+// get is Get with the payloads' references as stored.
+func (p *Producer) get(ctx context.Context, id string) (*jetflow.Run, error) {
 	r, err := p.store.Show(ctx, id)
 	if !errors.Is(err, jetflow.ErrNotFound) {
 		return r, err
@@ -411,7 +475,13 @@ type batch struct {
 // dispatch (engine.DispatchExisting). Unread, the repair sweep stands
 // behind it.
 func (p *Producer) dispatchExisting(ctx context.Context, id string) {
-	if cur, _, err := p.store.Decide(ctx, id); err == nil {
+	cur, _, err := p.store.Decide(ctx, id)
+	if err != nil {
+		return
+	}
+	// Its message there already (the common case: the earlier call went
+	// through): nothing to do.
+	if q, err := p.store.Queued(ctx, cur.Name, cur.ID); err == nil && !q {
 		p.d.DispatchExisting(cur)
 	}
 }
@@ -444,6 +514,11 @@ func (p *Producer) prepareBatch(ctxs []context.Context, items []Item) (batch, er
 	}
 	if total > MaxBatchArgs {
 		return b, fmt.Errorf("%w: %d bytes in one call, limit %d", ErrArgsTooLarge, total, MaxBatchArgs)
+	}
+	for i, r := range b.runs {
+		if err := p.offloadArgs(ctxs[i], r); err != nil {
+			return b, fmt.Errorf("item %d: %w", i, err)
+		}
 	}
 	return b, nil
 }

@@ -297,7 +297,9 @@ func (p *Producer) Watch(ctx context.Context, id string) (<-chan *jetflow.Run, e
 // Wait blocks until run id is terminal and returns its record. A run not
 // written yet is awaited, as Watch does: for an id that no run has, Wait
 // returns ctx's error when ctx ends, not jetflow.ErrNotFound (use Get to
-// look first). Errors: jetflow.ErrInvalidRunID, jetflow.ErrBadRecord, ctx's.
+// look first). As Get, the record holds the payloads themselves. Errors:
+// jetflow.ErrInvalidRunID, jetflow.ErrBadRecord, jetflow.ErrPayloadMissing,
+// ctx's.
 func (p *Producer) Wait(ctx context.Context, id string) (*jetflow.Run, error) {
 	ch, err := p.Watch(ctx, id)
 	if err != nil {
@@ -308,7 +310,7 @@ func (p *Producer) Wait(ctx context.Context, id string) (*jetflow.Run, error) {
 		last = r
 	}
 	if last != nil && last.State.Terminal() {
-		return last, nil
+		return p.resolve(ctx, last)
 	}
 	if err := ctx.Err(); err != nil {
 		return last, err

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/cronspec"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -609,7 +610,7 @@ func (c *Crons) fire(ctx context.Context, r *cronRecord, t time.Time, replay, ca
 			return false, false, err
 		}
 		if active {
-			if _, err := c.p.Get(ctx, id); err == nil {
+			if _, err := engine.Of(c.p).Get(ctx, id); err == nil { // its state: no payload read
 				c.fired(r, id, t) // a previous leader fired it
 				return true, false, nil
 			} else if !errors.Is(err, jetflow.ErrNotFound) {

@@ -79,8 +79,8 @@ func Check(ctx context.Context, js jetstream.JetStream, c Config) error {
 				problems = append(problems, fmt.Sprintf("%s has %s storage, want %s", fn, cfg.Storage, c.Storage))
 			}
 		}
-		for _, b := range []string{c.RunsBucket(), c.DelayedBucket(), c.LeasesBucket(), c.FunctionsBucket(), c.CronsBucket(), c.JournalBucket()} {
-			name := KVStream(b)
+		atomic := map[string]bool{KVStream(c.RunsBucket()): true, KVStream(c.DelayedBucket()): true}
+		for _, name := range bucketStreams(c) {
 			cfg, err := info(name)
 			if err != nil {
 				return err
@@ -88,7 +88,7 @@ func Check(ctx context.Context, js jetstream.JetStream, c Config) error {
 			if cfg == nil {
 				continue
 			}
-			if (b == c.RunsBucket() || b == c.DelayedBucket()) && !cfg.AllowAtomicPublish {
+			if atomic[name] && !cfg.AllowAtomicPublish {
 				problems = append(problems, name+" does not allow atomic publish")
 			}
 			shape(name, cfg)
@@ -111,4 +111,15 @@ func Check(ctx context.Context, js jetstream.JetStream, c Config) error {
 		return fmt.Errorf("%w: %s", ErrNotProvisioned, strings.Join(problems, "; "))
 	}
 	return nil
+}
+
+// bucketStreams are the streams of c's buckets that Check looks up in one
+// loop: the key-value buckets but the pools', and the payloads' object
+// store.
+func bucketStreams(c Config) []string {
+	var names []string
+	for _, b := range []string{c.RunsBucket(), c.DelayedBucket(), c.LeasesBucket(), c.FunctionsBucket(), c.CronsBucket(), c.JournalBucket()} {
+		names = append(names, KVStream(b))
+	}
+	return append(names, ObjectStream(c.PayloadsBucket()))
 }

@@ -59,6 +59,13 @@ type Config struct {
 	// DuplicateWindow of the function stream (publishes with the same
 	// Nats-Msg-Id inside it are dropped). Default 2 minutes.
 	DuplicateWindow time.Duration
+	// PayloadTTL is how long a large payload (PayloadsBucket) is kept after
+	// it was written: the object store bucket's TTL, set when Provision
+	// creates it. Default Retention plus 30 days: a run has 30 days to end,
+	// and its record then shows the payload for its retention. Producers
+	// refuse a run with a large payload due later than PayloadTTL less
+	// Retention.
+	PayloadTTL time.Duration
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -74,6 +81,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.PayloadTTL == 0 {
+		c.PayloadTTL = c.Retention + 30*24*time.Hour
 	}
 	return c
 }
@@ -236,7 +246,37 @@ func Provision(ctx context.Context, js jetstream.JetStream, c Config) error {
 			}
 		}
 	}
+	if err := provisionPayloads(ctx, js, c, keepShape); err != nil {
+		return err
+	}
 	return provisionPools(ctx, js, c, keepShape)
+}
+
+// provisionPayloads creates the object store bucket of large payloads
+// (PayloadsBucket) with c's TTL. One that exists keeps its config, except
+// for the replicas this Config asks for.
+func provisionPayloads(ctx context.Context, js jetstream.JetStream, c Config, keepShape bool) error {
+	st, err := js.Stream(ctx, ObjectStream(c.PayloadsBucket()))
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: c.PayloadsBucket(), Description: "jetflow: large payloads, by reference from records and messages",
+			TTL: c.PayloadTTL, Storage: c.Storage, Replicas: c.Replicas,
+		})
+		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("streams: bucket %s: %w", c.PayloadsBucket(), err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("streams: bucket %s: %w", c.PayloadsBucket(), err)
+	}
+	if cfg := st.CachedInfo().Config; !keepShape && cfg.Replicas != c.Replicas {
+		cfg.Replicas = c.Replicas
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("streams: bucket %s: %w", c.PayloadsBucket(), err)
+		}
+	}
+	return nil
 }
 
 // provisionPools creates the pools bucket's stream (PoolsStreamConfig), so

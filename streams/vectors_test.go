@@ -753,16 +753,18 @@ type limitsFile struct {
 	Batches       []limitBatch `json:"batches"`
 	EventRoom     int          `json:"eventRoom"`
 	Events        []struct {
-		MaxPayload   int32  `json:"maxPayload"`
-		PayloadBytes int    `json:"payloadBytes"`
-		Error        string `json:"error"`
+		MaxPayload   int32         `json:"maxPayload"`
+		PayloadBytes int           `json:"payloadBytes"`
+		Error        string        `json:"error"`
+		Offload      *limitOffload `json:"offload,omitempty"`
 	} `json:"events"`
 	WorkflowInputs []struct {
-		MaxPayload int32  `json:"maxPayload"`
-		ID         string `json:"id"`
-		Now        string `json:"now"`
-		InputBytes int    `json:"inputBytes"`
-		Error      string `json:"error,omitempty"`
+		MaxPayload int32         `json:"maxPayload"`
+		ID         string        `json:"id"`
+		Now        string        `json:"now"`
+		InputBytes int           `json:"inputBytes"`
+		Error      string        `json:"error,omitempty"`
+		Offload    *limitOffload `json:"offload,omitempty"`
 	} `json:"workflowInputs"`
 	ErrorKinds map[string]string `json:"errorKinds"`
 }
@@ -791,16 +793,34 @@ func (v limitValue) text(t *testing.T) string {
 }
 
 type limitArgs struct {
-	MaxPayload int32  `json:"maxPayload"`
-	ArgsBytes  int    `json:"argsBytes"`
-	Error      string `json:"error,omitempty"`
+	MaxPayload int32         `json:"maxPayload"`
+	ArgsBytes  int           `json:"argsBytes"`
+	Error      string        `json:"error,omitempty"`
+	Offload    *limitOffload `json:"offload,omitempty"`
 }
 
 type limitBatch struct {
-	MaxPayload    int32  `json:"maxPayload"`
-	Items         int    `json:"items"`
-	ArgsBytesEach int    `json:"argsBytesEach"`
-	Error         string `json:"error,omitempty"`
+	MaxPayload    int32         `json:"maxPayload"`
+	Items         int           `json:"items"`
+	ArgsBytesEach int           `json:"argsBytesEach"`
+	Error         string        `json:"error,omitempty"`
+	Offload       *limitOffload `json:"offload,omitempty"`
+}
+
+// limitOffload is what a producer that keeps large payloads in the
+// payloads bucket (docs/wire-format.md, "Large payloads"), as the Go one
+// does, answers where it differs from the entry's error.
+type limitOffload struct {
+	Error string `json:"error,omitempty"`
+}
+
+// goError is the error kind the Go producer answers: off's where an entry
+// has one, err otherwise.
+func goError(err string, off *limitOffload) string {
+	if off != nil {
+		return off.Error
+	}
+	return err
 }
 
 // argsOf is args that encode to n bytes: a JSON string of n-2 'a's.
@@ -873,10 +893,11 @@ func TestVectorsLimits(t *testing.T) {
 		p, ts := prod(a.MaxPayload)
 		before := stored(ts)
 		_, err := p.Enqueue(ctx, jetflow.RawCall("limits.args", argsOf(a.ArgsBytes)))
-		if got := errorKind(err); got != a.Error {
-			t.Errorf("args of %d bytes, max payload %d: error %q (%v), vector has %q", a.ArgsBytes, a.MaxPayload, got, err, a.Error)
+		wantErr := goError(a.Error, a.Offload)
+		if got := errorKind(err); got != wantErr {
+			t.Errorf("args of %d bytes, max payload %d: error %q (%v), want %q", a.ArgsBytes, a.MaxPayload, got, err, wantErr)
 		}
-		if n, want := stored(ts)-before, map[bool]uint64{true: 0, false: 1}[a.Error != ""]; n != want {
+		if n, want := stored(ts)-before, map[bool]uint64{true: 0, false: 1}[wantErr != ""]; n != want {
 			t.Errorf("args of %d bytes, max payload %d: %d runs stored, want %d", a.ArgsBytes, a.MaxPayload, n, want)
 		}
 	}
@@ -888,11 +909,12 @@ func TestVectorsLimits(t *testing.T) {
 			items[i] = producer.Item{Call: jetflow.RawCall("limits.batch", argsOf(b.ArgsBytesEach))}
 		}
 		_, err := p.Batch(ctx, items)
-		if got := errorKind(err); got != b.Error {
-			t.Errorf("batch of %d × %d bytes, max payload %d: error %q (%v), vector has %q", b.Items, b.ArgsBytesEach, b.MaxPayload, got, err, b.Error)
+		wantErr := goError(b.Error, b.Offload)
+		if got := errorKind(err); got != wantErr {
+			t.Errorf("batch of %d × %d bytes, max payload %d: error %q (%v), want %q", b.Items, b.ArgsBytesEach, b.MaxPayload, got, err, wantErr)
 		}
 		want := uint64(b.Items)
-		if b.Error != "" {
+		if wantErr != "" {
 			want = 0
 		}
 		if n := stored(ts) - before; n != want {
@@ -902,8 +924,8 @@ func TestVectorsLimits(t *testing.T) {
 	for _, e := range f.Events {
 		p, _ := prod(e.MaxPayload)
 		err := p.SendEvent(ctx, "wf-none", "approve", argsOf(e.PayloadBytes))
-		if got := errorKind(err); got != e.Error {
-			t.Errorf("event payload of %d bytes, max payload %d: error %q (%v), vector has %q", e.PayloadBytes, e.MaxPayload, got, err, e.Error)
+		if got, want := errorKind(err), goError(e.Error, e.Offload); got != want {
+			t.Errorf("event payload of %d bytes, max payload %d: error %q (%v), want %q", e.PayloadBytes, e.MaxPayload, got, err, want)
 		}
 	}
 	for _, w := range f.WorkflowInputs {
@@ -915,11 +937,12 @@ func TestVectorsLimits(t *testing.T) {
 		}
 		def := workflow.Define("limits.flow", func(*workflow.Context, json.RawMessage) (json.RawMessage, error) { return nil, nil })
 		_, err = workflow.Start(ctx, p, def, argsOf(w.InputBytes), workflow.WithID(w.ID))
-		if got := errorKind(err); got != w.Error {
-			t.Errorf("workflow input of %d bytes, max payload %d: error %q (%v), vector has %q", w.InputBytes, w.MaxPayload, got, err, w.Error)
+		wantErr := goError(w.Error, w.Offload)
+		if got := errorKind(err); got != wantErr {
+			t.Errorf("workflow input of %d bytes, max payload %d: error %q (%v), want %q", w.InputBytes, w.MaxPayload, got, err, wantErr)
 		}
 		_, gerr := p.Get(ctx, w.ID)
-		if stored := gerr == nil; stored != (w.Error == "") {
+		if stored := gerr == nil; stored != (wantErr == "") {
 			t.Errorf("workflow input of %d bytes, max payload %d: stored %t (%v)", w.InputBytes, w.MaxPayload, stored, gerr)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/payload"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -271,9 +272,9 @@ func TestBatchAllOrNone(t *testing.T) {
 	if _, err := e.P.Batch(ctx, large); !errors.Is(err, producer.ErrArgsTooLarge) {
 		t.Fatalf("9 MB: %v", err)
 	}
-	huge := json.RawMessage(`"` + strings.Repeat("x", 9<<20) + `"`)
+	huge := json.RawMessage(`"` + strings.Repeat("x", payload.MaxSize) + `"`)
 	if _, err := e.P.Enqueue(ctx, jetflow.RawCall("test.echo", huge)); !errors.Is(err, producer.ErrArgsTooLarge) {
-		t.Fatalf("one run above max payload: %v", err)
+		t.Fatalf("one run above what jetflow offloads: %v", err)
 	}
 	// A batch naming an existing id writes nothing.
 	if _, err := e.P.RunAfter(ctx, time.Hour, echo.With(echoArgs{}), producer.WithID("taken")); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/payload"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -86,6 +87,10 @@ func (j *jobCore) maxAttempts() int {
 const resultRoom = 2048
 
 // SetResult stores v (JSON-encoded) on the run record when the run succeeds.
+// A result above a quarter of the server's max payload goes to the
+// payloads bucket when the handler returns, the record keeping a reference
+// (docs/wire-format.md, "Large payloads"); one above 32 MiB is
+// ErrResultTooLarge.
 func (j *jobCore) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -94,7 +99,14 @@ func (j *jobCore) SetResult(v any) error {
 	// Args and result within the server's max payload less resultRoom for
 	// the record's other fields: args at the producer's limit (max payload
 	// less 4096) still leave room for a result of up to 2 KB.
-	if max := j.w.nc.MaxPayload(); max > 0 && int64(len(b)+len(j.env.Args)+resultRoom) > max {
+	// A result above payload.Threshold goes to the payloads bucket when
+	// the handler returns (offloadResult): the record holds its reference.
+	max := j.w.nc.MaxPayload()
+	switch {
+	case len(b) > payload.MaxSize:
+		return fmt.Errorf("%w: result of %d bytes, more than jetflow offloads (%d)", ErrResultTooLarge, len(b), payload.MaxSize)
+	case payload.Above(b, max):
+	case max > 0 && int64(len(b)+len(j.env.Args)+resultRoom) > max:
 		return fmt.Errorf("%w: result of %d bytes does not fit the server's max payload %d with the args", ErrResultTooLarge, len(b), max)
 	}
 	j.mu.Lock()

@@ -316,11 +316,18 @@ func Register[A any](w *Worker, fn jetflow.Function[A], h func(ctx context.Conte
 	e.recOK = []metric.RecordOption{e.attr, outcomeSuccess}
 	e.recErr = []metric.RecordOption{e.attr, outcomeError}
 	e.run = func(ctx context.Context, c *jobCore) error {
+		raw, err := c.args(ctx)
+		if err != nil {
+			return err
+		}
 		var args A
-		if err := decodeArgs(c.env.Args, &args); err != nil {
+		if err := decodeArgs(raw, &args); err != nil {
 			return jetflow.Permanent(fmt.Errorf("%w: %v", jetflow.ErrBadArgs, err))
 		}
-		return h(ctx, &Job[A]{Args: args, jobCore: c})
+		if err := h(ctx, &Job[A]{Args: args, jobCore: c}); err != nil {
+			return err
+		}
+		return c.offloadResult(ctx)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/payload"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -32,10 +33,9 @@ func (e *env) journalKeys(t *testing.T, id string) []string {
 	return out
 }
 
-// An input that a run record holds but the first segment's args (which
-// wrap it) would not is refused by Start, typed, with nothing written: a
-// segment the worker dead-letters would leave the workflow pending for
-// good. An input just below that runs.
+// An input above what jetflow offloads (payload.MaxSize) is refused by
+// Start, typed, with nothing written. An input near the server's max
+// payload, which no run record holds, goes to the payloads bucket and runs.
 func TestStartRefusesAnInputItsFirstSegmentCannotCarry(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -50,8 +50,8 @@ func TestStartRefusesAnInputItsFirstSegmentCannotCarry(t *testing.T) {
 	// carries 8 MB, and on a loaded machine one may take longer than the
 	// second startWorker's worker allows before it takes a run over.
 	e.startWorkerWith(t, worker.Config{}, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	limit := int(e.JS.Conn().MaxPayload()) - 4096 // kv.ArgsLimit: what a run's args hold
-	for _, size := range []int{limit - 100, limit + 10, 2 * limit} {
+	limit := int(e.JS.Conn().MaxPayload()) - 4096     // kv.ArgsLimit: what a run's args hold
+	for _, size := range []int{payload.MaxSize - 1} { // JSON adds 2 quotes
 		t0 := time.Now()
 		_, err := workflow.Start(ctx, e.P, def, strings.Repeat("y", size), workflow.WithID("big"))
 		if !errors.Is(err, producer.ErrArgsTooLarge) || !errors.Is(err, jetflow.ErrBadArgs) {
@@ -88,7 +88,7 @@ func TestStepResultTooLargeForTheJournalFailsTheStepOnce(t *testing.T) {
 	huge := func(key string) func(context.Context) (string, error) {
 		return func(context.Context) (string, error) {
 			e.inc(key)
-			return strings.Repeat("x", 9<<20), nil
+			return strings.Repeat("x", payload.MaxSize), nil
 		}
 	}
 	def := workflow.Define("test.hugeresult", func(wf *workflow.Context, _ struct{}) (string, error) {
@@ -138,12 +138,12 @@ func TestChildInputTooLargeFailsTheStep(t *testing.T) {
 	e := setup(t)
 	child := workflow.Define("test.bigchild", func(wf *workflow.Context, in string) (int, error) { return len(in), nil })
 	parent := workflow.Define("test.bigparent", func(wf *workflow.Context, _ struct{}) (string, error) {
-		_, err := workflow.RunChild(wf, child, strings.Repeat("c", 9<<20))
+		_, err := workflow.RunChild(wf, child, strings.Repeat("c", payload.MaxSize))
 		var se *workflow.StepError
 		if !errors.Is(err, producer.ErrArgsTooLarge) || !errors.As(err, &se) {
 			return "", errors.New("RunChild: " + errString(err))
 		}
-		_, err = workflow.StartChild(wf, child, strings.Repeat("c", 9<<20))
+		_, err = workflow.StartChild(wf, child, strings.Repeat("c", payload.MaxSize))
 		if !errors.Is(err, producer.ErrArgsTooLarge) {
 			return "", errors.New("StartChild: " + errString(err))
 		}
@@ -249,9 +249,9 @@ func TestSendEventToARunThatIsNotAWorkflow(t *testing.T) {
 	}
 }
 
-// An event payload larger than the await's journal entry holds is refused
+// An event payload above what jetflow offloads (payload.MaxSize) is refused
 // by both SendEvents with producer.ErrArgsTooLarge, and nothing is stored;
-// the workflow still takes an event that fits.
+// the workflow still takes one near the max payload (offloaded).
 func TestSendEventPayloadTooLarge(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
@@ -267,7 +267,7 @@ func TestSendEventPayloadTooLarge(t *testing.T) {
 	must(t, err)
 	e.waiting(t, id)
 	limit := int(e.JS.Conn().MaxPayload()) - 4096 - 1024
-	for _, size := range []int{limit, int(e.JS.Conn().MaxPayload()) + 10} { // JSON adds 2 quotes
+	for _, size := range []int{payload.MaxSize - 1} { // JSON adds 2 quotes
 		if err := workflow.SendEvent(ctx, e.P, id, "go", strings.Repeat("z", size)); !errors.Is(err, producer.ErrArgsTooLarge) {
 			t.Fatalf("workflow.SendEvent of %d bytes: %v, want producer.ErrArgsTooLarge", size, err)
 		}

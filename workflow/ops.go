@@ -128,7 +128,7 @@ func restartable(ctx context.Context, p *producer.Producer, id string) (*jetflow
 // unused returns nil when no run has id, producer.ErrAlreadyExists when
 // one has.
 func unused(ctx context.Context, p *producer.Producer, id string) error {
-	_, err := p.Get(ctx, id)
+	_, err := engine.Of(p).Get(ctx, id)
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
 		return nil

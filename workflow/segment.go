@@ -16,6 +16,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/payload"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -193,7 +194,7 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	if wc.Purge {
 		return janitor(ctx, d.p, d.def.Name(), wc.WF)
 	}
-	r, err := d.p.Get(ctx, wc.WF)
+	r, err := engine.Of(d.p).Get(ctx, wc.WF)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		r, _, err = engine.Of(d.p).Store().Decide(ctx, wc.WF)
 	}
@@ -244,7 +245,7 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 		if !errors.Is(err, producer.ErrAlreadyExists) {
 			return err
 		}
-		r, gerr := p.Get(ctx, seg)
+		r, gerr := engine.Of(p).Get(ctx, seg)
 		if gerr != nil || !r.State.Terminal() {
 			return gerr // it is there and will run
 		}
@@ -312,7 +313,7 @@ func checkAhead(ctx context.Context, p *producer.Producer, id string, cur *curso
 		return nil
 	}
 	seg := SegmentID(id, cur.Seg)
-	_, err := p.Get(ctx, seg)
+	_, err := engine.Of(p).Get(ctx, seg)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		_, _, err = engine.Of(p).Store().Decide(ctx, seg)
 	}
@@ -812,6 +813,11 @@ func (s *segment) entryAt(id string) *Entry {
 func (s *segment) put(e *Entry) *Entry {
 	s.stopReadOnly()
 	e.Segment = s.n
+	if e.State == StepDone && len(e.Result) > payload.MaxSize {
+		shrink(e, payload.MaxSize) // more than jetflow offloads: the step fails
+	} else if e.State == StepDone {
+		e.Result = s.offload("step-"+e.Step, e.Result)
+	}
 	stored, err := s.jr.putEntry(s.ctx, s.wf, e)
 	if tooLarge(err) && shrink(e, entryLimit(s.jr.js.Conn())) {
 		stored, err = s.jr.putEntry(s.ctx, s.wf, e)

@@ -27,9 +27,9 @@ var ErrEnded = wfwire.ErrEnded
 // consumed by one await. Errors: ErrInvalidEventName, jetflow.ErrNotFound
 // (no such workflow), producer.ErrNotWorkflow (a run that is not a
 // workflow), ErrEnded, jetflow.ErrBadArgs, producer.ErrArgsTooLarge (a
-// payload larger than the await's journal entry holds: the server's max
-// payload less 5 KB), jetflow.ErrBadRecord (the workflow's journal cannot
-// be read: the workflow fails with it).
+// payload above 32 MiB; one above a quarter of the server's max payload
+// goes to the payloads bucket), jetflow.ErrBadRecord (the workflow's
+// journal cannot be read: the workflow fails with it).
 func SendEvent(ctx context.Context, p *producer.Producer, id, name string, payload any) error {
 	return watchDenied(ctx, p, func(ctx context.Context) error { return sendEvent(ctx, p, id, name, payload) })
 }
@@ -47,7 +47,7 @@ func sendEvent(ctx context.Context, p *producer.Producer, id, name string, paylo
 	if err != nil {
 		return err
 	}
-	r, err := p.Get(ctx, id)
+	r, err := engine.Of(p).Get(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -68,6 +68,9 @@ func storeEvent(ctx context.Context, p *producer.Producer, r *jetflow.Run, name 
 	}
 	jr, err := openJournal(ctx, p)
 	if err != nil {
+		return err
+	}
+	if ev, err = wfwire.OffloadEvent(ctx, engine.Of(p).JetStream(), engine.Of(p).Streams().PayloadsBucket(), id, ev); err != nil {
 		return err
 	}
 	if _, err := jr.kv.Create(ctx, wfwire.EventKey(id, name), ev); err != nil {

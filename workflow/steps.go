@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -44,8 +45,12 @@ func outcome[T any](wf *Context, e *Entry) (T, error) {
 	if e.State == StepFailed {
 		return v, &StepError{Step: e.Step, Name: e.Name, Kind: e.Kind, Msg: e.Error, code: e.Code}
 	}
-	if len(e.Result) > 0 {
-		if err := json.Unmarshal(e.Result, &v); err != nil {
+	res, err := wf.seg.resolve(e.Result)
+	if err != nil {
+		wf.seg.failWorkflow(fmt.Errorf("step %s (%s %q): result: %w", e.Step, e.Kind, e.Name, err))
+	}
+	if len(res) > 0 {
+		if err := json.Unmarshal(res, &v); err != nil {
 			wf.seg.failWorkflow(fmt.Errorf("%w: step %s (%s %q): result %s: %v", jetflow.ErrBadArgs, e.Step, e.Kind, e.Name, e.Result, err))
 		}
 	}
@@ -192,7 +197,7 @@ func Call[T any](wf *Context, c jetflow.Call) (T, error) {
 func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) error) (T, error) {
 	s := wf.seg
 	run := e.Waits.Run
-	r, err := s.d.p.Get(s.ctx, run)
+	r, err := engine.Of(s.d.p).Get(s.ctx, run)
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
 		// Once started, a run is listed among the workflow's children
@@ -295,11 +300,11 @@ func (wf *Context) sleep(t time.Time) {
 // timer makes sure a wake run is due at until for step id.
 func (s *segment) timer(step string, until time.Time) {
 	id := runID(s.wf, "timer", step)
-	r, err := s.d.p.Get(s.ctx, id)
+	r, err := engine.Of(s.d.p).Get(s.ctx, id)
 	if err == nil && r.State.Terminal() {
 		// Fired early (clocks): one more, per segment.
 		id = jetflow.DerivedID(fmt.Sprintf("%s-%d", id, s.n))
-		_, err = s.d.p.Get(s.ctx, id)
+		_, err = engine.Of(s.d.p).Get(s.ctx, id)
 	}
 	if err == nil {
 		return

@@ -90,6 +90,10 @@ func WakeFunction(name string) string { return wfwire.WakeFunction(name) }
 // run is the untyped form of the workflow function.
 func (w *Workflow[In, Out]) run(wf *Context, raw json.RawMessage) (json.RawMessage, error) {
 	var in In
+	raw, err := wf.seg.resolve(raw)
+	if err != nil {
+		return nil, err
+	}
 	if len(raw) == 0 {
 		raw = json.RawMessage("null")
 	}
@@ -104,7 +108,7 @@ func (w *Workflow[In, Out]) run(wf *Context, raw json.RawMessage) (json.RawMessa
 	if err != nil {
 		return nil, fmt.Errorf("%w: result: %v", jetflow.ErrBadArgs, err)
 	}
-	return b, nil
+	return wf.seg.offload("result", b), nil
 }
 
 // definition is what the internal functions need of a Workflow.
@@ -186,8 +190,9 @@ func wakeCallback(name, id string) jetflow.Call {
 // for At and After: a scheduler must run for a delayed start, as for any
 // delayed run). Should Start die between the two, the scheduler's repair
 // sweep publishes the first segment. Errors: jetflow.ErrBadArgs,
-// producer.ErrArgsTooLarge (an input larger than a run's args hold, less
-// about 150 bytes; it matches jetflow.ErrBadArgs too),
+// producer.ErrArgsTooLarge (an input above 32 MiB; it matches
+// jetflow.ErrBadArgs too; one above a quarter of the server's max payload
+// goes to the payloads bucket, docs/wire-format.md "Large payloads"),
 // jetflow.ErrInvalidRunID, ErrDefinitionInactive, producer.ErrAlreadyExists
 // (with the id) when the id was started before.
 func Start[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow[In, Out], in In, opts ...StartOption) (string, error) {
@@ -233,6 +238,10 @@ func startWorkflow(ctx context.Context, p *producer.Producer, name string, raw j
 	sched := o.at.UTC()
 	if o.at.IsZero() || sched.Before(now) {
 		sched = now
+	}
+	raw, oerr := offloadInput(ctx, p, id, raw)
+	if oerr != nil {
+		return "", oerr
 	}
 	a := segArgs{WF: id, N: 1, Input: raw, Scheduled: sched, Created: now, Parent: o.parent, Forked: o.forked}
 	if o.onComplete != nil {

@@ -122,5 +122,6 @@ func provisionedNames(c streams.Config) string {
 		c.FunctionStream(), streams.KVStream(c.RunsBucket()), streams.KVStream(c.DelayedBucket()),
 		streams.KVStream(c.LeasesBucket()), streams.KVStream(c.FunctionsBucket()), streams.KVStream(c.CronsBucket()),
 		streams.KVStream(c.JournalBucket()), streams.KVStream(c.PoolsBucket()), c.IndexStream(),
+		streams.ObjectStream(c.PayloadsBucket()),
 	}, ", ")
 }

@@ -31,6 +31,7 @@ type Dispatcher struct {
 	enqueue EnqueueFunc
 	create  func(ctx context.Context, r *jetflow.Run) (uint64, error)
 	direct  func(ctx context.Context, r *jetflow.Run) error
+	get     func(ctx context.Context, id string) (*jetflow.Run, error)
 	values  sync.Map // Value's
 }
 
@@ -58,11 +59,14 @@ type DispatcherConfig struct {
 	// Direct publishes a new run due now without a record (its message is
 	// its pending record), riding out elections.
 	Direct func(ctx context.Context, r *jetflow.Run) error
+	// Get reads a run as the producer's Get does, its large payloads left
+	// as their references (docs/wire-format.md, "Large payloads").
+	Get func(ctx context.Context, id string) (*jetflow.Run, error)
 }
 
 // NewDispatcher returns the Dispatcher of a producer.
 func NewDispatcher(c DispatcherConfig) *Dispatcher {
-	return &Dispatcher{js: c.JS, cfg: c.Streams, store: c.Store, runs: New(c.Store), now: c.Now, ride: c.Ride, enqueue: c.Enqueue, create: c.Create, direct: c.Direct}
+	return &Dispatcher{js: c.JS, cfg: c.Streams, store: c.Store, runs: New(c.Store), now: c.Now, ride: c.Ride, enqueue: c.Enqueue, create: c.Create, direct: c.Direct, get: c.Get}
 }
 
 var (
@@ -96,6 +100,11 @@ func (d *Dispatcher) Value(key any, mk func() any) any {
 	v, _ := d.values.LoadOrStore(key, mk())
 	return v
 }
+
+// Get reads run id as the producer's Get does (its record, or its waiting
+// message), with the references of its large payloads as stored: for
+// code that reads a run's state, not its args or result.
+func (d *Dispatcher) Get(ctx context.Context, id string) (*jetflow.Run, error) { return d.get(ctx, id) }
 
 // Store is the runs store the dispatcher reads.
 func (d *Dispatcher) Store() *kv.Store { return d.store }

@@ -218,6 +218,15 @@ func DeadLetterRun(r *jetflow.Run, why string, now time.Time) *jetflow.Run {
 	return next
 }
 
+// WithPayloads is record r, read for a caller, with args and result in
+// place of their references to the payloads bucket: a copy for the
+// caller, never written.
+func WithPayloads(r *jetflow.Run, args, result json.RawMessage) *jetflow.Run {
+	next := clone(r)
+	next.Args, next.Result = args, result
+	return next
+}
+
 // StartRecord is step Claim of a record whose work runs as runs of its own
 // (a workflow's segments): inProgress, started at now if it was not, at
 // least its first attempt, the children in drop gone (runs that ended: the

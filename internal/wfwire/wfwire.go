@@ -5,6 +5,7 @@
 package wfwire
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/payload"
 	"github.com/jetflow-dev/jetflow/kv"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // eventRoom is what an await's journal entry takes beside the event's
@@ -20,13 +23,44 @@ import (
 const eventRoom = 1024
 
 // EventLimit is the most bytes of payload an event takes on a server whose
-// max payload is max (0: not known, the server decides): the await that
-// consumes it journals it in an entry within a run's args limit.
+// max payload is max (0: not known, the server decides): payload.MaxSize,
+// a payload above payload.Threshold going to the payloads bucket
+// (EventPayload), or, on a server too small for that, what an await's
+// journal entry holds within a run's args limit.
 func EventLimit(max int64) int {
 	if max <= 0 {
 		return math.MaxInt
 	}
-	return kv.ArgsLimit(max) - eventRoom
+	if inline := kv.ArgsLimit(max) - eventRoom; payload.Threshold(max) > inline {
+		return inline
+	}
+	return payload.MaxSize
+}
+
+// EventPayload is what the journal keeps of event name's payload raw, sent
+// to workflow id: raw, or a reference to it in the payloads bucket when it
+// is above payload.Threshold (docs/wire-format.md, "Large payloads").
+func EventPayload(ctx context.Context, js jetstream.JetStream, bucket, id, name string, raw []byte) ([]byte, error) {
+	b, err := payload.Offload(ctx, js, bucket, id, "event-"+name, raw)
+	if err != nil {
+		return nil, fmt.Errorf("workflow %s: event %s: %w", id, name, err)
+	}
+	return b, nil
+}
+
+// OffloadEvent is event ev (its journal value, an Event) as the journal
+// keeps it for workflow id: its payload as EventPayload keeps it.
+func OffloadEvent(ctx context.Context, js jetstream.JetStream, bucket, id string, ev []byte) ([]byte, error) {
+	var e Event
+	if err := json.Unmarshal(ev, &e); err != nil {
+		return nil, fmt.Errorf("workflow %s: event: %w", id, err)
+	}
+	raw, err := EventPayload(ctx, js, bucket, id, e.Name, e.Payload)
+	if err != nil {
+		return nil, err
+	}
+	e.Payload = raw
+	return json.Marshal(e)
 }
 
 // SegmentFunction is the internal function that runs a definition's

@@ -178,7 +178,7 @@ func versionAtLeast(v, min string) bool {
 // duplicate window.
 func (d *doctor) storage(ctx context.Context) {
 	c := d.o.Streams
-	names := []string{c.FunctionStream(), c.IndexStream()}
+	names := []string{c.FunctionStream(), c.IndexStream(), streams.ObjectStream(c.PayloadsBucket())}
 	for _, b := range []string{c.RunsBucket(), c.DelayedBucket(), c.LeasesBucket(), c.FunctionsBucket(), c.CronsBucket(), c.JournalBucket()} {
 		names = append(names, streams.KVStream(b))
 	}
