@@ -223,7 +223,7 @@ func TestJSONEverywhere(t *testing.T) {
 	}
 	var prov provisionJSON
 	asJSON(&prov, "provision", "--check")
-	if !prov.Provisioned || prov.Changed || len(prov.Streams) != 9 {
+	if !prov.Provisioned || prov.Changed || len(prov.Streams) != 10 {
 		t.Errorf("provision --check --json = %+v", prov)
 	}
 	out, _ := mustCLI(ctx, t, "crons", "next", "every 1h", "--from", "2026-01-01T00:00:00Z", "-n", "2", "--json")
