@@ -40,4 +40,3 @@ func TestForkSource(t *testing.T) {
 		t.Errorf("first segment of a held fork: args %s, want %s", seg.Args, want)
 	}
 }
-
