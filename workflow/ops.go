@@ -44,7 +44,9 @@ var ErrNotRestartable = errors.New("workflow: only a failed or canceled workflow
 // repair sweep starts (it publishes the first segment of a pending
 // workflow whose message is missing), and that runs from the copied steps
 // as if the Restart had finished; one that dies before its record leaves
-// nothing. No grace period, renewal or janitor.
+// nothing. An error after the record comes with the new id, as Start's
+// does: the workflow is restarted all the same. No grace period, renewal
+// or janitor.
 func Restart(ctx context.Context, p *producer.Producer, id string, opts ...StartOption) (string, error) {
 	r, jr, snap, err := restartable(ctx, p, id)
 	if err != nil {

@@ -262,6 +262,46 @@ func TestRestartThatDiedAfterItsRecordFinishes(t *testing.T) {
 	}
 }
 
+// A Restart that died after its record, whose source's record and journal
+// are gone (expired) before its first segment runs: the segment cannot
+// copy the steps, and the workflow fails saying so instead of running the
+// source's succeeded steps again.
+func TestRestartWhoseSourceIsGoneFails(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var mu sync.Mutex
+	broken := true
+	def := failingRestartDef(e, "test.restart.gone", &mu, &broken)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	src, err := workflow.Start(ctx, e.P, def, "x", workflow.WithID("gone-src"))
+	must(t, err)
+	if r := e.wait(t, src); r.State != jetflow.Failed {
+		t.Fatalf("source: %s", r.State)
+	}
+	const fork = "gone-fork"
+	must(t, workflow.RestartRecordOnly(ctx, e.P, src, fork, 0))
+	// The source expires: its record and its journal go.
+	cfg := streams.Config{}.WithDefaults()
+	runs, err := e.JS.KeyValue(ctx, cfg.RunsBucket())
+	must(t, err)
+	must(t, runs.Purge(ctx, src))
+	jst, err := e.JS.Stream(ctx, streams.KVStream(cfg.JournalBucket()))
+	must(t, err)
+	must(t, jst.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(cfg.JournalBucket(), src+".>"))))
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	e.startRepairingScheduler(t)
+	r := e.wait(t, fork)
+	if r.State != jetflow.Failed || !strings.Contains(r.Error, "restarted from "+src+", which is gone") {
+		t.Fatalf("workflow whose source is gone: %s, %q; want failed, saying so", r.State, r.Error)
+	}
+	if e.n("a") != 1 || e.n("b") != 1 {
+		t.Fatalf("a ran %d times, b %d; want once each (in the source only)", e.n("a"), e.n("b"))
+	}
+}
+
 // failingRestartDef is a workflow of steps a, b and c whose step c fails
 // while *broken; it counts the runs of each step in e.
 func failingRestartDef(e *env, name string, mu *sync.Mutex, broken *bool) *workflow.Workflow[string, string] {
