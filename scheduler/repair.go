@@ -177,6 +177,10 @@ func (s *Scheduler) repairPending(ctx context.Context, h kv.Header) bool {
 		// A workflow's record is started by its first segment, a run of
 		// its own (workflow.Start writes the record, then publishes the
 		// segment): publish that segment if Start died between the two.
+		// A record held by its Restart (wfwire.ForkHolder: the Restart
+		// died before it released it) is started the same way: its first
+		// segment finishes the journal copy and the release before it
+		// runs. Its hold is not a parent's: no orphan rule applies.
 		return s.repairWorkflow(ctx, r)
 	case r.HeldBy != "":
 		if done, orphaned := s.settleHeld(ctx, r); done {

@@ -2,23 +2,39 @@ package workflow
 
 import (
 	"context"
-	"testing"
+	"errors"
 	"time"
 
+	"github.com/jetflow-dev/jetflow/internal/engine"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/producer"
 )
 
-// SetClaimGrace sets how old an abandoned claim of a Restart must be to be
-// taken over (claimGrace) until t ends. t must not run in parallel.
-func SetClaimGrace(t testing.TB, d time.Duration) {
-	old := claimGrace
-	claimGrace = d
-	t.Cleanup(func() { claimGrace = old })
-}
+// errStopped ends RestartRecordOnly's Restart where it dies.
+var errStopped = errors.New("the restart died here")
 
-// ArmForkJanitor arms the janitor that Restart arms before it claims
-// workflow id's journal (id restarted from a workflow named name): a test
-// that writes a dead Restart's claim by hand arms it as that Restart did.
-func ArmForkJanitor(ctx context.Context, p *producer.Producer, name, id string) error {
-	return armForkJanitor(ctx, p, name, id)
+// RestartRecordOnly is a Restart of workflow src into newID that dies
+// right after its commit point, as Restart writes it (wfwire.Start): the
+// new workflow's record, held by the Restart, and the first copy steps of
+// the journal copy; then nothing (no release, no first segment).
+func RestartRecordOnly(ctx context.Context, p *producer.Producer, src, newID string, copy int) error {
+	r, jr, snap, err := restartable(ctx, p, src)
+	if err != nil {
+		return err
+	}
+	now := time.Now().UTC()
+	a := segArgs{WF: newID, N: 1, Input: r.Args, Scheduled: now, Created: now, Forked: true, Fork: src}
+	st := wfwire.Start{Record: recordOf(r.Name, a), SegArgs: mustJSON(a), CallerID: true,
+		Fork: func(ctx context.Context) (bool, error) {
+			for _, e := range forkCopy(currentRun(snap), nil)[:copy] {
+				if _, err := jr.putEntry(ctx, newID, e); err != nil {
+					return false, err
+				}
+			}
+			return false, errStopped
+		}}
+	if err := st.Do(ctx, engine.Of(p), jr.kv); !errors.Is(err, errStopped) {
+		return errors.Join(errors.New("want the restart stopped after its record"), err)
+	}
+	return nil
 }

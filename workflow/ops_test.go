@@ -2,10 +2,8 @@ package workflow_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -190,21 +188,24 @@ func TestConcurrentRestartsToOneIDOneWins(t *testing.T) {
 	}
 }
 
-// A Restart that died between its claim of the new id's journal and the
-// new record (its claim cursor and a copied step written, no record) does
-// not hold the id for good: a Restart into that id is refused while the
-// claim is fresh, takes it over once it is older than the grace, and the
-// new workflow's journal is exactly its own copy (the dead one's step and
-// cursor purged), which it resumes from. Not parallel: it shortens the
-// package's grace.
-func TestRestartTakesOverAnAbandonedClaim(t *testing.T) {
+// A Restart that died right after its commit point (the new record,
+// created held by the Restart, and one of the two steps to copy written;
+// no release, no first segment) has restarted the workflow: a Restart
+// into that id gets producer.ErrAlreadyExists at once, and the repair
+// sweep's first segment makes the rest of the copy, releases
+// the record and runs from the copied steps (a and b run once, in the
+// source only). A Restart that dies before its record writes nothing: a
+// refused one leaves the id free, and the next Restart into it wins at
+// once.
+func TestRestartThatDiedAfterItsRecordFinishes(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	var mu sync.Mutex
 	broken := true
-	def := failingRestartDef(e, "test.restart.abandoned", &mu, &broken)
-	w := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	def := failingRestartDef(e, "test.restart.died", &mu, &broken)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
 	ctx := testCtx(t)
-	src, err := workflow.Start(ctx, e.P, def, "x", workflow.WithID("abandoned-src"))
+	src, err := workflow.Start(ctx, e.P, def, "x", workflow.WithID("died-src"))
 	must(t, err)
 	if r := e.wait(t, src); r.State != jetflow.Failed {
 		t.Fatalf("source: %s", r.State)
@@ -213,86 +214,91 @@ func TestRestartTakesOverAnAbandonedClaim(t *testing.T) {
 	if len(srcSt.Steps) != 3 {
 		t.Fatalf("source steps %+v", srcSt.Steps)
 	}
-	// No worker from here: the new journal stays as Restart wrote it.
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	must(t, w.Stop(sctx))
-	cancel()
 
-	// The dead Restart: its claim (the new id's cursor, create-only) and
-	// a copy of step 1 (putEntry: segment 0), then nothing. Its copy
-	// differs from the source's, and it copied step 3 too (as from
-	// another source), so that what stays of it shows.
-	const fork = "abandoned-fork"
-	kvb, err := e.JS.KeyValue(ctx, streams.Config{}.WithDefaults().JournalBucket())
-	must(t, err)
-	_, err = kvb.Create(ctx, fork+".wf", []byte(`{"seg":1}`))
-	must(t, err)
-	for _, st := range []string{"1", "3"} {
-		c := srcSt.Steps[0]
-		c.Step, c.State, c.Segment, c.Error, c.Result = st, workflow.StepDone, 0, "", []byte(`"dead"`)
-		b, err := json.Marshal(c)
-		must(t, err)
-		_, err = kvb.Create(ctx, fork+".s."+st, b)
-		must(t, err)
+	// Refused before its record (the source is not restartable): nothing
+	// written, the id free.
+	const fork = "died-fork"
+	if _, err := workflow.Restart(ctx, e.P, "no-such-src", workflow.WithID(fork)); !errors.Is(err, jetflow.ErrNotFound) {
+		t.Fatalf("restart of an unknown id: %v", err)
 	}
-	left := e.journalKeys(t, fork)
+	if keys := e.journalKeys(t, fork); len(keys) != 0 {
+		t.Fatalf("journal of %s after a refused restart: %v", fork, keys)
+	}
+	if _, err := e.P.Get(ctx, fork); !errors.Is(err, jetflow.ErrNotFound) {
+		t.Fatalf("record of %s after a refused restart: %v", fork, err)
+	}
 
-	// Fresh: refused, nothing touched.
+	must(t, workflow.RestartRecordOnly(ctx, e.P, src, fork, 1))
+	r, err := e.P.Get(ctx, fork)
+	must(t, err)
+	if r.State != jetflow.Pending || r.HeldBy != "restart:"+src {
+		t.Fatalf("record after the dead restart: %s, held by %q; want pending, held by its restart", r.State, r.HeldBy)
+	}
+	if keys := e.journalKeys(t, fork); len(keys) != 1 || keys[0] != fork+".s.1" {
+		t.Fatalf("journal after the dead restart: %v, want its one copied step", keys)
+	}
+	// Committed: the id is taken, at once and for good.
 	if _, err := workflow.Restart(ctx, e.P, src, workflow.WithID(fork)); !errors.Is(err, producer.ErrAlreadyExists) {
-		t.Fatalf("restart into a fresh claim: %v, want producer.ErrAlreadyExists", err)
+		t.Fatalf("restart into the id of a dead restart's record: %v, want producer.ErrAlreadyExists", err)
 	}
-	if got := e.journalKeys(t, fork); fmt.Sprint(got) != fmt.Sprint(left) {
-		t.Fatalf("journal after a refused restart: %v, want %v", got, left)
-	}
-	// Older than the grace: taken over.
-	const grace = 300 * time.Millisecond
-	workflow.SetClaimGrace(t, grace)
-	claimed, err := kvb.Get(ctx, fork+".wf")
-	must(t, err)
-	var nid string
-	testserver.Eventually(t, 20*time.Second, "a restart that takes the abandoned claim over", func() bool {
-		nid, err = workflow.Restart(ctx, e.P, src, workflow.WithID(fork))
-		if errors.Is(err, producer.ErrAlreadyExists) {
-			return false
-		}
-		must(t, err)
-		return true
-	})
-	if nid != fork {
-		t.Fatalf("restart returned %s, want %s", nid, fork)
-	}
-	if since := time.Since(claimed.Created()); since < grace {
-		t.Fatalf("claim taken over %v after it was written, less than the grace %v", since, grace)
-	}
-	st := e.status(t, fork)
-	if len(st.Steps) != 2 {
-		t.Fatalf("new journal's steps %+v, want the two copied from %s", st.Steps, src)
-	}
-	for k, s := range st.Steps {
-		want := srcSt.Steps[k]
-		if s.Step != want.Step || s.State != workflow.StepDone || string(s.Result) != string(want.Result) {
-			t.Errorf("new journal's step %+v, want the copy of %+v", s, want)
-		}
-	}
-	keys := e.journalKeys(t, fork)
-	sort.Strings(keys)
-	if want := []string{fork + ".s.1", fork + ".s.2", fork + ".wf"}; fmt.Sprint(keys) != fmt.Sprint(want) {
-		t.Errorf("new journal's keys %v, want %v", keys, want)
-	}
-	cur, err := kvb.Get(ctx, fork+".wf")
-	must(t, err)
-	if cur.Revision() <= claimed.Revision() {
-		t.Errorf("cursor at revision %d, not written after the dead claim's %d", cur.Revision(), claimed.Revision())
-	}
-
 	mu.Lock()
 	broken = false
 	mu.Unlock()
-	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	e.startRepairingScheduler(t)
 	out, err := workflow.Result(ctx, e.P, def, fork)
 	must(t, err)
-	if out != "x-a-b-c" || e.n("a") != 1 || e.n("b") != 1 {
-		t.Fatalf("result %q; a ran %d times, b %d (want once each: their copies are journaled)", out, e.n("a"), e.n("b"))
+	if out != "x-a-b-c" || e.n("a") != 1 || e.n("b") != 1 || e.n("c") != 2 {
+		t.Fatalf("result %q; a ran %d times, b %d (want once each: copied), c %d (want 2)", out, e.n("a"), e.n("b"), e.n("c"))
+	}
+	st := e.status(t, fork)
+	if st.Run.HeldBy != "" {
+		t.Errorf("record held by %q after the workflow ran", st.Run.HeldBy)
+	}
+	for i, s := range st.Steps[:2] {
+		want := srcSt.Steps[i]
+		if s.Step != want.Step || s.State != workflow.StepDone || string(s.Result) != string(want.Result) {
+			t.Errorf("step %+v, want the copy of %+v", s, want)
+		}
+	}
+}
+
+// A Restart that died after its record, whose source's record and journal
+// are gone (expired) before its first segment runs: the segment cannot
+// copy the steps, and the workflow fails saying so instead of running the
+// source's succeeded steps again.
+func TestRestartWhoseSourceIsGoneFails(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	var mu sync.Mutex
+	broken := true
+	def := failingRestartDef(e, "test.restart.gone", &mu, &broken)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	src, err := workflow.Start(ctx, e.P, def, "x", workflow.WithID("gone-src"))
+	must(t, err)
+	if r := e.wait(t, src); r.State != jetflow.Failed {
+		t.Fatalf("source: %s", r.State)
+	}
+	const fork = "gone-fork"
+	must(t, workflow.RestartRecordOnly(ctx, e.P, src, fork, 0))
+	// The source expires: its record and its journal go.
+	cfg := streams.Config{}.WithDefaults()
+	runs, err := e.JS.KeyValue(ctx, cfg.RunsBucket())
+	must(t, err)
+	must(t, runs.Purge(ctx, src))
+	jst, err := e.JS.Stream(ctx, streams.KVStream(cfg.JournalBucket()))
+	must(t, err)
+	must(t, jst.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(cfg.JournalBucket(), src+".>"))))
+	mu.Lock()
+	broken = false
+	mu.Unlock()
+	e.startRepairingScheduler(t)
+	r := e.wait(t, fork)
+	if r.State != jetflow.Failed || !strings.Contains(r.Error, "restarted from "+src+", which is gone") {
+		t.Fatalf("workflow whose source is gone: %s, %q; want failed, saying so", r.State, r.Error)
+	}
+	if e.n("a") != 1 || e.n("b") != 1 {
+		t.Fatalf("a ran %d times, b %d; want once each (in the source only)", e.n("a"), e.n("b"))
 	}
 }
 
@@ -319,130 +325,6 @@ func failingRestartDef(e *env, name string, mu *sync.Mutex, broken *bool) *workf
 		}
 		return out, nil
 	})
-}
-
-// A Restart into a generated id that died between its claim of the new
-// id's journal and the new record (its claim cursor and copied steps
-// written, no record) leaves nothing for good, though nobody restarts into
-// that id: the janitor it armed before its claim purges the id's journal
-// once the claim is older than the grace. Not parallel: it shortens the
-// package's grace.
-func TestJanitorRemovesADeadRestartsJournal(t *testing.T) {
-	e := setup(t)
-	var mu sync.Mutex
-	broken := true
-	def := failingRestartDef(e, "test.restart.dead", &mu, &broken)
-	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	e.startScheduler(t)
-	ctx := testCtx(t)
-	src, err := workflow.Start(ctx, e.P, def, "x")
-	must(t, err)
-	if r := e.wait(t, src); r.State != jetflow.Failed {
-		t.Fatalf("source: %s", r.State)
-	}
-	srcSt := e.status(t, src)
-	const grace = 300 * time.Millisecond
-	workflow.SetClaimGrace(t, grace)
-
-	// The dead Restart: the janitor it arms first, its claim (the new id's
-	// cursor, create-only), copies of steps 1 and 2, then nothing.
-	fork := "dead-" + src
-	must(t, workflow.ArmForkJanitor(ctx, e.P, def.Name(), fork))
-	kvb, err := e.JS.KeyValue(ctx, streams.Config{}.WithDefaults().JournalBucket())
-	must(t, err)
-	_, err = kvb.Create(ctx, fork+".wf", []byte(`{"seg":1}`))
-	must(t, err)
-	for _, s := range srcSt.Steps[:2] {
-		s.Segment = 0
-		b, err := json.Marshal(s)
-		must(t, err)
-		_, err = kvb.Create(ctx, fork+".s."+s.Step, b)
-		must(t, err)
-	}
-	if keys := e.journalKeys(t, fork); len(keys) != 3 {
-		t.Fatalf("dead restart's journal %v, want its claim and two steps", keys)
-	}
-	testserver.Eventually(t, 20*time.Second, "the dead restart's journal removed", func() bool {
-		return len(e.journalKeys(t, fork)) == 0
-	})
-	if _, err := e.P.Get(ctx, fork); !errors.Is(err, jetflow.ErrNotFound) {
-		t.Fatalf("record of %s: %v, want jetflow.ErrNotFound", fork, err)
-	}
-	// The source's journal is not the janitor's business.
-	if got := len(e.status(t, src).Steps); got != 3 {
-		t.Fatalf("source's steps: %d, want 3", got)
-	}
-}
-
-// The janitor a Restart arms leaves the new workflow's journal alone once
-// its record is written, even while its cursor is still the bare claim,
-// older than the grace (its first segment has not run: the segment
-// function is paused), and the workflow then runs from the copied steps.
-// Not parallel: it shortens the package's grace.
-func TestJanitorKeepsTheJournalOfARestartThatCompleted(t *testing.T) {
-	e := setup(t)
-	var mu sync.Mutex
-	broken := true
-	def := failingRestartDef(e, "test.restart.kept", &mu, &broken)
-	w := e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	ctx := testCtx(t)
-	src, err := workflow.Start(ctx, e.P, def, "x")
-	must(t, err)
-	if r := e.wait(t, src); r.State != jetflow.Failed {
-		t.Fatalf("source: %s", r.State)
-	}
-	// The new workflow's first segment waits: a worker started after the
-	// pause does not take it.
-	sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	must(t, w.Stop(sctx))
-	cancel()
-	must(t, e.P.PauseFunction(ctx, workflow.SegmentFunction(def.Name())))
-	const grace = 300 * time.Millisecond
-	workflow.SetClaimGrace(t, grace)
-	mu.Lock()
-	broken = false
-	mu.Unlock()
-	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
-	e.startScheduler(t)
-
-	nid, err := workflow.Restart(ctx, e.P, src)
-	must(t, err)
-	kvb, err := e.JS.KeyValue(ctx, streams.Config{}.WithDefaults().JournalBucket())
-	must(t, err)
-	revs := map[string]uint64{}
-	for _, k := range e.journalKeys(t, nid) {
-		en, err := kvb.Get(ctx, k)
-		must(t, err)
-		revs[k] = en.Revision()
-	}
-	if len(revs) != 3 {
-		t.Fatalf("restart's journal %v, want its claim and two steps", revs)
-	}
-	// The janitor Restart armed: a run of the wake function, the only
-	// one (the workflow neither sleeps nor calls).
-	testserver.Eventually(t, 20*time.Second, "the restart's janitor ran", func() bool {
-		pg, err := e.P.List(ctx, producer.Filter{Function: workflow.WakeFunction(def.Name()), State: jetflow.Success})
-		must(t, err)
-		return len(pg.Runs) > 0
-	})
-	if r, err := e.P.Get(ctx, nid); err != nil || r.State != jetflow.Pending {
-		t.Fatalf("record of %s: %v, %v; want it pending", nid, r, err)
-	}
-	for k, rev := range revs {
-		en, err := kvb.Get(ctx, k)
-		if err != nil {
-			t.Fatalf("journal key %s after the janitor: %v", k, err)
-		}
-		if en.Revision() != rev {
-			t.Errorf("journal key %s at revision %d after the janitor, want %d (untouched)", k, en.Revision(), rev)
-		}
-	}
-	must(t, e.P.ResumeFunction(ctx, workflow.SegmentFunction(def.Name())))
-	out, err := workflow.Result(ctx, e.P, def, nid)
-	must(t, err)
-	if out != "x-a-b-c" || e.n("a") != 1 || e.n("b") != 1 {
-		t.Fatalf("result %q; a ran %d times, b %d (want once each: their copies are journaled)", out, e.n("a"), e.n("b"))
-	}
 }
 
 // Watch pushes the status as steps are journaled, up to the end.

@@ -17,6 +17,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/payload"
+	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
@@ -189,7 +190,7 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 		return jetflow.Permanent(fmt.Errorf("%w: wake %s: context %s", jetflow.ErrBadArgs, j.ID(), j.Args.Context))
 	}
 	if wc.Fork {
-		return forkJanitor(ctx, d.p, d.def.Name(), wc.WF)
+		return nil // an earlier version's Restart armed it: nothing to do now
 	}
 	if wc.Purge {
 		return janitor(ctx, d.p, d.def.Name(), wc.WF)
@@ -341,6 +342,16 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	jr, err := d.journal(ctx)
 	if err != nil {
 		return err
+	}
+	if src := wfwire.ForkSource(rec); src != "" && a.N == 1 {
+		// Its Restart did not finish: the copy and the release are
+		// this segment's.
+		if rec, err = finishFork(ctx, d.p, jr, rec, src); errors.Is(err, kv.ErrTerminal) {
+			return schedulePurge(ctx, d.p, d.def.Name(), rec)
+		} else if err != nil {
+			return err
+		}
+		a.Forked = true
 	}
 	rs, err := d.enter(ctx, jr, a, j.Fresh())
 	if rs == nil || err != nil {
@@ -509,10 +520,6 @@ func (c *cursor) running() bool { return c.state() == cursorRunning }
 // waits reports whether cursor c, nil when there is none, waits for the
 // next segment: a segment parked and the workflow has not ended.
 func (c *cursor) waits() bool { return c != nil && c.state() == cursorParked }
-
-// isClaim reports whether cursor c is as a Restart's claim writes it:
-// segment 1, held.
-func (c *cursor) isClaim() bool { return c.Seg == 1 && c.running() }
 
 // parkedAt reports whether segment seg parked and the workflow goes on.
 func (c *cursor) parkedAt(seg int) bool { return c.Seg == seg && c.state() == cursorParked }

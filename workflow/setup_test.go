@@ -76,6 +76,25 @@ func (e *env) startWorkerWith(t testing.TB, cfg worker.Config, register func(w *
 }
 
 // startScheduler starts a scheduler (delayed runs: sleeps, timeouts).
+// startRepairingScheduler is startScheduler whose repair sweep runs every
+// 200 ms, for records older than that.
+func (e *env) startRepairingScheduler(t testing.TB) {
+	t.Helper()
+	_, js := e.Connect()
+	s, err := scheduler.New(context.Background(), js, scheduler.Config{LeaseTTL: time.Second, RepairInterval: 200 * time.Millisecond, RepairGrace: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+	})
+}
+
 func (e *env) startScheduler(t testing.TB) {
 	t.Helper()
 	_, js := e.Connect()

@@ -2,6 +2,7 @@ package workflow
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jetflow-dev/jetflow"
@@ -61,24 +62,21 @@ func TestCursorReached(t *testing.T) {
 func TestCursorStates(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name                  string
-		cur                   *cursor
-		running, waits, claim bool
+		name           string
+		cur            *cursor
+		running, waits bool
 	}{
-		{"segment 1 running: a claim", &cursor{Seg: 1}, true, false, true},
-		{"segment 2 running", &cursor{Seg: 2}, true, false, false},
-		{"segment 1 parked", &cursor{Seg: 1, Waiting: true}, false, true, false},
-		{"ended", &cursor{Seg: 1, Done: true}, false, false, false},
-		{"ended while waiting", &cursor{Seg: 2, Waiting: true, Done: true}, false, false, false},
+		{"segment 1 running", &cursor{Seg: 1}, true, false},
+		{"segment 2 running", &cursor{Seg: 2}, true, false},
+		{"segment 1 parked", &cursor{Seg: 1, Waiting: true}, false, true},
+		{"ended", &cursor{Seg: 1, Done: true}, false, false},
+		{"ended while waiting", &cursor{Seg: 2, Waiting: true, Done: true}, false, false},
 	} {
 		if got := tc.cur.running(); got != tc.running {
 			t.Errorf("%s: running = %v, want %v", tc.name, got, tc.running)
 		}
 		if got := tc.cur.waits(); got != tc.waits {
 			t.Errorf("%s: waits = %v, want %v", tc.name, got, tc.waits)
-		}
-		if got := tc.cur.isClaim(); got != tc.claim {
-			t.Errorf("%s: isClaim = %v, want %v", tc.name, got, tc.claim)
 		}
 	}
 	var none *cursor
@@ -110,6 +108,48 @@ func TestRestartCopies(t *testing.T) {
 	all := map[string]*Entry{"1": {State: StepDone}, "2": {State: StepDone}}
 	if cut := restartCut(all); cut != "" || !copied("2", StepDone, cut) {
 		t.Errorf("all steps done: cut %q, step 2 copied %v", cut, copied("2", StepDone, cut))
+	}
+}
+
+func TestForkCopy(t *testing.T) {
+	t.Parallel()
+	src := map[string]*Entry{
+		"1":  {Step: "1", State: StepDone, Revision: 7, Segment: 2, Result: []byte(`"one"`)},
+		"2":  {Step: "2", State: StepDone, Revision: 8, Segment: 2},
+		"10": {Step: "10", State: StepDone, Revision: 9},
+		"11": {Step: "11", State: StepFailed, Revision: 10},
+		"12": {Step: "12", State: StepDone, Revision: 11},
+	}
+	for _, tc := range []struct {
+		name string
+		src  map[string]*Entry
+		have map[string]*Entry
+		want []string
+	}{
+		{"nothing written yet: the steps before the cut, in code order", src, nil, []string{"1", "2", "10"}},
+		{"written in part by another copier", src, map[string]*Entry{"2": {}}, []string{"1", "10"}},
+		{"complete", src, map[string]*Entry{"1": {}, "2": {}, "10": {}}, nil},
+		{"every step succeeded", map[string]*Entry{"1": {Step: "1", State: StepDone}, "2": {Step: "2", State: StepDone}}, nil, []string{"1", "2"}},
+		{"the first step failed", map[string]*Entry{"1": {Step: "1", State: StepFailed}, "2": {Step: "2", State: StepDone}}, nil, nil},
+		{"no steps", map[string]*Entry{}, nil, nil},
+	} {
+		got := forkCopy(tc.src, tc.have)
+		var steps []string
+		for _, e := range got {
+			steps = append(steps, e.Step)
+			if e.Revision != 0 || e.Segment != 0 {
+				t.Errorf("%s: copy of %s at revision %d, segment %d; want neither", tc.name, e.Step, e.Revision, e.Segment)
+			}
+			if e == tc.src[e.Step] {
+				t.Errorf("%s: step %s is the source's entry, not a copy", tc.name, e.Step)
+			}
+		}
+		if fmt.Sprint(steps) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: forkCopy = %v, want %v", tc.name, steps, tc.want)
+		}
+	}
+	if src["1"].Revision != 7 || src["1"].Segment != 2 {
+		t.Errorf("forkCopy changed the source's entry: %+v", src["1"])
 	}
 }
 

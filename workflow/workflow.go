@@ -126,8 +126,8 @@ type startOptions struct {
 	after      time.Duration // After: resolved on the producer's clock at Start
 	parent     string
 	onComplete *jetflow.Call
-	forked     bool   // Restart: the journal holds steps before the first segment
-	event      []byte // SendEventWithStart: stored before the first segment
+	fork       *forkOf // Restart: the journal it copies, before the first segment
+	event      []byte  // SendEventWithStart: stored before the first segment
 	eventName  string
 }
 
@@ -243,7 +243,10 @@ func startWorkflow(ctx context.Context, p *producer.Producer, name string, raw j
 	if oerr != nil {
 		return "", oerr
 	}
-	a := segArgs{WF: id, N: 1, Input: raw, Scheduled: sched, Created: now, Parent: o.parent, Forked: o.forked}
+	a := segArgs{WF: id, N: 1, Input: raw, Scheduled: sched, Created: now, Parent: o.parent}
+	if o.fork != nil {
+		a.Forked, a.Fork = true, o.fork.src
+	}
 	if o.onComplete != nil {
 		cargs, err := o.onComplete.Encode()
 		if err != nil {
@@ -273,7 +276,10 @@ func startWorkflow(ctx context.Context, p *producer.Producer, name string, raw j
 	// a record of its own, published once, after the create that only one
 	// Start wins. The repair sweep publishes it if this process dies
 	// between the two.
-	st := wfwire.Start{Record: rec, SegArgs: segRaw, CallerID: o.id != "" && !o.forked, Event: o.event, EventName: o.eventName}
+	st := wfwire.Start{Record: rec, SegArgs: segRaw, CallerID: o.id != "", Event: o.event, EventName: o.eventName}
+	if o.fork != nil {
+		st.Fork = forkHook(p, o.fork, id)
+	}
 	err = st.Do(ctx, eng, jr.kv)
 	switch {
 	case errors.Is(err, kv.ErrExists):

@@ -45,8 +45,17 @@ func RecordOf(name string, a SegArgs) *jetflow.Run {
 	return &jetflow.Run{
 		ID: a.WF, Name: name, Kind: jetflow.Retryable, Args: a.Input, State: jetflow.Pending,
 		ScheduledTime: a.Scheduled, CreationTime: a.Created, Parent: a.Parent,
-		Children: []string{SegmentID(a.WF, 1)}, OnComplete: a.OnComplete,
+		Children: []string{SegmentID(a.WF, 1)}, OnComplete: a.OnComplete, HeldBy: forkHolderOf(a),
 	}
+}
+
+// forkHolderOf is the HeldBy of the record of a workflow whose first
+// segment's args are a: ForkHolder of a Restart's source, "" otherwise.
+func forkHolderOf(a SegArgs) string {
+	if a.Fork == "" {
+		return ""
+	}
+	return ForkHolder(a.Fork)
 }
 
 // EventKey is a new journal key for an event name sent to workflow wf.
@@ -67,6 +76,11 @@ type Start struct {
 	Event []byte
 	// EventName names it.
 	EventName string
+	// Fork, for a Restart's record (held: ForkHolder), runs after the
+	// record is written and before the first segment is published: it
+	// copies the journal and releases the record, and reports whether it
+	// released it (false: another did, whose segment runs).
+	Fork func(ctx context.Context) (released bool, err error)
 }
 
 // ErrNotPublished wraps the error of a Start whose record was written but
@@ -76,7 +90,8 @@ var ErrNotPublished = errors.New("workflow: recorded, its first segment not publ
 
 // Do writes the record (create-only: kv.ErrExists when the id is taken,
 // nothing written), purges what an earlier workflow of a caller's id left
-// in the journal, stores the event, then publishes the first segment (or
+// in the journal, stores the event, runs Fork (a Restart's), then
+// publishes the first segment unless Fork did not release the record (or
 // stores it in the delayed store when it is due later). An error after the
 // record matches ErrNotPublished.
 func (s Start) Do(ctx context.Context, d *engine.Dispatcher, journal jetstream.KeyValue) error {
@@ -95,7 +110,11 @@ func (s Start) Do(ctx context.Context, d *engine.Dispatcher, journal jetstream.K
 	if err == nil && s.Event != nil {
 		_, err = journal.Create(ctx, EventKey(rec.ID, s.EventName), s.Event)
 	}
-	if err == nil {
+	publish := true
+	if err == nil && s.Fork != nil {
+		publish, err = s.Fork(ctx)
+	}
+	if err == nil && publish {
 		err = s.publish(ctx, d)
 	}
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
@@ -87,11 +88,32 @@ type SegArgs struct {
 	Created    time.Time         `json:"created,omitzero"`
 	Parent     string            `json:"parent,omitempty"`
 	OnComplete *jetflow.Callback `json:"onComplete,omitempty"`
-	// Forked: the journal was written before the workflow started
-	// (Restart); otherwise a first segment that runs first (a first
-	// delivery on the worker's fast path) knows the journal is empty and
-	// does not read it.
+	// Forked: the journal holds steps the workflow did not run (Restart);
+	// otherwise a first segment that runs first (a first delivery on the
+	// worker's fast path) knows the journal is empty and does not read it.
 	Forked bool `json:"forked,omitempty"`
+	// Fork names the workflow a Restart copies the journal from (with
+	// Forked): the record is held (ForkHolder) until the copy is complete.
+	Fork string `json:"fork,omitempty"`
+}
+
+// forkHold prefixes the HeldBy of a workflow record that a Restart holds
+// until its journal copy is complete.
+const forkHold = "restart:"
+
+// ForkHolder is the HeldBy of the record of a workflow restarted from
+// workflow src, until its journal copy from src is complete.
+func ForkHolder(src string) string { return forkHold + src }
+
+// ForkSource is the workflow whose journal workflow record r copies before
+// it runs: set while r is held by its Restart (ForkHolder), "" otherwise
+// (a record that is not a workflow's included).
+func ForkSource(r *jetflow.Run) string {
+	src, ok := strings.CutPrefix(r.HeldBy, forkHold)
+	if !ok || !IsWorkflow(r) {
+		return ""
+	}
+	return src
 }
 
 // IsWorkflow reports whether r is a workflow's record: its first child is
@@ -105,6 +127,9 @@ func IsWorkflow(r *jetflow.Run) bool {
 // publishes when Start died between the record and the message.
 func FirstSegment(r *jetflow.Run) *jetflow.Run {
 	a := SegArgs{WF: r.ID, N: 1, Input: r.Args, Scheduled: r.ScheduledTime, Created: r.CreationTime, Parent: r.Parent, OnComplete: r.OnComplete}
+	if src := ForkSource(r); src != "" {
+		a.Forked, a.Fork = true, src
+	}
 	raw, _ := json.Marshal(a)
 	return &jetflow.Run{
 		ID: SegmentID(r.ID, 1), Name: SegmentFunction(r.Name), Kind: jetflow.Retryable, Args: raw,
@@ -123,10 +148,8 @@ type WakeContext struct {
 	// back then (a workflow canceled while it waited ends with no segment
 	// to schedule its purge).
 	Janitor bool `json:"janitor,omitempty"`
-	// Fork: remove what a Restart into WF wrote if it died between its
-	// claim of WF's journal and WF's record (without Purge: a worker that
-	// predates it takes it for a wake of a workflow without a record,
-	// and does nothing).
+	// Fork: armed by a Restart of an earlier version (before it claimed
+	// WF's journal): a worker of this version does nothing with it.
 	Fork bool `json:"fork,omitempty"`
 }
 
