@@ -221,7 +221,7 @@ func (p *Producer) runAt(ctx context.Context, t time.Time, c jetflow.Call, opts 
 	}
 	if _, err := p.createRecord(ctx, r); err != nil {
 		if errors.Is(err, kv.ErrExists) {
-			p.dispatchExisting(ctx, r.ID)
+			p.dispatchExisting(r.ID)
 			return r.ID, fmt.Errorf("run %s: %w", r.ID, ErrAlreadyExists)
 		}
 		return "", err
@@ -472,18 +472,44 @@ type batch struct {
 
 // dispatchExisting makes sure a run found to exist is dispatched: the call
 // that created it may have failed after its record landed and before its
-// dispatch (engine.DispatchExisting). Unread, the repair sweep stands
-// behind it.
-func (p *Producer) dispatchExisting(ctx context.Context, id string) {
+// dispatch (engine.DispatchExisting). In the background, as DispatchLater,
+// reading again every half second while the stream does not answer (a
+// create refused as there is most often answered in an election); after
+// existingFor, the repair sweep stands behind it.
+func (p *Producer) dispatchExisting(id string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), existingFor)
+		defer cancel()
+		for !p.dispatchedExisting(ctx, id) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// existingFor bounds dispatchExisting's reads.
+const existingFor = 30 * time.Second
+
+// dispatchedExisting reads run id and dispatches it if it is not queued;
+// false when the reads went unanswered.
+func (p *Producer) dispatchedExisting(ctx context.Context, id string) bool {
 	cur, _, err := p.store.Decide(ctx, id)
 	if err != nil {
-		return
+		return errors.Is(err, jetflow.ErrNotFound)
 	}
 	// Its message there already (the common case: the earlier call went
 	// through): nothing to do.
-	if q, err := p.store.Queued(ctx, cur.Name, cur.ID); err == nil && !q {
+	q, err := p.store.Queued(ctx, cur.Name, cur.ID)
+	if err != nil {
+		return false
+	}
+	if !q {
 		p.d.DispatchExisting(cur)
 	}
+	return true
 }
 
 // prepareBatch builds and checks a Batch call's runs before anything is
