@@ -129,73 +129,13 @@ func run(ctx context.Context, url string, verbose bool) error {
 		}
 		return trigger.Bind(r, trigger.Func(Welcome), trigger.Spec[Signup]{Name: "welcome", Subjects: []string{"events.signup"}})
 	}
-	r1 := trigger.New(p, trigger.Config{Logger: logger})
-	if err := bind(r1); err != nil {
-		return err
+	r2, err := shipOrders(ctx, js, p, bind, logger)
+	if r2 != nil {
+		defer stopLogged(r2.Stop)
 	}
-	if err := r1.Start(ctx); err != nil {
-		return err
-	}
-
-	publish := func(id string, data string, h nats.Header) error {
-		if h == nil {
-			h = nats.Header{}
-		}
-		h.Set("Order-Id", id)
-		_, err := js.PublishMsg(ctx, &nats.Msg{Subject: "orders.created", Data: []byte(data), Header: h})
-		return err
-	}
-	for _, o := range []struct{ id, data string }{
-		{"A-1", `{"item":"book","count":1}`}, {"B-2", `{"item":"lamp","count":2}`},
-		{"A-1", `{"item":"book","count":1}`}, {"X-9", `not json`},
-	} {
-		if err := publish(o.id, o.data, nil); err != nil {
-			return err
-		}
-	}
-	if err := publish("T-0", `{"item":"test","count":0}`, nats.Header{"Test": {"yes"}}); err != nil {
-		return err
-	}
-	if err := waitRuns(ctx, p, []string{"A-1", "B-2", "X-9"}); err != nil {
-		return err
-	}
-	// The five messages handled (the runs ended above; the duplicate and
-	// the skipped one are counted when they are acked).
-	st := r1.Stats("ship")
-	for deadline := time.Now().Add(30 * time.Second); st.Messages < 5; st = r1.Stats("ship") {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("trigger ship handled %d of 5 messages", st.Messages)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	fmt.Printf("trigger ship: %d messages, %d runs, %d found existing, %d skipped, %d failed\n",
-		st.Messages, st.Runs, st.Existing, st.Skipped, st.Failed)
-	bad, err := p.Get(ctx, trigger.HeaderRunID("ship", "X-9"))
 	if err != nil {
 		return err
 	}
-	fmt.Printf("order X-9: %s, not JSON: %v\n", bad.State, strings.Contains(bad.Error, "not the JSON of main.Order"))
-
-	// The runner stops (a deploy); an order comes meanwhile; a new runner
-	// takes it up where the trigger was.
-	if err := r1.Stop(ctx); err != nil {
-		return err
-	}
-	if err := publish("C-3", `{"item":"pen","count":3}`, nil); err != nil {
-		return err
-	}
-	r2 := trigger.New(p, trigger.Config{Logger: logger})
-	if err := bind(r2); err != nil {
-		return err
-	}
-	if err := r2.Start(ctx); err != nil {
-		return err
-	}
-	defer stopLogged(r2.Stop)
-	if err := waitRuns(ctx, p, []string{"C-3"}); err != nil {
-		return err
-	}
-	fmt.Println("order C-3 published while no runner ran: shipped after the restart")
 
 	// Plain subjects: core NATS publishes, captured by the trigger's stream.
 	for _, e := range []string{"ann@example.com", "bob@example.com"} {
@@ -204,18 +144,13 @@ func run(ctx context.Context, url string, verbose bool) error {
 			return err
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	ran5 := func() (bool, error) {
 		mu.Lock()
-		n := len(done)
-		mu.Unlock()
-		if n >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of 5 runs ran", n)
-		}
-		time.Sleep(10 * time.Millisecond)
+		defer mu.Unlock()
+		return len(done) >= 5, nil
+	}
+	if err := waitFor("5 runs to run", ran5); err != nil {
+		return err
 	}
 	mu.Lock()
 	sort.Strings(done)
@@ -233,26 +168,108 @@ func run(ctx context.Context, url string, verbose bool) error {
 	return nil
 }
 
+// shipOrders publishes orders (one twice, one not JSON, one a test the
+// filter skips) to a runner's trigger, reports what it made of them, then
+// stops the runner, publishes one more and starts another, which ships
+// it: the runner left running.
+func shipOrders(ctx context.Context, js jetstream.JetStream, p *producer.Producer, bind func(*trigger.Runner) error, logger *slog.Logger) (*trigger.Runner, error) {
+	r1 := trigger.New(p, trigger.Config{Logger: logger})
+	if err := bind(r1); err != nil {
+		return nil, err
+	}
+	if err := r1.Start(ctx); err != nil {
+		return nil, err
+	}
+
+	publish := func(id string, data string, h nats.Header) error {
+		if h == nil {
+			h = nats.Header{}
+		}
+		h.Set("Order-Id", id)
+		_, err := js.PublishMsg(ctx, &nats.Msg{Subject: "orders.created", Data: []byte(data), Header: h})
+		return err
+	}
+	for _, o := range []struct{ id, data string }{
+		{"A-1", `{"item":"book","count":1}`}, {"B-2", `{"item":"lamp","count":2}`},
+		{"A-1", `{"item":"book","count":1}`}, {"X-9", `not json`},
+	} {
+		if err := publish(o.id, o.data, nil); err != nil {
+			return nil, err
+		}
+	}
+	if err := publish("T-0", `{"item":"test","count":0}`, nats.Header{"Test": {"yes"}}); err != nil {
+		return nil, err
+	}
+	if err := waitRuns(ctx, p, []string{"A-1", "B-2", "X-9"}); err != nil {
+		return nil, err
+	}
+	// The five messages handled (the runs ended above; the duplicate and
+	// the skipped one are counted when they are acked).
+	if err := waitFor("trigger ship to handle 5 messages", func() (bool, error) { return r1.Stats("ship").Messages >= 5, nil }); err != nil {
+		return nil, err
+	}
+	st := r1.Stats("ship")
+	fmt.Printf("trigger ship: %d messages, %d runs, %d found existing, %d skipped, %d failed\n",
+		st.Messages, st.Runs, st.Existing, st.Skipped, st.Failed)
+	bad, err := p.Get(ctx, trigger.HeaderRunID("ship", "X-9"))
+	if err != nil {
+		return nil, err
+	}
+	fmt.Printf("order X-9: %s, not JSON: %v\n", bad.State, strings.Contains(bad.Error, "not the JSON of main.Order"))
+
+	// The runner stops (a deploy); an order comes meanwhile; a new runner
+	// takes it up where the trigger was.
+	if err := r1.Stop(ctx); err != nil {
+		return nil, err
+	}
+	if err := publish("C-3", `{"item":"pen","count":3}`, nil); err != nil {
+		return nil, err
+	}
+	r2 := trigger.New(p, trigger.Config{Logger: logger})
+	if err := bind(r2); err != nil {
+		return nil, err
+	}
+	if err := r2.Start(ctx); err != nil {
+		return nil, err
+	}
+	if err := waitRuns(ctx, p, []string{"C-3"}); err != nil {
+		return r2, err
+	}
+	fmt.Println("order C-3 published while no runner ran: shipped after the restart")
+	return r2, nil
+}
+
 // waitRuns waits until the runs of the orders ids have ended.
 func waitRuns(ctx context.Context, p *producer.Producer, ids []string) error {
 	for _, id := range ids {
-		runID := trigger.HeaderRunID("ship", id)
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			r, err := p.Get(ctx, runID)
-			if err == nil && r.State.Terminal() {
-				break
+		ended := func() (bool, error) {
+			r, err := p.Get(ctx, trigger.HeaderRunID("ship", id))
+			if errors.Is(err, jetflow.ErrNotFound) {
+				return false, nil // not made yet
 			}
-			if err != nil && !errors.Is(err, jetflow.ErrNotFound) {
-				return err
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("order %s: no ended run", id)
-			}
-			time.Sleep(10 * time.Millisecond)
+			return err == nil && r.State.Terminal(), err
+		}
+		if err := waitFor("order "+id+"'s run to end", ended); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// waitFor is the example's one way to wait: cond until it holds, fails,
+// or 30 s pass.
+func waitFor(what string, cond func() (bool, error)) error {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		ok, err := cond()
+		switch {
+		case err != nil:
+			return err
+		case ok:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("waited 30 s for %s", what)
+		}
+	}
 }
 
 // stopLogged stops what stop stops, saying so if it fails (a deferred
