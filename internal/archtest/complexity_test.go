@@ -3,10 +3,7 @@ package archtest
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -25,25 +22,7 @@ const (
 func TestCodeShape(t *testing.T) {
 	var over []string
 	dense, lines := 0, 0
-	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel("../..", p)
-		if d.IsDir() {
-			if skipDir(rel, d.Name()) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, p, nil, 0)
-		if err != nil {
-			return err
-		}
+	walkGo(t, skipDir, func(fset *token.FileSet, f *ast.File) {
 		lines += fset.File(f.Pos()).LineCount()
 		for _, decl := range f.Decls {
 			if fn, ok := decl.(*ast.FuncDecl); ok && fn.Body != nil {
@@ -53,11 +32,7 @@ func TestCodeShape(t *testing.T) {
 			}
 		}
 		dense += denseConditions(f)
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if lines < 10000 {
 		t.Fatalf("read %d lines of library code: the walk missed the repository", lines)
 	}

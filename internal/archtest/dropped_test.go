@@ -5,8 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -35,36 +33,9 @@ var stateChanging = []string{
 
 func TestNoDroppedStateChange(t *testing.T) {
 	var found []string
-	files := 0
-	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel("../..", p)
-		if d.IsDir() {
-			if skipDir(rel, d.Name()) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, p, nil, 0)
-		if err != nil {
-			return err
-		}
-		files++
+	walkGo(t, skipDir, func(fset *token.FileSet, f *ast.File) {
 		found = append(found, droppedStateChanges(fset, f)...)
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if files < 100 {
-		t.Fatalf("read %d files: the walk missed the repository", files)
-	}
 	for _, v := range found {
 		t.Errorf("the result of a state-changing call set aside (return it, or log it): %s", v)
 	}

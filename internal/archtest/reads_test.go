@@ -5,7 +5,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,37 +22,13 @@ import (
 // replica is proven by asking what a raw direct get answers.
 func TestRunReadsGoThroughShowOrDecide(t *testing.T) {
 	var found []string
-	files := 0
-	err := filepath.WalkDir("../..", func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel("../..", p)
-		if d.IsDir() {
-			if rel == "kv" || rel == filepath.Join("internal", "testserver") || rel == "docs" ||
-				rel != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "node_modules") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, p, nil, 0)
-		if err != nil {
-			return err
-		}
-		files++
+	skip := func(rel, name string) bool {
+		return rel == "kv" || rel == filepath.Join("internal", "testserver") || rel == "docs" ||
+			rel != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules")
+	}
+	walkGo(t, skip, func(fset *token.FileSet, f *ast.File) {
 		found = append(found, rawRunReads(fset, f)...)
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if files < 100 {
-		t.Fatalf("read %d files: the walk missed the repository", files)
-	}
 	for _, v := range found {
 		t.Errorf("a raw read of the runs bucket (read a record with kv.Store.Show or kv.Store.Decide): %s", v)
 	}
