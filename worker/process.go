@@ -164,7 +164,7 @@ func (w *Worker) process(e *fnEntry, m jetstream.Msg, held bool) {
 		Reload: env.Reload, IsNew: env.New, Rev: env.Rev, Attempt: env.Attempt,
 	})
 	if kind == engine.Waited {
-		w.log.Debug("delivery may have waited here (held long, or across a stall): claimed first", "function", e.name, "run_id", env.ID)
+		w.log.Debug("first delivery may have waited (its message stored AckWait/2 ago, or received across a stall): claimed first", "function", e.name, "run_id", env.ID)
 	}
 	if !w.accept(ctx, j, m, kind, replay, numDelivered) || w.canceledHere(ctx, env.ID, m) {
 		return
