@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/streams"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -237,4 +238,38 @@ func TestFaultClusterFailover(t *testing.T) {
 		t.Logf("%d of %d delayed runs started more than %s late under this load (latest %s); task faults holds the bound", late, delayed, bound, maxLate)
 	}
 	c.assert(t, e)
+}
+
+// whereIs logs, for each of ids (runs the checks found missing), what each
+// node's own replica of the runs bucket holds: a direct get sent on a
+// connection to that node, which its local replica answers first, with the
+// stream's last sequence as each node's stream info reports it. A run
+// stored on some replicas and not others is a replica divergence in the
+// server; one on none was never stored. For diagnosis only.
+func whereIs(t *testing.T, nodes []*natsServer, ids []string) {
+	t.Helper()
+	def := streams.Config{}.WithDefaults()
+	stream := streams.KVStream(def.RunsBucket())
+	for _, nd := range nodes {
+		nc, err := nats.Connect(nd.url(), nats.Name("whereIs"))
+		if err != nil {
+			t.Logf("whereIs: %s: %v", nd.name, err)
+			continue
+		}
+		var found []string
+		for _, id := range ids[:min(len(ids), 5)] {
+			subj := "$JS.API.DIRECT.GET." + stream + "." + streams.KVSubject(def.RunsBucket(), id)
+			m, err := nc.Request(subj, nil, 2*time.Second)
+			switch {
+			case err != nil:
+				found = append(found, id+"=error:"+err.Error())
+			case m.Header.Get("Status") != "":
+				found = append(found, id+"=status "+m.Header.Get("Status"))
+			default:
+				found = append(found, fmt.Sprintf("%s=seq %s (%d bytes)", id, m.Header.Get("Nats-Sequence"), len(m.Data)))
+			}
+		}
+		t.Logf("whereIs: %s holds %v", nd.name, found)
+		nc.Close()
+	}
 }

@@ -129,6 +129,9 @@ func testFaultPartition(t *testing.T, clients bool) {
 		scenario = "p partition-all"
 	}
 	f.print(t, scenario)
+	if len(c.lost) > 0 {
+		whereIs(t, nodes, c.lost)
+	}
 	alive(t, append(workers, scheds...)...)
 	nc.assert(t, e, c, netAssert{})
 }
@@ -197,6 +200,9 @@ func TestFaultServerPause(t *testing.T) {
 	nc.report(f)
 	f.set("wall", time.Since(began))
 	f.print(t, "h server-pause")
+	if len(c.lost) > 0 {
+		whereIs(t, nodes, c.lost)
+	}
 	alive(t, append(workers, scheds...)...)
 	nc.assert(t, e, c, netAssert{})
 }

@@ -139,6 +139,12 @@ func newNATS(t *testing.T, name string, clusterPort int) *natsServer {
 	s := &natsServer{t: t, name: name, port: freePort(t), clusterPort: clusterPort, dir: t.TempDir(), log: &syncBuffer{}}
 	t.Cleanup(func() {
 		s.stop(syscall.SIGKILL)
+		if dir := os.Getenv("JETFLOW_FAULT_LOGS"); dir != "" {
+			// The whole log, for diagnosis (the test's output keeps a tail).
+			if err := os.WriteFile(filepath.Join(dir, "nats-"+s.name+".log"), []byte(s.log.String()), 0o644); err != nil {
+				t.Logf("keep %s's log: %v", s.name, err)
+			}
+		}
 		if t.Failed() {
 			t.Logf("%s log:\n%s", s.name, tail(s.log.String(), 4000))
 		}
