@@ -81,7 +81,9 @@ func CreateConfirmed(ctx context.Context, create func(ctx context.Context) error
 			if ferr == nil {
 				ferr = err
 			}
-			return fmt.Errorf("%w: %w (last: %w)", ErrUnconfirmed, ctx.Err(), ferr)
+			// The last refusal is named, not wrapped: it must not match
+			// ErrExists, which would report the run stored.
+			return fmt.Errorf("%w: %w (last: %v)", ErrUnconfirmed, ctx.Err(), ferr)
 		case <-t.C:
 		}
 		delay = min(2*delay, 500*time.Millisecond)

@@ -29,6 +29,9 @@ func TestCreateConfirmed(t *testing.T) {
 		{"refused, missing, then ours", []error{kv.ErrExists, kv.ErrExists}, []kv.Found{kv.Missing, kv.Ours}, nil, 2},
 		{"not a refusal", []error{other}, nil, other, 1},
 		{"never confirmed", nil, nil, kv.ErrUnconfirmed, -1},
+		// The store's refusal is an ErrExists: an unconfirmed create must
+		// not match it (it would be reported as stored).
+		{"never confirmed, refused as existing", []error{kv.ErrExists, kv.ErrExists, kv.ErrExists, kv.ErrExists, kv.ErrExists, kv.ErrExists, kv.ErrExists, kv.ErrExists, kv.ErrExists, kv.ErrExists}, nil, kv.ErrUnconfirmed, -1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -50,6 +53,9 @@ func TestCreateConfirmed(t *testing.T) {
 			})
 			if c.want == nil && err != nil || c.want != nil && !errors.Is(err, c.want) {
 				t.Fatalf("err = %v, want %v", err, c.want)
+			}
+			if errors.Is(c.want, kv.ErrUnconfirmed) && errors.Is(err, kv.ErrExists) {
+				t.Fatalf("err = %v matches kv.ErrExists: a create nobody stored would be reported as taken", err)
 			}
 			if c.tries >= 0 && tries != c.tries {
 				t.Fatalf("%d tries, want %d", tries, c.tries)
