@@ -870,7 +870,7 @@ func (s *Scheduler) publishDue(ctx context.Context, d kv.Delayed, m *nats.Msg) e
 	case ferr != nil:
 		return ferr
 	case found == kv.Missing:
-		return fmt.Errorf("%w: %w", kv.ErrUnconfirmed, err)
+		return fmt.Errorf("%w: %v", kv.ErrUnconfirmed, err) // not the refusal: it is no answer
 	}
 	return nil
 }

@@ -64,7 +64,7 @@ func TestDispatchAsksTheLeaderWhenAReplicaIsBehind(t *testing.T) {
 	}
 	// The dispatcher counts a run once its entry is removed, which may come
 	// after the handler ran.
-	testserver.Eventually(t, 10*time.Second, "every run counted as dispatched", func() bool { return s.Stats().Dispatched >= n })
+	testserver.Eventually(t, 30*time.Second, "every run counted as dispatched", func() bool { return s.Stats().Dispatched >= n })
 	if st := s.Stats(); st.Dispatched != n || st.Repaired != 0 {
 		t.Fatalf("dispatched %d, repaired %d, want %d and 0", st.Dispatched, st.Repaired, n)
 	}

@@ -62,7 +62,7 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 			r.Revision = cur.Revision
 			return cur.Revision, nil
 		case kv.NotLanded, kv.Unread:
-			return w.claimAgain(ctx, from, r, rev, fmt.Errorf("%w (the record unchanged or unread: %w)", kv.ErrUnconfirmed, err))
+			return w.claimAgain(ctx, from, r, rev, fmt.Errorf("%w (the record unchanged or unread: %v)", kv.ErrUnconfirmed, err))
 		case kv.Superseded:
 			return n, engine.Superseded(err)
 		}

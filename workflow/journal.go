@@ -444,7 +444,7 @@ func (j *journal) putEntry(ctx context.Context, wf string, e *Entry) (*Entry, er
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("workflow %s: journal step %s: %w (%w)", wf, e.Step, kv.ErrUnconfirmed, err)
+			return nil, fmt.Errorf("workflow %s: journal step %s: %w (%v)", wf, e.Step, kv.ErrUnconfirmed, err)
 		case <-t.C:
 		}
 	}
