@@ -56,12 +56,15 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 		// Refused: settled by the record read back (engine.ReadBack). A
 		// refusal from a leader judging against an uncommitted write (the
 		// record unchanged), or one the leader does not confirm, is
-		// written again, as a claim whose reply was lost.
+		// written again, as a claim whose reply was lost. So is a record
+		// read as missing (kv.Gone): a record this worker read at rev does
+		// not vanish, but a leader just cut off answers from a store that
+		// never had it.
 		switch v, cur, _ := engine.ReadBack(ctx, w.readConfirmed, r.ID, rev, engine.ClaimOf(r)); v {
 		case kv.Landed:
 			r.Revision = cur.Revision
 			return cur.Revision, nil
-		case kv.NotLanded, kv.Unread:
+		case kv.NotLanded, kv.Unread, kv.Gone:
 			return w.claimAgain(ctx, from, r, rev, fmt.Errorf("%w (the record unchanged or unread: %v)", kv.ErrUnconfirmed, err))
 		case kv.Superseded:
 			return n, engine.Superseded(err)
@@ -243,9 +246,11 @@ func (w *Worker) giveBackOnce(claim *jetflow.Run, rev uint64, notLanded *time.Ti
 			w.log.Info("claim landed after it was given up: given back", "run_id", claim.ID, "attempt", claim.Attempts)
 		}
 		return err == nil || errors.Is(err, kv.ErrConflict) // a conflict: written over meanwhile (a takeover, a cancel)
-	case kv.Superseded, kv.Gone:
-		return true // someone else's write, or the record is gone
-	case kv.NotLanded:
+	case kv.Superseded:
+		return true // someone else's write
+	case kv.NotLanded, kv.Gone:
+		// Not landed, or read as missing (a leader just cut off answers
+		// from a store that never had the record): asked again for 3 s.
 		if notLanded.IsZero() {
 			*notLanded = time.Now()
 		}

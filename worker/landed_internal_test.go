@@ -245,3 +245,45 @@ func readsBehind(w *Worker, behind *kv.Store) {
 		return r, false, err
 	}
 }
+
+// A claim refused because it had landed, whose first read-back is answered
+// "missing" by a leader that was just cut off (it answers from its own
+// store, which never had the record): the missing record is no answer
+// (kv.Gone is read again, as Unread is), and the claim is found landed
+// once the leader answers. Before, the claim was reported as a conflict:
+// its handler never ran, and its record showed it owned by this worker
+// until another took it over as lost (the partition scenario's lost
+// takeovers); an at-most-once run failed with ErrWorkerLost unrun.
+func TestClaimReadBackMissingOnADeposedLeaderIsReadAgain(t *testing.T) {
+	_, w, _ := claimEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	claim := claimOf(w, "deposed-1")
+	r := claim
+	r.State, r.Attempts, r.StartedTime, r.Owner, r.Heartbeat = jetflow.Pending, 0, time.Time{}, "", time.Time{}
+	rev, err := w.runs.Write(ctx, engine.Schedule, engine.None, &r, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	landed := claim
+	// The claim landed with its reply lost.
+	stored, err := w.runs.Write(ctx, engine.Claim, jetflow.Pending, &landed, rev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := 0
+	w.readConfirmed = func(ctx context.Context, id string) (*jetflow.Run, bool, error) {
+		reads++
+		if reads == 1 {
+			return nil, true, fmt.Errorf("run %s: %w", id, kv.ErrNotFound) // the deposed leader's answer
+		}
+		return w.store.Decide(ctx, id)
+	}
+	got, err := w.claim(ctx, jetflow.Pending, &claim, rev)
+	if err != nil {
+		t.Fatalf("claim: %v (after %d reads): a record read as missing once is taken for a conflict", err, reads)
+	}
+	if got != stored {
+		t.Fatalf("claim settled at revision %d, want the landed claim's %d", got, stored)
+	}
+}
