@@ -67,6 +67,7 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 		case kv.NotLanded, kv.Unread, kv.Gone:
 			return w.claimAgain(ctx, from, r, rev, fmt.Errorf("%w (the record unchanged or unread: %v)", kv.ErrUnconfirmed, err))
 		case kv.Superseded:
+			w.logSuperseded(r, rev, cur)
 			return n, engine.Superseded(err)
 		}
 		return n, err
@@ -75,6 +76,16 @@ func (w *Worker) claim(ctx context.Context, from jetflow.State, r *jetflow.Run, 
 		return n, err
 	}
 	return w.claimAgain(ctx, from, r, rev, err)
+}
+
+// logSuperseded says, at debug level, what a refused claim found in its
+// place: another attempt's or owner's record (for diagnosis).
+func (w *Worker) logSuperseded(r *jetflow.Run, rev uint64, cur *jetflow.Run) {
+	if cur == nil {
+		return
+	}
+	w.log.Debug("claim superseded", "run_id", r.ID, "expected", rev, "stored", cur.Revision, "state", cur.State,
+		"owner", cur.Owner, "attempt", cur.Attempts, "started", cur.StartedTime, "claim_attempt", r.Attempts, "claim_started", r.StartedTime)
 }
 
 // claimRetryable reports whether a failed claim is to be written again:
