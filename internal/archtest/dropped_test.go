@@ -3,10 +3,8 @@ package archtest
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -32,13 +30,7 @@ var stateChanging = []string{
 }
 
 func TestNoDroppedStateChange(t *testing.T) {
-	var found []string
-	walkGo(t, skipDir, func(fset *token.FileSet, f *ast.File) {
-		found = append(found, droppedStateChanges(fset, f)...)
-	})
-	for _, v := range found {
-		t.Errorf("the result of a state-changing call set aside (return it, or log it): %s", v)
-	}
+	enforce(t, skipDir, droppedStateChanges, "the result of a state-changing call set aside (return it, or log it)")
 }
 
 // The check finds each form of a dropped result, and leaves read ones, other
@@ -59,22 +51,7 @@ func f() {
 	_, err := p.Publish(ctx, s, b)
 }
 `
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "p.go", src, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []int
-	for _, v := range droppedStateChanges(fset, f) {
-		var line int
-		if _, err := fmt.Sscanf(v[strings.Index(v, ":")+1:], "%d", &line); err != nil {
-			t.Fatalf("%q: %v", v, err)
-		}
-		lines = append(lines, line)
-	}
-	if want := []int{4, 5, 6, 7}; !slices.Equal(lines, want) {
-		t.Fatalf("dropped results found on lines %v, want %v", lines, want)
-	}
+	catches(t, src, droppedStateChanges, 4, 5, 6, 7)
 }
 
 // droppedStateChanges lists the assignments of f whose last (error) result

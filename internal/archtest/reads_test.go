@@ -1,12 +1,9 @@
 package archtest
 
 import (
-	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -21,17 +18,11 @@ import (
 // Outside the rule: kv itself; tests; internal/testserver, whose stale
 // replica is proven by asking what a raw direct get answers.
 func TestRunReadsGoThroughShowOrDecide(t *testing.T) {
-	var found []string
 	skip := func(rel, name string) bool {
 		return rel == "kv" || rel == filepath.Join("internal", "testserver") || rel == "docs" ||
 			rel != "." && (strings.HasPrefix(name, ".") || name == "testdata" || name == "node_modules")
 	}
-	walkGo(t, skip, func(fset *token.FileSet, f *ast.File) {
-		found = append(found, rawRunReads(fset, f)...)
-	})
-	for _, v := range found {
-		t.Errorf("a raw read of the runs bucket (read a record with kv.Store.Show or kv.Store.Decide): %s", v)
-	}
+	enforce(t, skip, rawRunReads, "a raw read of the runs bucket (read a record with kv.Store.Show or kv.Store.Decide)")
 }
 
 // The check finds each form of a raw read, and leaves other buckets' reads
@@ -54,22 +45,7 @@ func f(ctx context.Context, st *kv.Store, js jetstream.JetStream, cfg streams.Co
 	runs.Watch(ctx, "h")
 }
 `
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "p.go", src, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []int
-	for _, v := range rawRunReads(fset, f) {
-		var line int
-		if _, err := fmt.Sscanf(v[strings.Index(v, ":")+1:], "%d", &line); err != nil {
-			t.Fatalf("%q: %v", v, err)
-		}
-		lines = append(lines, line)
-	}
-	if want := []int{4, 6, 8, 10}; !slices.Equal(lines, want) {
-		t.Fatalf("raw reads found on lines %v, want %v", lines, want)
-	}
+	catches(t, src, rawRunReads, 4, 6, 8, 10)
 }
 
 // rawRunReads lists the Get and GetRevision calls of f on a handle of the

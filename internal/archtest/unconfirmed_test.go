@@ -3,10 +3,8 @@ package archtest
 import (
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -17,13 +15,7 @@ import (
 // stored it" match "another write holds it", and a caller that takes
 // ErrExists for done loses the run (the partition scenario's lost runs).
 func TestUnconfirmedWrapsNoRefusal(t *testing.T) {
-	var found []string
-	walkGo(t, skipDir, func(fset *token.FileSet, f *ast.File) {
-		found = append(found, unconfirmedWraps(fset, f)...)
-	})
-	for _, v := range found {
-		t.Errorf("an unconfirmed write's error wraps another error with %%w (name it with %%v): %s", v)
-	}
+	enforce(t, skipDir, unconfirmedWraps, "an unconfirmed write's error wraps another error with %w (name it with %v)")
 }
 
 func TestUnconfirmedRuleCatchesWraps(t *testing.T) {
@@ -36,22 +28,7 @@ func f(err error, ctx context.Context) {
 	_ = fmt.Errorf("%w: %w", ErrExists, err)
 }
 `
-	fset := token.NewFileSet()
-	f, err := parser.ParseFile(fset, "p.go", src, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []int
-	for _, v := range unconfirmedWraps(fset, f) {
-		var line int
-		if _, err := fmt.Sscanf(v[strings.Index(v, ":")+1:], "%d", &line); err != nil {
-			t.Fatalf("%q: %v", v, err)
-		}
-		lines = append(lines, line)
-	}
-	if want := []int{4, 6}; !slices.Equal(lines, want) {
-		t.Fatalf("wraps found on lines %v, want %v", lines, want)
-	}
+	catches(t, src, unconfirmedWraps, 4, 6)
 }
 
 // unconfirmedWraps lists the fmt.Errorf calls of f whose arguments include
