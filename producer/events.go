@@ -202,8 +202,10 @@ func (p *Producer) QueryWorkflow(ctx context.Context, workflowID, name string) (
 // journals it, then answers. It returns the answer's JSON
 // (workflow.Update decodes it). Errors: ErrNotWorkflow, ErrWorkflowEnded,
 // ErrInvalidEventName, ErrArgsTooLarge, workflow.ErrUpdateRejected, the
-// handler's error, workflow.ErrUpdateTimeout (once stored, any failure to
-// get the answer: the update stays stored and may still be handled).
+// handler's error, workflow.ErrUpdateTimeout (once stored, or maybe stored
+// when its store went unanswered, any failure to get the answer: the
+// update stays stored and may still be handled). Any other error means
+// nothing was stored.
 func (p *Producer) UpdateWorkflow(ctx context.Context, workflowID, name string, input json.RawMessage) (json.RawMessage, error) {
 	r, err := p.updatable(ctx, workflowID, name, input)
 	if err != nil {

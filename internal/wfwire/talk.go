@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -116,15 +117,60 @@ func AnswerKey(wf, unique string) string { return wf + ".ans." + unique }
 func UpdateUnique(key string) string { return key[strings.LastIndexByte(key, '.')+1:] }
 
 // StoreUpdate stores update name with input (its journal value an Event)
-// for workflow wf, and returns the key of its answer.
+// for workflow wf, and returns the key of its answer. Its key is this
+// call's alone (a unique part), so a create whose reply was lost (a
+// timeout, a server restart) is made again, each try within storeTry,
+// and a refusal as already there is this call's earlier try, confirmed by
+// a read (kv.CreateConfirmed). An error that matches ErrUpdateTimeout
+// says the update may be stored (a try went unanswered and ctx ended);
+// any other says it is not.
 func StoreUpdate(ctx context.Context, journal jetstream.KeyValue, wf, name string, input json.RawMessage, now time.Time) (string, error) {
 	unique := nuid.Next()
+	key := UpdatePrefix(wf, name) + unique
 	b, _ := json.Marshal(Event{Name: name, Payload: input, Sent: now.UTC()})
-	if _, err := journal.Create(ctx, UpdatePrefix(wf, name)+unique, b); err != nil {
-		return "", fmt.Errorf("workflow %s: store update %s: %w", wf, name, err)
+	unsure := false // a try went unanswered: it may have landed
+	create := func(ctx context.Context) error {
+		for {
+			tctx, cancel := context.WithTimeout(ctx, storeTry)
+			_, err := journal.Create(tctx, key, b)
+			cancel()
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				return fmt.Errorf("%w: %w", kv.ErrRefused, err)
+			}
+			if !kv.Transient(err) {
+				return err
+			}
+			unsure = true
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
 	}
-	return AnswerKey(wf, unique), nil
+	find := func(ctx context.Context) (kv.Found, error) {
+		_, err := journal.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return kv.Missing, nil
+		case err != nil:
+			return kv.Missing, err
+		}
+		return kv.Ours, nil
+	}
+	err := kv.CreateConfirmed(ctx, create, find)
+	switch {
+	case err == nil:
+		return AnswerKey(wf, unique), nil
+	case unsure || errors.Is(err, kv.ErrUnconfirmed):
+		return "", fmt.Errorf("%w: workflow %s: update %s may be stored: %w", ErrUpdateTimeout, wf, name, err)
+	}
+	return "", fmt.Errorf("workflow %s: store update %s: %w", wf, name, err)
 }
+
+// storeTry bounds one try of an update's store: one whose reply is lost
+// is made again within the caller's ctx.
+const storeTry = 2 * time.Second
 
 // AwaitAnswer waits for the answer under key until ctx ends
 // (ErrUpdateTimeout, the update stays stored; so is a watch that fails).
