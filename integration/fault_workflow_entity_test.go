@@ -248,7 +248,7 @@ func checkChains(t *testing.T, e *loadEnv, ids []string, ended map[string]*workf
 func checkEntities(t *testing.T, e *loadEnv, upd *proc, ids []string, ended map[string]*workflow.Status, target int, v *cnuViolations, f *figures) {
 	type outcome struct{ kind, answer string }
 	got := map[string]outcome{} // "<wf> <token>"
-	var retries []string
+	var retries, timeouts []string
 	for _, l := range upd.snapshot() {
 		fs := strings.Fields(l)
 		if len(fs) < 3 {
@@ -259,6 +259,9 @@ func checkEntities(t *testing.T, e *loadEnv, upd *proc, ids []string, ended map[
 			got[fs[1]+" "+fs[2]] = outcome{"answer", strings.Join(fs[3:], " ")}
 		case "REJECTED", "UPTIMEOUT", "ENDED":
 			got[fs[1]+" "+fs[2]] = outcome{fs[0], ""}
+			if fs[0] == "UPTIMEOUT" {
+				timeouts = append(timeouts, l)
+			}
 		case "UPRETRY":
 			retries = append(retries, l)
 		}
@@ -319,6 +322,9 @@ func checkEntities(t *testing.T, e *loadEnv, upd *proc, ids []string, ended map[
 	f.set("updates_rejected", counts["REJECTED"])
 	f.set("updates_timed_out", counts["UPTIMEOUT"])
 	f.set("update_calls_retried", len(retries))
+	if len(timeouts) > 0 {
+		t.Logf("update calls that gave up (stored, not sent again), e.g.:\n%s", strings.Join(timeouts[:min(5, len(timeouts))], "\n"))
+	}
 	if len(retries) > 0 {
 		t.Logf("update calls sent again (nothing stored), e.g.:\n%s", strings.Join(retries[:min(5, len(retries))], "\n"))
 	}

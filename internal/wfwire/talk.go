@@ -174,31 +174,47 @@ const storeTry = 2 * time.Second
 
 // AwaitAnswer waits for the answer under key until ctx ends
 // (ErrUpdateTimeout, the update stays stored; so is a watch that fails).
+// Besides the watch, it reads the key every answerPoll: a watch that a
+// server restart left silent does not keep an answer stored meanwhile
+// from its caller.
 func AwaitAnswer(ctx context.Context, journal jetstream.KeyValue, key string) (*Answer, error) {
 	w, err := journal.Watch(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: watch %s: %w", ErrUpdateTimeout, key, err)
 	}
 	defer func() { _ = w.Stop() }()
+	poll := time.NewTicker(answerPoll)
+	defer poll.Stop()
 	for {
+		var e jetstream.KeyValueEntry
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %w", ErrUpdateTimeout, context.Cause(ctx))
-		case e, ok := <-w.Updates():
+		case <-poll.C:
+			e, err = journal.Get(ctx, key)
+			if err != nil {
+				continue // not answered yet, or not read: the watch and the next poll go on
+			}
+		case u, ok := <-w.Updates():
 			if !ok {
 				return nil, fmt.Errorf("%w: watch of %s ended", ErrUpdateTimeout, key)
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var a Answer
-			if err := json.Unmarshal(e.Value(), &a); err != nil {
-				return nil, fmt.Errorf("%w: answer %s: %w", ErrUpdateTimeout, key, err)
-			}
-			return &a, nil
+			e = u
 		}
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var a Answer
+		if err := json.Unmarshal(e.Value(), &a); err != nil {
+			return nil, fmt.Errorf("%w: answer %s: %w", ErrUpdateTimeout, key, err)
+		}
+		return &a, nil
 	}
 }
+
+// answerPoll is how often AwaitAnswer reads the answer's key besides its
+// watch.
+const answerPoll = time.Second
 
 // SendUpdate stores update name with input for workflow wf, resumes it
 // (wake), and waits for its answer until ctx ends.
