@@ -40,6 +40,9 @@ var (
 	entityDef = workflow.Define("it.entity", func(wf *workflow.Context, in carry) (carry, error) {
 		return in, fmt.Errorf("it.entity runs in jfproc, not in the test")
 	})
+	inboxDef = workflow.Define("it.inbox", func(wf *workflow.Context, in carry) (carry, error) {
+		return in, fmt.Errorf("it.inbox runs in jfproc, not in the test")
+	})
 )
 
 // Workflows that continue as new and workflows that take updates from a
@@ -57,6 +60,11 @@ var (
 //     handling gave (the count applied, its place in the final list); an
 //     update whose caller gave up (workflow.ErrUpdateTimeout) was not sent
 //     again (the API does not make that safe) and was still applied once;
+//   - each inbox (it.inbox: 5 events a run, then continue as new, until
+//     target), sent events by a producer process of its own, ends having
+//     taken each event once: one whose send returned nil exactly once,
+//     one whose send was unconfirmed (producer.ErrEventUnconfirmed: not
+//     sent again) at most once, none twice;
 //   - each record got one terminal write.
 func TestFaultWorkflowContinueAndUpdate(t *testing.T) {
 	t.Parallel()
@@ -73,7 +81,7 @@ func TestFaultWorkflowContinueAndUpdate(t *testing.T) {
 	workers := []*proc{e.worker("cw1-0", wflags...), e.worker("cw2-0", wflags...)}
 	sched := e.scheduler("cs1", "--repair-interval", "1s", "--repair-grace", "2s")
 
-	var chainIDs, entityIDs []string
+	var chainIDs, entityIDs, inboxIDs []string
 	for i := range chains {
 		id := fmt.Sprintf("chain-%d", i)
 		chainIDs = append(chainIDs, id)
@@ -84,6 +92,14 @@ func TestFaultWorkflowContinueAndUpdate(t *testing.T) {
 		entityIDs = append(entityIDs, id)
 		startOnce(t, e, entityDef, id, carry{Target: target})
 	}
+	for i := range entities {
+		id := fmt.Sprintf("inbox-%d", i)
+		inboxIDs = append(inboxIDs, id)
+		startOnce(t, e, inboxDef, id, carry{Target: target})
+	}
+	evs := e.track(startProc(t, "sender", "--url", e.url, "--role", "updater", "--id", "sender", "--events",
+		"--id-prefix", "inbox", "--count", strconv.Itoa(entities), "--updates", strconv.Itoa(target),
+		"--parallel", strconv.Itoa(entities), "--spread", spread.String(), "--call-timeout", "10s"))
 	upd := e.track(startProc(t, "updater", "--url", e.url, "--role", "updater", "--id", "updater",
 		"--id-prefix", "ent", "--count", strconv.Itoa(entities), "--updates", strconv.Itoa(target),
 		"--parallel", strconv.Itoa(entities), "--spread", spread.String(), "--call-timeout", "10s"))
@@ -107,10 +123,14 @@ func TestFaultWorkflowContinueAndUpdate(t *testing.T) {
 		down += time.Since(t0)
 	}
 	upd.waitLine(spread+3*time.Minute, func(l string) bool { return l == "DONE" })
+	evs.waitLine(3*time.Minute, func(l string) bool { return l == "DONE" })
+	sent := time.Since(began)
 
-	all := append(append([]string(nil), chainIDs...), entityIDs...)
+	all := append(append(append([]string(nil), chainIDs...), entityIDs...), inboxIDs...)
 	ended := waitWorkflows(t, e, all, pick(2*time.Minute, 5*time.Minute))
 	f := newFigures()
+	f.set("sent_by", sent)
+	f.set("ended_by", time.Since(began))
 	f.set("kills", kills)
 	f.set("server_kills", kills/2)
 	f.set("chains", chains)
@@ -120,6 +140,7 @@ func TestFaultWorkflowContinueAndUpdate(t *testing.T) {
 	v := &cnuViolations{}
 	checkChains(t, e, chainIDs, ended, gens, v, f)
 	checkEntities(t, e, upd, entityIDs, ended, target, v, f)
+	checkInboxes(t, evs, inboxIDs, ended, target, v, f)
 	for _, id := range all {
 		if _, n := e.runs.get(id); n > 1 {
 			v.add("terminal writes", fmt.Sprintf("%s: %d terminal writes", id, n))
@@ -166,6 +187,9 @@ func waitWorkflows(t *testing.T, e *loadEnv, ids []string, within time.Duration)
 			cancel()
 			if err == nil && st.Run.State.Terminal() {
 				ended[id] = st
+				if len(ended) > len(ids)-3 {
+					t.Logf("%s ended (%d of %d) at %s", id, len(ended), len(ids), time.Now().Format("15:04:05.000"))
+				}
 			}
 		}
 		time.Sleep(100 * time.Millisecond) // polling pace, not a condition
@@ -327,5 +351,66 @@ func checkEntities(t *testing.T, e *loadEnv, upd *proc, ids []string, ended map[
 	}
 	if len(retries) > 0 {
 		t.Logf("update calls sent again (nothing stored), e.g.:\n%s", strings.Join(retries[:min(5, len(retries))], "\n"))
+	}
+}
+
+// checkInboxes: every inbox took each event sent once (at most once for
+// an unconfirmed send), none twice, at the right generation.
+func checkInboxes(t *testing.T, evs *proc, ids []string, ended map[string]*workflow.Status, target int, v *cnuViolations, f *figures) {
+	got := map[string]string{} // "<wf> <token>" -> SENT or UNSURE
+	var retries, unsure []string
+	for _, l := range evs.snapshot() {
+		fs := strings.Fields(l)
+		if len(fs) < 3 {
+			continue
+		}
+		switch fs[0] {
+		case "SENT", "UNSURE", "ENDED":
+			got[fs[1]+" "+fs[2]] = fs[0]
+			if fs[0] == "UNSURE" {
+				unsure = append(unsure, l)
+			}
+		case "EVRETRY":
+			retries = append(retries, l)
+		}
+	}
+	for _, id := range ids {
+		st := ended[id]
+		if st == nil {
+			v.add("unfinished", id)
+			continue
+		}
+		out, err := result(st)
+		if err != nil {
+			v.add("inbox outcome", fmt.Sprintf("%s: %v", id, err))
+			continue
+		}
+		if want := (target + perRun - 1) / perRun; out.Gen != want || st.Generation != want {
+			v.add("inbox forked or lost a run", fmt.Sprintf("%s: run %d generation %d, want %d", id, out.Gen, st.Generation, want))
+		}
+		taken := map[string]int{}
+		for _, tok := range out.Applied {
+			taken[tok]++
+			if taken[tok] == 2 {
+				v.add("event taken twice", fmt.Sprintf("%s: %s", id, tok))
+			}
+			if got[id+" "+tok] == "" {
+				v.add("event taken that was never sent", fmt.Sprintf("%s: %s", id, tok))
+			}
+		}
+		for k := range target {
+			tok := fmt.Sprintf("t%d", k)
+			switch o := got[id+" "+tok]; {
+			case o == "SENT" && taken[tok] == 0:
+				v.add("event lost", fmt.Sprintf("%s: %s", id, tok))
+			case o != "SENT" && o != "UNSURE":
+				v.add("event send without an outcome", fmt.Sprintf("%s: %s %q", id, tok, o))
+			}
+		}
+	}
+	f.set("events_unconfirmed", len(unsure))
+	f.set("event_calls_retried", len(retries))
+	if len(retries)+len(unsure) > 0 {
+		t.Logf("event sends retried or unconfirmed, e.g.:\n%s", strings.Join(append(unsure, retries...)[:min(5, len(retries)+len(unsure))], "\n"))
 	}
 }

@@ -117,18 +117,48 @@ func AnswerKey(wf, unique string) string { return wf + ".ans." + unique }
 func UpdateUnique(key string) string { return key[strings.LastIndexByte(key, '.')+1:] }
 
 // StoreUpdate stores update name with input (its journal value an Event)
-// for workflow wf, and returns the key of its answer. Its key is this
-// call's alone (a unique part), so a create whose reply was lost (a
-// timeout, a server restart) is made again, each try within storeTry,
-// and a refusal as already there is this call's earlier try, confirmed by
-// a read (kv.CreateConfirmed). An error that matches ErrUpdateTimeout
-// says the update may be stored (a try went unanswered and ctx ended);
-// any other says it is not.
+// for workflow wf (StoreOnce), and returns the key of its answer. An error
+// that matches ErrUpdateTimeout says the update may be stored (a try went
+// unanswered and ctx ended); any other says it is not.
 func StoreUpdate(ctx context.Context, journal jetstream.KeyValue, wf, name string, input json.RawMessage, now time.Time) (string, error) {
 	unique := nuid.Next()
-	key := UpdatePrefix(wf, name) + unique
 	b, _ := json.Marshal(Event{Name: name, Payload: input, Sent: now.UTC()})
-	unsure := false // a try went unanswered: it may have landed
+	unsure, err := StoreOnce(ctx, journal, UpdatePrefix(wf, name)+unique, b)
+	switch {
+	case err == nil:
+		return AnswerKey(wf, unique), nil
+	case unsure:
+		return "", fmt.Errorf("%w: workflow %s: update %s may be stored: %w", ErrUpdateTimeout, wf, name, err)
+	}
+	return "", fmt.Errorf("workflow %s: store update %s: %w", wf, name, err)
+}
+
+// ErrEventUnconfirmed: an event's store went unanswered (a server
+// restart) and the caller's ctx ended before it was confirmed: the event
+// may be stored, and sending it again may deliver it twice.
+var ErrEventUnconfirmed = errors.New("workflow: event store unconfirmed")
+
+// StoreEvent stores event ev (its journal value) named name for workflow
+// wf, once (StoreOnce). ErrEventUnconfirmed: it may be stored; any other
+// error: it is not.
+func StoreEvent(ctx context.Context, journal jetstream.KeyValue, wf, name string, ev []byte) error {
+	unsure, err := StoreOnce(ctx, journal, EventKey(wf, name), ev)
+	switch {
+	case err == nil:
+		return nil
+	case unsure:
+		return fmt.Errorf("%w: workflow %s: event %s: %w", ErrEventUnconfirmed, wf, name, err)
+	}
+	return fmt.Errorf("workflow %s: store event %s: %w", wf, name, err)
+}
+
+// StoreOnce creates key (this call's alone: it ends in a unique part)
+// with value b in the journal. A create whose reply was lost (a timeout,
+// a server restart) is made again, each try within storeTry, and a
+// refusal as already there is this call's earlier try, confirmed by a
+// read (kv.CreateConfirmed). unsure reports, with an error, that a try
+// went unanswered: the value may be stored.
+func StoreOnce(ctx context.Context, journal jetstream.KeyValue, key string, b []byte) (unsure bool, err error) {
 	create := func(ctx context.Context) error {
 		for {
 			tctx, cancel := context.WithTimeout(ctx, storeTry)
@@ -158,14 +188,8 @@ func StoreUpdate(ctx context.Context, journal jetstream.KeyValue, wf, name strin
 		}
 		return kv.Ours, nil
 	}
-	err := kv.CreateConfirmed(ctx, create, find)
-	switch {
-	case err == nil:
-		return AnswerKey(wf, unique), nil
-	case unsure || errors.Is(err, kv.ErrUnconfirmed):
-		return "", fmt.Errorf("%w: workflow %s: update %s may be stored: %w", ErrUpdateTimeout, wf, name, err)
-	}
-	return "", fmt.Errorf("workflow %s: store update %s: %w", wf, name, err)
+	err = kv.CreateConfirmed(ctx, create, find)
+	return err != nil && (unsure || errors.Is(err, kv.ErrUnconfirmed)), err
 }
 
 // storeTry bounds one try of an update's store: one whose reply is lost

@@ -100,9 +100,34 @@ var entityDef = workflow.Define("it.entity", func(wf *workflow.Context, in Carry
 	return in, workflow.ContinueAsNew(wf, in)
 })
 
-// registerEntities serves it.chain and it.entity on w.
+// inboxDef is it.inbox: each run takes PerRun events "tick" (their
+// payload a token, appended to the state), then continues as new with
+// the tokens carried, until Target are taken.
+var inboxDef = workflow.Define("it.inbox", func(wf *workflow.Context, in Carry) (Carry, error) {
+	in.Gen = max(in.Gen, 1)
+	for range PerRun {
+		if len(in.Applied) >= in.Target {
+			return in, nil
+		}
+		tok, err := workflow.AwaitEvent[string](wf, "tick", 0)
+		if err != nil {
+			return in, err
+		}
+		in.Applied = append(in.Applied, tok)
+	}
+	if len(in.Applied) >= in.Target {
+		return in, nil
+	}
+	in.Gen++
+	return in, workflow.ContinueAsNew(wf, in)
+})
+
+// registerEntities serves it.chain, it.entity and it.inbox on w.
 func registerEntities(w *worker.Worker, led *ledger) error {
 	if err := workflow.Register(w, chainDef(led)); err != nil {
+		return err
+	}
+	if err := workflow.Register(w, inboxDef); err != nil {
 		return err
 	}
 	return workflow.Register(w, entityDef)
@@ -117,7 +142,8 @@ func registerEntities(w *worker.Worker, led *ledger) error {
 // <token> (the update was stored and is not sent again: a second send
 // could apply it twice), ENDED <wf> <token> (the workflow has ended: a
 // wrong outcome for the test). Any other error means nothing was stored: the
-// same update is sent again (UPRETRY).
+// same update is sent again (UPRETRY). With -events it sends each
+// workflow (it.inbox) events "tick" instead, tokens t0, t1, ... (sendEvent).
 func runUpdater(ctx context.Context, c config, js jetstream.JetStream, scfg streams.Config, log *slog.Logger, setup func(func(context.Context) error) error) error {
 	var p *producer.Producer
 	err := setup(func(ctx context.Context) error {
@@ -153,7 +179,8 @@ func runUpdater(ctx context.Context, c config, js jetstream.JetStream, scfg stre
 	return nil
 }
 
-// updateOne sends workflow wf its updates, paced over -spread.
+// updateOne sends workflow wf its updates (with -events, its events),
+// paced over -spread.
 func updateOne(ctx context.Context, c config, p *producer.Producer, wf string, start time.Time) {
 	for k := range c.updates {
 		select {
@@ -161,10 +188,40 @@ func updateOne(ctx context.Context, c config, p *producer.Producer, wf string, s
 		case <-ctx.Done():
 			return
 		}
+		if c.events {
+			sendEvent(ctx, c, p, wf, fmt.Sprintf("t%d", k))
+			continue
+		}
 		sendUpdate(ctx, c, p, wf, fmt.Sprintf("u%d", k))
 		if k%PerRun == PerRun-1 && k < c.updates-1 {
+			// A refused update after every fifth but the last.
 			sendUpdate(ctx, c, p, wf, fmt.Sprintf("bad%d", k))
 		}
+	}
+}
+
+// sendEvent sends event "tick" with payload token until a call stores
+// it: SENT <wf> <token>, or UNSURE <wf> <token> when its store went
+// unanswered until the call's ctx ended (it may be stored: not sent
+// again). Any other error means nothing was stored: sent again (EVRETRY).
+func sendEvent(ctx context.Context, c config, p *producer.Producer, wf, token string) {
+	for ctx.Err() == nil {
+		cctx, cancel := context.WithTimeout(ctx, c.callTimeout)
+		err := p.SendEvent(cctx, wf, "tick", token)
+		cancel()
+		switch {
+		case err == nil:
+			marker("SENT %s %s", wf, token)
+			return
+		case errors.Is(err, producer.ErrEventUnconfirmed):
+			marker("UNSURE %s %s %s", wf, token, strings.ReplaceAll(err.Error(), "\n", " "))
+			return
+		case errors.Is(err, producer.ErrWorkflowEnded):
+			marker("ENDED %s %s", wf, token)
+			return
+		}
+		marker("EVRETRY %s %s %s", wf, token, strings.ReplaceAll(err.Error(), "\n", " "))
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -133,6 +133,7 @@ type config struct {
 
 	// updater role
 	updates int
+	events  bool
 }
 
 func main() {
@@ -176,6 +177,7 @@ func main() {
 	flag.DurationVar(&c.maxDelay, "max-delay", 3*time.Second, "load: longest delay of a delayed run")
 	flag.IntVar(&c.workMs, "work-ms", 0, "load: handler work (ms) of each run")
 	flag.IntVar(&c.updates, "updates", 10, "updater: valid updates to send each workflow")
+	flag.BoolVar(&c.events, "events", false, "updater: send events \"tick\" (it.inbox), not updates")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
