@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
+	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
@@ -115,5 +117,75 @@ func TestRolesCarryLargePayloads(t *testing.T) {
 	}
 	if vs := append(wv.list(), pv.list()...); len(vs) > 0 {
 		t.Fatalf("the worker or the producer was denied: %v", vs)
+	}
+}
+
+// The scheduler of docs/permissions.md, with exactly its documented
+// rights, sweeps the payloads of runs whose records have expired (a 2 s
+// retention): the ended run's args and result objects are deleted, the
+// args of a run still pending stay, and the scheduler is denied nothing.
+func TestSchedulerSweepsPayloadsWithItsRights(t *testing.T) {
+	url := startSecuredNATS(t, permissionsConf(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, ajs := connectAs(t, url, "admin")
+	scfg := streams.Config{Retention: 2 * time.Second}
+	if err := streams.Provision(ctx, ajs, scfg); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("b", 2<<20)
+	_, wjs := connectAs(t, url, "worker")
+	w, err := worker.New(ctx, wjs, worker.Config{Streams: scfg, Provision: producer.ProvisionOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.Handle(w, permBig, func(ctx context.Context, j *worker.Job[string]) error { return j.SetResult(j.Args) })
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopWithin(w.Stop) })
+	_, pjs := connectAs(t, url, "producer")
+	p, err := producer.New(ctx, pjs, producer.Config{Streams: scfg, Provision: producer.ProvisionOff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, err := p.Enqueue(ctx, permBig.With(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := p.RunAfter(ctx, time.Hour, permBig.With(big))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sv violations
+	_, sjs := connectAs(t, url, "scheduler", sv.option())
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: scfg, PayloadSweep: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs, err := ajs.ObjectStore(ctx, scfg.WithDefaults().PayloadsBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	owners := func() map[string]int {
+		n := map[string]int{}
+		infos, _ := obs.List(ctx)
+		for _, info := range infos {
+			owner, _, _ := strings.Cut(info.Name, "/")
+			n[owner]++
+		}
+		return n
+	}
+	testserver.Eventually(t, time.Minute, "the ended run's objects swept", func() bool {
+		if _, err := s.SweepPayloads(ctx); err != nil {
+			t.Fatalf("sweep: %v", err)
+		}
+		return owners()[ended] == 0
+	})
+	if n := owners()[pending]; n != 1 {
+		t.Errorf("the pending run has %d objects, want 1 (its args)", n)
+	}
+	if v := sv.list(); len(v) > 0 {
+		t.Errorf("the scheduler was denied: %v", v)
 	}
 }

@@ -25,6 +25,11 @@ var (
 	// ErrDefinitionInactive: SendEventWithStart of a workflow whose
 	// definition is deprecated or deleted (workflow.ErrDefinitionInactive).
 	ErrDefinitionInactive = wfwire.ErrDefinitionInactive
+	// ErrEventUnconfirmed: the event's store went unanswered (a server
+	// restart) until ctx ended: it may be stored, and sending it again
+	// may deliver it twice. Any other error of SendEvent: it is not
+	// stored.
+	ErrEventUnconfirmed = wfwire.ErrEventUnconfirmed
 )
 
 // SendEvent sends event name with payload (JSON-encoded) to durable
@@ -37,7 +42,9 @@ var (
 // jetflow.ErrNotFound (no such run), ErrNotWorkflow, ErrWorkflowEnded,
 // jetflow.ErrBadArgs (payload not JSON-encodable), ErrArgsTooLarge (above 32
 // MiB; a payload above a quarter of the max payload goes to the payloads
-// bucket, docs/wire-format.md "Large payloads").
+// bucket, docs/wire-format.md "Large payloads"), ErrEventUnconfirmed (it
+// may be stored). A store whose reply is lost is made again on the same
+// key within ctx: one call stores the event once.
 func (p *Producer) SendEvent(ctx context.Context, workflowID, name string, payload any) error {
 	ev, err := p.eventJSON(name, payload)
 	if err != nil {
@@ -82,8 +89,8 @@ func (p *Producer) storeEvent(ctx context.Context, r *jetflow.Run, name string, 
 	if ev, err = wfwire.OffloadEvent(ctx, p.js, p.cfg.PayloadsBucket(), workflowID, ev); err != nil {
 		return err
 	}
-	if _, err := journal.Create(ctx, wfwire.EventKey(workflowID, name), ev); err != nil {
-		return fmt.Errorf("workflow %s: store event %s: %w", workflowID, name, err)
+	if err := wfwire.StoreEvent(ctx, journal, workflowID, name, ev); err != nil {
+		return err
 	}
 	if _, err := p.Enqueue(ctx, wfwire.WakeCall(r.Name, workflowID)); err != nil {
 		// The event is stored: the workflow finds it at its next await or
@@ -202,8 +209,10 @@ func (p *Producer) QueryWorkflow(ctx context.Context, workflowID, name string) (
 // journals it, then answers. It returns the answer's JSON
 // (workflow.Update decodes it). Errors: ErrNotWorkflow, ErrWorkflowEnded,
 // ErrInvalidEventName, ErrArgsTooLarge, workflow.ErrUpdateRejected, the
-// handler's error, workflow.ErrUpdateTimeout (once stored, any failure to
-// get the answer: the update stays stored and may still be handled).
+// handler's error, workflow.ErrUpdateTimeout (once stored, or maybe stored
+// when its store went unanswered, any failure to get the answer: the
+// update stays stored and may still be handled). Any other error means
+// nothing was stored.
 func (p *Producer) UpdateWorkflow(ctx context.Context, workflowID, name string, input json.RawMessage) (json.RawMessage, error) {
 	r, err := p.updatable(ctx, workflowID, name, input)
 	if err != nil {

@@ -50,6 +50,11 @@ type Config struct {
 	// it settles it, measured on this scheduler's clock. Default 2 minutes
 	// (workers heartbeat every AckWait/3, 10 s by default).
 	StaleAfter time.Duration
+	// PayloadSweep is the period of the payload sweep, which deletes the
+	// large payloads of runs whose records have expired (SweepPayloads).
+	// Default a tenth of the retention, at least a second, at most an
+	// hour; negative: no sweep (the payloads bucket's TTL alone).
+	PayloadSweep time.Duration
 	// DispatchParallel bounds concurrent publishes of due runs. Default 256.
 	DispatchParallel int
 	// Now is the clock. Default: the NATS server's time, this process's
@@ -134,6 +139,9 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	}
 	if cfg.DispatchParallel <= 0 {
 		cfg.DispatchParallel = 256
+	}
+	if cfg.PayloadSweep == 0 {
+		cfg.PayloadSweep = payloadSweepEvery(cfg.Streams.WithDefaults().Retention)
 	}
 	if cfg.Now == nil {
 		cfg.Now = srvclock.Follow(ctx, nil, js.Conn(), kv.APIPrefix(js), cfg.Streams.WithDefaults().FunctionStream(), 10*time.Second)
@@ -258,6 +266,9 @@ func (s *Scheduler) lead(ctx context.Context) {
 		defer wg.Done()
 		s.cronLoop(ctx)
 	}()
+	if s.cfg.PayloadSweep > 0 {
+		wg.Go(func() { s.payloadLoop(ctx) })
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()

@@ -59,10 +59,13 @@ type Config struct {
 	// DuplicateWindow of the function stream (publishes with the same
 	// Nats-Msg-Id inside it are dropped). Default 2 minutes.
 	DuplicateWindow time.Duration
-	// PayloadTTL is how long a large payload (PayloadsBucket) is kept after
-	// it was written: the object store bucket's TTL, set when Provision
-	// creates it. Default Retention plus 30 days: a run has 30 days to end,
-	// and its record then shows the payload for its retention. Producers
+	// PayloadTTL is how long a large payload (PayloadsBucket) is kept at
+	// most after it was written: the object store bucket's TTL, set when
+	// Provision creates it, a backstop; the scheduler's payload sweep
+	// deletes a run's payloads once its record has expired
+	// (scheduler.Config.PayloadSweep). Default Retention plus 30 days: a
+	// run has 30 days to end, and its record then shows the payload for
+	// its retention. Producers
 	// refuse a run with a large payload due later than PayloadTTL less
 	// Retention.
 	PayloadTTL time.Duration

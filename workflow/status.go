@@ -19,6 +19,11 @@ import (
 // producer.SendEvent's).
 var ErrEnded = wfwire.ErrEnded
 
+// ErrEventUnconfirmed: SendEvent's store went unanswered (a server
+// restart) until ctx ended: the event may be stored, and sending it again
+// may deliver it twice (producer.ErrEventUnconfirmed).
+var ErrEventUnconfirmed = wfwire.ErrEventUnconfirmed
+
 // SendEvent sends event name with payload (JSON-encoded) to workflow id:
 // it is stored durably and resumes the workflow if it waits (at once, where
 // producer.SendEvent, for producers that do not import this package,
@@ -26,7 +31,9 @@ var ErrEnded = wfwire.ErrEnded
 // before its await is kept until an await consumes it; each event is
 // consumed by one await. Errors: ErrInvalidEventName, jetflow.ErrNotFound
 // (no such workflow), producer.ErrNotWorkflow (a run that is not a
-// workflow), ErrEnded, jetflow.ErrBadArgs, producer.ErrArgsTooLarge (a
+// workflow), ErrEnded, ErrEventUnconfirmed (it may be stored: a store
+// whose reply is lost is made again on its key until ctx ends, so one
+// call stores the event once), jetflow.ErrBadArgs, producer.ErrArgsTooLarge (a
 // payload above 32 MiB; one above a quarter of the server's max payload
 // goes to the payloads bucket), jetflow.ErrBadRecord (the workflow's
 // journal cannot be read: the workflow fails with it).
@@ -73,8 +80,8 @@ func storeEvent(ctx context.Context, p *producer.Producer, r *jetflow.Run, name 
 	if ev, err = wfwire.OffloadEvent(ctx, engine.Of(p).JetStream(), engine.Of(p).Streams().PayloadsBucket(), id, ev); err != nil {
 		return err
 	}
-	if _, err := jr.kv.Create(ctx, wfwire.EventKey(id, name), ev); err != nil {
-		return fmt.Errorf("workflow %s: store event %s: %w", id, name, err)
+	if err := wfwire.StoreEvent(ctx, jr.kv, id, name, ev); err != nil {
+		return err
 	}
 	return resume(ctx, p, jr, r.Name, id)
 }

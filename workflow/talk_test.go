@@ -8,8 +8,11 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/producer"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 var errNegative = errors.New("cart: negative quantity")
@@ -121,5 +124,117 @@ func TestQueryAndUpdate(t *testing.T) {
 	// After the end, the query replays the whole run.
 	if st, err := workflow.Query[cartState](ctx, e.P, id, "state"); err != nil || st.Items != 9 {
 		t.Errorf("query after the end: %+v, %v", st, err)
+	}
+}
+
+// An update whose store met a server that answered nothing (its reply
+// lost, as across a server restart) is stored once: the store is tried
+// again on the same key within the caller's ctx, and the refusal of the
+// try again is its first try, found stored; the caller gets its answer,
+// and the update is applied once. One whose caller's ctx ends while its
+// store is unanswered gets ErrUpdateTimeout (it may be stored, so sending
+// it again could apply it twice), not an error saying nothing was stored:
+// it was, and is applied.
+func TestUpdateWhoseStoreReplyIsLost(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, cartDef)) })
+	gate := testserver.NewGate(t, e.Port)
+	nc, err := nats.Connect(gate.URL(), nats.MaxReconnects(-1))
+	must(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	must(t, err)
+	gp, err := producer.New(context.Background(), js, producer.Config{})
+	must(t, err)
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, cartDef, struct{}{})
+	must(t, err)
+	e.waiting(t, id)
+	lose := func() {
+		gate.HoldRepliesAfter([]byte(id + ".up.add."))
+		go func() {
+			time.Sleep(3 * time.Second) // past one try of the store
+			gate.Open()
+		}()
+	}
+
+	lose()
+	if got, err := workflow.Update[int, int](ctx, gp, id, "add", 2); err != nil || got != 2 {
+		t.Fatalf("update whose first store went unanswered: %d, %v; want 2", got, err)
+	}
+	testserver.Eventually(t, 20*time.Second, "gate open", func() bool { return !gate.Holding() })
+
+	lose()
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if _, err := workflow.Update[int, int](short, gp, id, "add", 3); !errors.Is(err, workflow.ErrUpdateTimeout) {
+		t.Fatalf("update whose store went unanswered until its ctx ended: %v, want ErrUpdateTimeout", err)
+	}
+	testserver.Eventually(t, 20*time.Second, "the unanswered update applied", func() bool {
+		st, err := workflow.Query[cartState](ctx, e.P, id, "state")
+		return err == nil && st.Items == 5
+	})
+	// Each applied once: checkout answers the total.
+	if got, err := workflow.Update[int, int](ctx, e.P, id, "add", 0); err != nil || got != 5 {
+		t.Fatalf("checkout: %d, %v; want 5 (2 and 3, each once)", got, err)
+	}
+}
+
+// pingsDef counts the events "ping" it takes until one says "end".
+var pingsDef = workflow.Define("test.pings", func(wf *workflow.Context, _ struct{}) (int, error) {
+	n := 0
+	for {
+		s, err := workflow.AwaitEvent[string](wf, "ping", 0)
+		if err != nil || s == "end" {
+			return n, err
+		}
+		n++
+	}
+})
+
+// An event whose store met a server that answered nothing is stored once
+// (its store made again on the same key, the refusal of the try again
+// found to be its first try), and one whose caller's ctx ended while its
+// store was unanswered gets producer.ErrEventUnconfirmed, not an error
+// saying nothing was stored: it was, and is taken once.
+func TestEventWhoseStoreReplyIsLost(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, pingsDef)) })
+	gate := testserver.NewGate(t, e.Port)
+	nc, err := nats.Connect(gate.URL(), nats.MaxReconnects(-1))
+	must(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	must(t, err)
+	gp, err := producer.New(context.Background(), js, producer.Config{})
+	must(t, err)
+	ctx := testCtx(t)
+	id, err := workflow.Start(ctx, e.P, pingsDef, struct{}{})
+	must(t, err)
+	e.waiting(t, id)
+	lose := func() {
+		gate.HoldRepliesAfter([]byte(id + ".ev.ping."))
+		go func() {
+			time.Sleep(3 * time.Second) // past one try of the store
+			gate.Open()
+		}()
+	}
+	lose()
+	if err := gp.SendEvent(ctx, id, "ping", "one"); err != nil {
+		t.Fatalf("event whose first store went unanswered: %v", err)
+	}
+	testserver.Eventually(t, 20*time.Second, "gate open", func() bool { return !gate.Holding() })
+	lose()
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := workflow.SendEvent(short, gp, id, "ping", "two"); !errors.Is(err, producer.ErrEventUnconfirmed) {
+		t.Fatalf("event whose store went unanswered until its ctx ended: %v, want ErrEventUnconfirmed", err)
+	}
+	testserver.Eventually(t, 20*time.Second, "gate open", func() bool { return !gate.Holding() })
+	must(t, e.P.SendEvent(ctx, id, "ping", "end"))
+	if n, err := workflow.Result(ctx, e.P, pingsDef, id); err != nil || n != 2 {
+		t.Fatalf("result %d, %v; want 2 (each ping taken once)", n, err)
 	}
 }

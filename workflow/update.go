@@ -22,9 +22,11 @@ import (
 // ErrUpdateRejected (the validator refused it: nothing changed), the
 // handler's error (errors.Is-able through its code, as for Result),
 // ErrUpdateTimeout (once stored, any failure to get the answer: ctx ended
-// first, the resume or the answer's watch failed; the update stays stored
-// and may still be handled, so sending it again may apply it twice).
-// Errors before it is stored leave nothing behind.
+// first, the resume or the answer's watch failed, or its store went
+// unanswered; the update stays stored and may still be handled, so
+// sending it again may apply it twice). A store whose reply is lost is
+// made again on the same key, so one call stores the update once; any
+// other error means nothing was stored, and the update may be sent again.
 func Update[In, Out any](ctx context.Context, p *producer.Producer, id, name string, in In) (Out, error) {
 	var out Out
 	raw, err := json.Marshal(in)

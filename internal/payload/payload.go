@@ -12,6 +12,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
+	"time"
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/nats-io/nats.go/jetstream"
@@ -121,4 +124,100 @@ func Resolve(ctx context.Context, js jetstream.JetStream, bucket string, b []byt
 		return nil, fmt.Errorf("%w: object %q in bucket %s has %d bytes, the reference says %d", jetflow.ErrPayloadMissing, ref.Name, bucket, len(v), ref.Size)
 	}
 	return v, nil
+}
+
+// Owner is the run (or workflow) that object name belongs to, by the
+// names Offload writes: "<owner>/<what>/<unique>" with a valid run id as
+// owner. ok is false for another name (an object someone else named):
+// the payload sweep leaves it to the bucket's TTL.
+func Owner(name string) (owner string, ok bool) {
+	parts := strings.Split(name, "/")
+	if len(parts) != 3 || parts[1] == "" || parts[2] == "" || jetflow.ValidateRunID(parts[0]) != nil {
+		return "", false
+	}
+	return parts[0], true
+}
+
+// The metadata the payload sweep sets on an object once it has seen its
+// owner's record ended: when (RFC 3339, the record's completedTime) and
+// the owner's parent, if any (a workflow's journal may hold the reference
+// to its child's result).
+const (
+	MetaEnded  = "jetflow-ended"
+	MetaParent = "jetflow-parent"
+)
+
+// Mark is what the sweep noted on an object: its owner's record ended at
+// Ended (zero: never seen ended), its owner's parent Parent.
+type Mark struct {
+	Ended  time.Time
+	Parent string
+}
+
+// MarkOf reads the mark in an object's metadata (a zero Mark for none or
+// one that does not parse).
+func MarkOf(meta map[string]string) Mark {
+	t, err := time.Parse(time.RFC3339Nano, meta[MetaEnded])
+	if err != nil {
+		return Mark{}
+	}
+	return Mark{Ended: t, Parent: meta[MetaParent]}
+}
+
+// Meta is m as object metadata, added to meta (copied).
+func (m Mark) Meta(meta map[string]string) map[string]string {
+	out := make(map[string]string, len(meta)+2)
+	maps.Copy(out, meta)
+	out[MetaEnded] = m.Ended.UTC().Format(time.RFC3339Nano)
+	if m.Parent != "" {
+		out[MetaParent] = m.Parent
+	} else {
+		delete(out, MetaParent)
+	}
+	return out
+}
+
+// Action is what the payload sweep does with one object.
+type Action int
+
+const (
+	// Keep the object.
+	Keep Action = iota
+	// MarkEnded notes on the object that its owner's record has ended.
+	MarkEnded
+	// Remove deletes the object: its owner's record was seen ended and is
+	// gone since.
+	Remove
+)
+
+// Sweep decides an object's fate from its mark and its owner's record as
+// the runs stream's leader answers (rec nil: no record), one rule: an
+// object goes when the record of its owner, seen ended before, is gone
+// (expired: a terminal record is never written again, it only expires,
+// its retention after its end) and its owner's parent has no record
+// either. So it is never removed while its run's record exists, nor while
+// its parent's does; one whose owner has no record and was never seen
+// ended (a run waiting as a message, an object written before its record)
+// is kept, and the bucket's TTL is its backstop. A record gone before its
+// retention has passed since its end is taken as a read to doubt: kept.
+// parentGone is asked only for an ended owner with a parent.
+func Sweep(m Mark, rec *jetflow.Run, now time.Time, retention time.Duration, parentGone func(id string) bool) (Action, Mark) {
+	switch {
+	case rec != nil && !rec.State.Terminal():
+		return Keep, m
+	case rec != nil:
+		seen := Mark{Ended: rec.CompletedTime, Parent: rec.Parent}
+		if seen.Ended.IsZero() {
+			seen.Ended = now // a terminal record without its time: from now
+		}
+		if m.Ended.Equal(seen.Ended) && m.Parent == seen.Parent {
+			return Keep, m
+		}
+		return MarkEnded, seen
+	case m.Ended.IsZero(), now.Before(m.Ended.Add(retention)):
+		return Keep, m
+	case m.Parent != "" && !parentGone(m.Parent):
+		return Keep, m
+	}
+	return Remove, m
 }

@@ -139,3 +139,70 @@ func countObjects(ctx context.Context, t *testing.T, obs jetstream.ObjectStore) 
 	}
 	return len(list)
 }
+
+func TestOwner(t *testing.T) {
+	for name, want := range map[string]string{
+		"order-42/args/Vb1X": "order-42", "wf_1/step-3.1/abc": "wf_1",
+		"order-42/args": "", "a/b/c/d": "", "order 42/args/x": "", "/args/x": "", "x//y": "", "x/y/": "",
+	} {
+		got, ok := payload.Owner(name)
+		if got != want || ok != (want != "") {
+			t.Errorf("Owner(%q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+}
+
+// The payload sweep's one rule: an object goes when its owner's record,
+// seen ended, is gone, and its owner's parent has no record either.
+func TestSweep(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	ret := 7 * 24 * time.Hour
+	ended := now.Add(-ret - time.Minute)
+	done := &jetflow.Run{ID: "r", State: jetflow.Success, CompletedTime: ended}
+	child := &jetflow.Run{ID: "r", State: jetflow.Failed, CompletedTime: ended, Parent: "p"}
+	marked := payload.Mark{Ended: ended}
+	cases := []struct {
+		name       string
+		mark       payload.Mark
+		rec        *jetflow.Run
+		parentGone bool
+		want       payload.Action
+		wantMark   payload.Mark
+	}{
+		{"running: kept", payload.Mark{}, &jetflow.Run{State: jetflow.InProgress}, false, payload.Keep, payload.Mark{}},
+		{"pending, marked by an earlier run of the id: kept", marked, &jetflow.Run{State: jetflow.Pending}, false, payload.Keep, marked},
+		{"ended, unmarked: marked", payload.Mark{}, done, false, payload.MarkEnded, marked},
+		{"ended, marked: kept", marked, done, false, payload.Keep, marked},
+		{"ended child: marked with its parent", payload.Mark{}, child, false, payload.MarkEnded, payload.Mark{Ended: ended, Parent: "p"}},
+		{"ended again (the id reused): marked anew", payload.Mark{Ended: ended.Add(-time.Hour)}, done, false, payload.MarkEnded, marked},
+		{"no record, never seen ended: kept", payload.Mark{}, nil, true, payload.Keep, payload.Mark{}},
+		{"no record, seen ended, retention passed: removed", marked, nil, true, payload.Remove, marked},
+		{"no record, seen ended less than the retention ago: kept", payload.Mark{Ended: now.Add(-time.Hour)}, nil, true, payload.Keep, payload.Mark{Ended: now.Add(-time.Hour)}},
+		{"no record, its parent's exists: kept", payload.Mark{Ended: ended, Parent: "p"}, nil, false, payload.Keep, payload.Mark{Ended: ended, Parent: "p"}},
+		{"no record, nor its parent's: removed", payload.Mark{Ended: ended, Parent: "p"}, nil, true, payload.Remove, payload.Mark{Ended: ended, Parent: "p"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			act, m := payload.Sweep(c.mark, c.rec, now, ret, func(id string) bool {
+				if id != "p" {
+					t.Errorf("asked about %q", id)
+				}
+				return c.parentGone
+			})
+			if act != c.want || !m.Ended.Equal(c.wantMark.Ended) || m.Parent != c.wantMark.Parent {
+				t.Errorf("got %v %+v, want %v %+v", act, m, c.want, c.wantMark)
+			}
+		})
+	}
+}
+
+func TestMarkMetaRoundTrip(t *testing.T) {
+	m := payload.Mark{Ended: time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), Parent: "p"}
+	meta := m.Meta(map[string]string{"x": "y"})
+	if got := payload.MarkOf(meta); !got.Ended.Equal(m.Ended) || got.Parent != "p" || meta["x"] != "y" {
+		t.Fatalf("round trip: %+v from %v", got, meta)
+	}
+	if got := payload.MarkOf(map[string]string{payload.MetaEnded: "soon"}); !got.Ended.IsZero() {
+		t.Fatalf("an unreadable mark read as %+v", got)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -116,43 +117,128 @@ func AnswerKey(wf, unique string) string { return wf + ".ans." + unique }
 func UpdateUnique(key string) string { return key[strings.LastIndexByte(key, '.')+1:] }
 
 // StoreUpdate stores update name with input (its journal value an Event)
-// for workflow wf, and returns the key of its answer.
+// for workflow wf (StoreOnce), and returns the key of its answer. An error
+// that matches ErrUpdateTimeout says the update may be stored (a try went
+// unanswered and ctx ended); any other says it is not.
 func StoreUpdate(ctx context.Context, journal jetstream.KeyValue, wf, name string, input json.RawMessage, now time.Time) (string, error) {
 	unique := nuid.Next()
 	b, _ := json.Marshal(Event{Name: name, Payload: input, Sent: now.UTC()})
-	if _, err := journal.Create(ctx, UpdatePrefix(wf, name)+unique, b); err != nil {
-		return "", fmt.Errorf("workflow %s: store update %s: %w", wf, name, err)
+	unsure, err := StoreOnce(ctx, journal, UpdatePrefix(wf, name)+unique, b)
+	switch {
+	case err == nil:
+		return AnswerKey(wf, unique), nil
+	case unsure:
+		return "", fmt.Errorf("%w: workflow %s: update %s may be stored: %w", ErrUpdateTimeout, wf, name, err)
 	}
-	return AnswerKey(wf, unique), nil
+	return "", fmt.Errorf("workflow %s: store update %s: %w", wf, name, err)
 }
+
+// ErrEventUnconfirmed: an event's store went unanswered (a server
+// restart) and the caller's ctx ended before it was confirmed: the event
+// may be stored, and sending it again may deliver it twice.
+var ErrEventUnconfirmed = errors.New("workflow: event store unconfirmed")
+
+// StoreEvent stores event ev (its journal value) named name for workflow
+// wf, once (StoreOnce). ErrEventUnconfirmed: it may be stored; any other
+// error: it is not.
+func StoreEvent(ctx context.Context, journal jetstream.KeyValue, wf, name string, ev []byte) error {
+	unsure, err := StoreOnce(ctx, journal, EventKey(wf, name), ev)
+	switch {
+	case err == nil:
+		return nil
+	case unsure:
+		return fmt.Errorf("%w: workflow %s: event %s: %w", ErrEventUnconfirmed, wf, name, err)
+	}
+	return fmt.Errorf("workflow %s: store event %s: %w", wf, name, err)
+}
+
+// StoreOnce creates key (this call's alone: it ends in a unique part)
+// with value b in the journal. A create whose reply was lost (a timeout,
+// a server restart) is made again, each try within storeTry, and a
+// refusal as already there is this call's earlier try, confirmed by a
+// read (kv.CreateConfirmed). unsure reports, with an error, that a try
+// went unanswered: the value may be stored.
+func StoreOnce(ctx context.Context, journal jetstream.KeyValue, key string, b []byte) (unsure bool, err error) {
+	create := func(ctx context.Context) error {
+		for {
+			tctx, cancel := context.WithTimeout(ctx, storeTry)
+			_, err := journal.Create(tctx, key, b)
+			cancel()
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				return fmt.Errorf("%w: %w", kv.ErrRefused, err)
+			}
+			if !kv.Transient(err) {
+				return err
+			}
+			unsure = true
+			select {
+			case <-ctx.Done():
+				return err
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	find := func(ctx context.Context) (kv.Found, error) {
+		_, err := journal.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return kv.Missing, nil
+		case err != nil:
+			return kv.Missing, err
+		}
+		return kv.Ours, nil
+	}
+	err = kv.CreateConfirmed(ctx, create, find)
+	return err != nil && (unsure || errors.Is(err, kv.ErrUnconfirmed)), err
+}
+
+// storeTry bounds one try of an update's store: one whose reply is lost
+// is made again within the caller's ctx.
+const storeTry = 2 * time.Second
 
 // AwaitAnswer waits for the answer under key until ctx ends
 // (ErrUpdateTimeout, the update stays stored; so is a watch that fails).
+// Besides the watch, it reads the key every answerPoll: a watch that a
+// server restart left silent does not keep an answer stored meanwhile
+// from its caller.
 func AwaitAnswer(ctx context.Context, journal jetstream.KeyValue, key string) (*Answer, error) {
 	w, err := journal.Watch(ctx, key)
 	if err != nil {
 		return nil, fmt.Errorf("%w: watch %s: %w", ErrUpdateTimeout, key, err)
 	}
 	defer func() { _ = w.Stop() }()
+	poll := time.NewTicker(answerPoll)
+	defer poll.Stop()
 	for {
+		var e jetstream.KeyValueEntry
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: %w", ErrUpdateTimeout, context.Cause(ctx))
-		case e, ok := <-w.Updates():
+		case <-poll.C:
+			e, err = journal.Get(ctx, key)
+			if err != nil {
+				continue // not answered yet, or not read: the watch and the next poll go on
+			}
+		case u, ok := <-w.Updates():
 			if !ok {
 				return nil, fmt.Errorf("%w: watch of %s ended", ErrUpdateTimeout, key)
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			var a Answer
-			if err := json.Unmarshal(e.Value(), &a); err != nil {
-				return nil, fmt.Errorf("%w: answer %s: %w", ErrUpdateTimeout, key, err)
-			}
-			return &a, nil
+			e = u
 		}
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var a Answer
+		if err := json.Unmarshal(e.Value(), &a); err != nil {
+			return nil, fmt.Errorf("%w: answer %s: %w", ErrUpdateTimeout, key, err)
+		}
+		return &a, nil
 	}
 }
+
+// answerPoll is how often AwaitAnswer reads the answer's key besides its
+// watch.
+const answerPoll = time.Second
 
 // SendUpdate stores update name with input for workflow wf, resumes it
 // (wake), and waits for its answer until ctx ends.

@@ -130,12 +130,16 @@ type config struct {
 	fnChild     string
 	maxDelay    time.Duration
 	workMs      int
+
+	// updater role
+	updates int
+	events  bool
 }
 
 func main() {
 	var c config
 	flag.StringVar(&c.url, "url", nats.DefaultURL, "NATS URLs, comma separated")
-	flag.StringVar(&c.role, "role", "worker", "worker, scheduler, producer, load (a mix of runs for the fault tests) or pool (see pool.go)")
+	flag.StringVar(&c.role, "role", "worker", "worker, scheduler, producer, load (a mix of runs for the fault tests), pool (see pool.go) or updater (see entity.go)")
 	flag.StringVar(&c.id, "id", "", "worker or scheduler id (default: generated)")
 	flag.StringVar(&c.function, "function", "it.work", "function name; a worker serves a comma-separated list, each name optionally followed by :retryable or :atmostonce")
 	flag.StringVar(&c.kind, "kind", "retryable", "retryable or atmostonce (functions without a :kind suffix)")
@@ -157,7 +161,7 @@ func main() {
 	flag.StringVar(&c.ledger, "ledger", "", "worker: append \"<run id> <attempt> <pid>\" to this file at each handler start (fsynced)")
 	flag.IntVar(&c.prefetch, "prefetch", 0, "worker: Options.Prefetch of every function (0: the default)")
 	flag.DurationVar(&c.clockOff, "clock-offset", 0, "worker, scheduler, producer, load: the jetflow clock (Config.Now) is time.Now() plus this")
-	flag.BoolVar(&c.workflow, "workflow", false, "worker: also serve the workflows it.flow (steps a, b at-most-once, c; each appends \"<workflow id>/<step> 0 <pid>\" to the ledger and works -work long) and it.sleep (sleeps an hour, then a step)")
+	flag.BoolVar(&c.workflow, "workflow", false, "worker: also serve the workflows it.flow (steps a, b at-most-once, c; each appends \"<workflow id>/<step> 0 <pid>\" to the ledger and works -work long), it.sleep (sleeps an hour, then a step), it.chain and it.entity (entity.go)")
 	flag.DurationVar(&c.statsEvery, "stats-every", 0, "worker: print a STATS line this often (0: only on SIGUSR1)")
 	flag.StringVar(&c.trigger, "trigger", "", "worker: also run a trigger of this name starting runs of the first function (bad messages: header Bad; skipped: header Skip)")
 	flag.StringVar(&c.triggerStream, "trigger-stream", "", "worker: the trigger's stream (\"\": plain subjects, captured)")
@@ -172,6 +176,8 @@ func main() {
 	flag.StringVar(&c.fnChild, "fn-child", "ft.child", "load: function of the children runs schedule")
 	flag.DurationVar(&c.maxDelay, "max-delay", 3*time.Second, "load: longest delay of a delayed run")
 	flag.IntVar(&c.workMs, "work-ms", 0, "load: handler work (ms) of each run")
+	flag.IntVar(&c.updates, "updates", 10, "updater: valid updates to send each workflow")
+	flag.BoolVar(&c.events, "events", false, "updater: send events \"tick\" (it.inbox), not updates")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -272,6 +278,8 @@ func run(ctx context.Context, c config) error {
 		return runLoad(ctx, c, js, scfg, log, setup)
 	case "pool":
 		return runPool(ctx, c, js, scfg, log, setup)
+	case "updater":
+		return runUpdater(ctx, c, js, scfg, log, setup)
 	}
 	return fmt.Errorf("unknown role %q", c.role)
 }
@@ -442,6 +450,9 @@ func runWorker(ctx context.Context, c config, js jetstream.JetStream, scfg strea
 			return err
 		}
 		if err := workflow.Register(w, flowDef(led, c.work)); err != nil {
+			return err
+		}
+		if err := registerEntities(w, led); err != nil {
 			return err
 		}
 	}
