@@ -1088,6 +1088,14 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 			return false, err
 		}
 		for _, ev := range evs {
+			// A claim this segment knows of (it read or wrote it) is for
+			// good: one read less per event consumed before.
+			s.mu.Lock()
+			_, claimed := s.claims[ev.seq]
+			s.mu.Unlock()
+			if claimed {
+				continue
+			}
 			if _, err := s.jr.kv.Get(ctx, claimKey(s.wf, ev.seq)); err != nil {
 				return true, nil
 			}

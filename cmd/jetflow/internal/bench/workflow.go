@@ -140,7 +140,8 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 		return errors.Join(
 			workflow.Register(w, wfBenchStepsDef, workflow.RegisterOptions{Concurrency: 64}),
 			workflow.Register(w, wfBenchSleepDef, workflow.RegisterOptions{Concurrency: 64}),
-			workflow.Register(w, wfBenchEventDef, workflow.RegisterOptions{Concurrency: 64}))
+			workflow.Register(w, wfBenchEventDef, workflow.RegisterOptions{Concurrency: 64}),
+			workflow.Register(w, wfWaitsDef, workflow.RegisterOptions{Concurrency: 64}))
 	})
 	if err != nil {
 		return err
@@ -231,6 +232,15 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 			return fmt.Errorf("%d-step workflow: %w", k, err)
 		}
 		line("%d sequential steps: %s per step", k, fmtDur(per(time.Since(start), k)))
+	}
+
+	// One workflow that waits n times (an event each time).
+	sizes := []int{10, 100, 1_000, 10_000}
+	if quick {
+		sizes = wfWaitsQuick
+	}
+	if err := wfWaitsCosts(ctx, out, p, pjs, scfg, sizes, wfWaitsEvery, wfWaitsPlainMax); err != nil {
+		return err
 	}
 
 	// Resume after a durable sleep.
