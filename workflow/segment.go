@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -1049,9 +1050,14 @@ func (s *segment) park(ctx context.Context) error {
 		return fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
 	}
 	s.cur = next
+	// The claims known now, for ready: the journal kept goes to the next
+	// segment, which may run here at once and claim meanwhile.
+	s.mu.Lock()
+	claimed := maps.Clone(s.claims)
+	s.mu.Unlock()
 	s.d.keep(s.wf, &stickyJournal{rev: s.cur.rev, steps: s.steps, claims: s.claims})
 	for _, w := range s.waits {
-		ready, err := s.ready(ctx, w)
+		ready, err := s.ready(ctx, w, claimed)
 		if err != nil {
 			return err
 		}
@@ -1062,8 +1068,9 @@ func (s *segment) park(ctx context.Context) error {
 	return nil
 }
 
-// ready reports whether what w waits for has come.
-func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
+// ready reports whether what w waits for has come; claimed are the event
+// claims the segment knows of.
+func (s *segment) ready(ctx context.Context, w wait, claimed map[uint64]string) (bool, error) {
 	if !w.until.IsZero() && !time.Now().Before(w.until) {
 		return true, nil
 	}
@@ -1090,10 +1097,7 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 		for _, ev := range evs {
 			// A claim this segment knows of (it read or wrote it) is for
 			// good: one read less per event consumed before.
-			s.mu.Lock()
-			_, claimed := s.claims[ev.seq]
-			s.mu.Unlock()
-			if claimed {
+			if _, ok := claimed[ev.seq]; ok {
 				continue
 			}
 			if _, err := s.jr.kv.Get(ctx, claimKey(s.wf, ev.seq)); err != nil {

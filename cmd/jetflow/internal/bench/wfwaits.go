@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +31,7 @@ type wfWaitsIn struct {
 var (
 	wfWaitsRuns  atomic.Int64
 	wfWaitsSteps atomic.Int64
+	wfWaitsSeq   atomic.Int64 // numbers the waits workflows' ids
 )
 
 // wfWaitsDef waits for event "tick" in.Left times, continuing as new
@@ -90,12 +92,26 @@ func fmtBytes(b int64) string {
 func wfWaits(ctx context.Context, p *producer.Producer, js jetstream.JetStream, scfg streams.Config, n, every int) (wfWaitsFigures, error) {
 	f := wfWaitsFigures{waits: n, every: every}
 	c := scfg.WithDefaults()
-	id := fmt.Sprintf("bench-waits-%d-%d", n, every)
+	id := fmt.Sprintf("bench-waits-%d-%d-%d", n, every, wfWaitsSeq.Add(1))
 	nc := js.Conn()
 	var recW, jrW atomic.Int64
 	var recB, jrB atomic.Int64
+	var last atomic.Int64 // when the journal was last written (unix ns)
+	last.Store(time.Now().UnixNano())
+	var ringMu sync.Mutex
+	var ring []string // the last writes, for a stall's report
 	count := func(w, b *atomic.Int64) nats.MsgHandler {
-		return func(m *nats.Msg) { w.Add(1); b.Add(int64(len(m.Data))) }
+		return func(m *nats.Msg) {
+			w.Add(1)
+			b.Add(int64(len(m.Data)))
+			last.Store(time.Now().UnixNano())
+			ringMu.Lock()
+			ring = append(ring, fmt.Sprintf("%s %s %.120s", time.Now().Format("15:04:05.000"), m.Subject, m.Data))
+			if len(ring) > 40 {
+				ring = ring[1:]
+			}
+			ringMu.Unlock()
+		}
 	}
 	subRec, err := nc.Subscribe(streams.KVSubject(c.RunsBucket(), id), count(&recW, &recB))
 	if err != nil {
@@ -121,7 +137,9 @@ func wfWaits(ctx context.Context, p *producer.Producer, js jetstream.JetStream, 
 		return f, err
 	}
 	sendErr := make(chan error, 1)
-	go func() { sendErr <- wfWaitsSend(wctx, p, id, watch) }()
+	var seen atomic.Value // the sender's last cursor, for a stall's report
+	seen.Store("")
+	go func() { sendErr <- wfWaitsSend(wctx, p, id, watch, &seen) }()
 
 	wfWaitsRuns.Store(0)
 	wfWaitsSteps.Store(0)
@@ -133,11 +151,26 @@ func wfWaits(ctx context.Context, p *producer.Producer, js jetstream.JetStream, 
 	defer rcancel()
 	done := make(chan error, 1)
 	go func() { _, err := workflow.Result(rctx, p, wfWaitsDef, id); done <- err }()
-	select {
-	case err = <-done:
-	case err = <-sendErr:
-		if err == nil {
-			err = fmt.Errorf("waits %s: the event sender stopped", id)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case err = <-sendErr:
+			if err == nil {
+				err = fmt.Errorf("waits %s: the event sender stopped", id)
+			}
+			waiting = false
+		case <-tick.C:
+			if quiet := time.Since(time.Unix(0, last.Load())); quiet > wfWaitsStall {
+				sctx, scancel := context.WithTimeout(ctx, 30*time.Second)
+				ringMu.Lock()
+				err = fmt.Errorf("stalled: no journal write for %s; the sender saw %s; %s; last writes:\n%s", quiet.Round(time.Second), seen.Load(), wfWaitsState(sctx, p, jkv, id), strings.Join(ring, "\n"))
+				ringMu.Unlock()
+				scancel()
+				waiting = false
+			}
 		}
 	}
 	if err != nil {
@@ -153,12 +186,45 @@ func wfWaits(ctx context.Context, p *producer.Producer, js jetstream.JetStream, 
 	return f, nil
 }
 
-// wfWaitsSend sends event "tick" to workflow id once for each segment
-// that parks on an await (its cursor, as the journal's watch shows it,
-// waiting for an event), until ctx ends.
-func wfWaitsSend(ctx context.Context, p *producer.Producer, id string, watch jetstream.KeyWatcher) error {
+// wfWaitsStall is how long a waits workflow may go without a journal
+// write before the bench gives up on it, saying where it stands.
+const wfWaitsStall = time.Minute
+
+// wfWaitsState says where workflow id stands: its status and the keys of
+// its journal.
+func wfWaitsState(ctx context.Context, p *producer.Producer, jkv jetstream.KeyValue, id string) string {
+	var b strings.Builder
+	if st, err := workflow.Get(ctx, p, id); err != nil {
+		fmt.Fprintf(&b, "status: %v", err)
+	} else {
+		fmt.Fprintf(&b, "record %s, segment %d, waiting %t for %v, generation %d, %d steps", st.Run.State, st.Segment, st.Waiting, st.Waits, st.Generation, len(st.Steps))
+	}
+	keys, err := jkv.ListKeys(ctx, jetstream.MetaOnly())
+	if err != nil {
+		fmt.Fprintf(&b, "; journal keys: %v", err)
+		return b.String()
+	}
+	var events, claims []string
+	for k := range keys.Keys() {
+		switch {
+		case strings.HasPrefix(k, id+".ev."):
+			events = append(events, strings.TrimPrefix(k, id+"."))
+		case strings.HasPrefix(k, id+".claim."):
+			claims = append(claims, strings.TrimPrefix(k, id+"."))
+		}
+	}
+	fmt.Fprintf(&b, "; %d events stored (last %v), %d claims (last %v)", len(events), events[max(len(events)-3, 0):], len(claims), claims[max(len(claims)-3, 0):])
+	return b.String()
+}
+
+// wfWaitsSend sends event "tick" to workflow id once for each await it
+// parks on (its cursor, as the journal's watch shows it, waiting for an
+// event, each await named by its step), until ctx ends. Not once per
+// segment: a segment delivered twice parks twice, the second time on the
+// next await (the first consumed the event sent for it).
+func wfWaitsSend(ctx context.Context, p *producer.Producer, id string, watch jetstream.KeyWatcher, seen *atomic.Value) error {
 	defer watch.Stop() //nolint:errcheck // the bench ends either way
-	sent := 0
+	sent := map[string]bool{} // the awaits sent an event
 	for {
 		var e jetstream.KeyValueEntry
 		select {
@@ -177,12 +243,16 @@ func wfWaitsSend(ctx context.Context, p *producer.Producer, id string, watch jet
 		if err := json.Unmarshal(e.Value(), &cur); err != nil {
 			return fmt.Errorf("cursor of %s: %w", id, err)
 		}
-		awaits := slices.ContainsFunc(cur.Waits, func(w string) bool { return strings.Contains(w, "(event)") })
-		if !cur.Waiting || !awaits || cur.Seg <= sent {
+		seen.Store(fmt.Sprintf("cursor rev %d %s", e.Revision(), e.Value()))
+		i := slices.IndexFunc(cur.Waits, func(w string) bool { return strings.Contains(w, "(event)") })
+		if !cur.Waiting || i < 0 || sent[cur.Waits[i]] {
 			continue
 		}
-		sent = cur.Seg
-		if err := workflow.SendEvent(ctx, p, id, "tick", cur.Seg); err != nil && ctx.Err() == nil {
+		sent[cur.Waits[i]] = true
+		t0 := time.Now()
+		err := workflow.SendEvent(ctx, p, id, "tick", cur.Seg)
+		seen.Store(fmt.Sprintf("cursor rev %d %s (sent in %s: %v)", e.Revision(), e.Value(), time.Since(t0), err))
+		if err != nil && ctx.Err() == nil {
 			return err
 		}
 	}
