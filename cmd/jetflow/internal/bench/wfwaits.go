@@ -223,7 +223,7 @@ func wfWaitsState(ctx context.Context, p *producer.Producer, jkv jetstream.KeyVa
 // segment: a segment delivered twice parks twice, the second time on the
 // next await (the first consumed the event sent for it).
 func wfWaitsSend(ctx context.Context, p *producer.Producer, id string, watch jetstream.KeyWatcher, seen *atomic.Value) error {
-	defer watch.Stop() //nolint:errcheck // the bench ends either way
+	defer watch.Stop()        //nolint:errcheck // the bench ends either way
 	sent := map[string]bool{} // the awaits sent an event
 	for {
 		var e jetstream.KeyValueEntry
