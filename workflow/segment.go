@@ -139,11 +139,19 @@ func (d *driver) journal(ctx context.Context) (*journal, error) { return openJou
 
 // internalOptions: the internal functions are short and retried quickly
 // and for long, so that a NATS hiccup never strands a workflow (a segment
-// that finds its predecessor still running retries too).
+// that finds its predecessor still running retries too). The delay between
+// tries is capped at the worker's default ReplayGrace: a segment or a wake
+// that failed many times across server crashes (each crash a few failures)
+// runs again within seconds of the server's return, as a run held back as
+// a possible replay does, not up to 30 s later (the cap before).
 var internalOptions = worker.Options{
-	MaxAttempts: 1000, // about 8 hours of retries at the 30 s cap
-	Backoff:     jetflow.Backoff{Initial: 50 * time.Millisecond, Base: 2, Max: 30 * time.Second},
+	MaxAttempts: internalAttempts,
+	Backoff:     jetflow.Backoff{Initial: 50 * time.Millisecond, Base: 2, Max: worker.DefaultReplayGrace},
 }
+
+// internalAttempts: about 8 hours of retries at the 5 s cap (4 on average,
+// with the backoff's jitter), as 1,000 at a 30 s cap gave before.
+const internalAttempts = 6000
 
 // Register registers workflow def on worker w: its segment, wake and
 // start functions (SegmentFunction, WakeFunction, StartFunction), and

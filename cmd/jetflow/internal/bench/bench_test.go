@@ -166,7 +166,7 @@ func TestRunWorkflowQuick(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, want := range []string{"3-step workflows", "1000 sequential steps", "100 waits, never continuing", "100 waits, continuing as new every 100",
-		"resume after sleep", "parked/s", "SendEvent to the next step"} {
+		"resume after sleep", "parked/s", "SendEvent to the next step", "resume after a server restart"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("no %q line in:\n%s", want, out.String())
 		}
