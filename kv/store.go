@@ -595,14 +595,19 @@ const delayedQuiet = 2 * time.Second
 // purge, which leaves no marker, lowers its answer); after tries reads
 // wait apart that stayed behind, the error matches ErrStaleRead. Where the
 // leader cannot be asked (no permission, no leader) read runs once. read
-// starts afresh on each call.
-func ReadCaughtUp(ctx context.Context, js jetstream.JetStream, stream, filter string, tries int, wait time.Duration, read func() (uint64, error)) error {
+// starts afresh on each call; it is told the leader's last revision under
+// filter (want, 0 when there is none) when the leader said (known), so
+// that it may stop once it has seen want, or not read at all when the
+// leader holds nothing under filter.
+func ReadCaughtUp(ctx context.Context, js jetstream.JetStream, stream, filter string, tries int, wait time.Duration, read func(want uint64, known bool) (uint64, error)) error {
 	for try := 1; ; try++ {
 		var want uint64
-		if m, err := LastFromLeader(ctx, js, stream, filter); err == nil {
+		m, err := LastFromLeader(ctx, js, stream, filter)
+		known := err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
+		if err == nil {
 			want = m.Sequence
 		}
-		seen, err := read()
+		seen, err := read(want, known)
 		if err != nil || seen >= want {
 			return err
 		}
@@ -626,7 +631,7 @@ var ErrStaleRead = errors.New("kv: read behind the stream's leader")
 // during which entries come and go, is made once.
 func (s *Store) readDelayed(ctx context.Context, filter, pfx string, fresh bool, visit func(key string, rev uint64, data []byte)) error {
 	var got []delayedEntry
-	read := func() (uint64, error) {
+	read := func(uint64, bool) (uint64, error) {
 		got = got[:0]
 		return s.readDelayedOnce(ctx, filter, func(m jetstream.Msg, seq uint64) {
 			if !isMarker(m.Headers()) && strings.HasPrefix(m.Subject(), pfx) {
@@ -638,7 +643,7 @@ func (s *Store) readDelayed(ctx context.Context, filter, pfx string, fresh bool,
 	if fresh {
 		err = ReadCaughtUp(ctx, s.js, streams.KVStream(s.cfg.DelayedBucket()), filter, 21, 50*time.Millisecond, read)
 	} else {
-		_, err = read()
+		_, err = read(0, false)
 	}
 	if err != nil {
 		return err

@@ -278,6 +278,10 @@ func (s *Scheduler) lead(ctx context.Context) {
 		// A failed watch or scan (the stream briefly unavailable) restarts
 		// the dispatcher; the term goes on.
 		if err := d.loop(ctx); err != nil && ctx.Err() == nil {
+			if errors.Is(err, errReconnected) {
+				s.log.Info("reconnected: delayed entries read again")
+				continue // at once: runs due meanwhile wait for it
+			}
 			s.log.Warn("delayed dispatch restarting", "error", err)
 			if errors.Is(err, kv.ErrWatchSlow) {
 				continue // it waited already; a request sent again is answered sooner
@@ -403,6 +407,13 @@ const (
 
 func (d *dispatcher) loop(ctx context.Context) error {
 	s := d.s
+	// A reconnect (the server restarted, or the connection broke) ends the
+	// loop: the watch below is a consumer the server may have lost, and
+	// until the client notices (missed heartbeats, seconds later) entries
+	// written for seconds already read would wait unseen. The next loop
+	// watches anew and reads the seconds again (start).
+	reconnected := s.js.Conn().StatusChanged(nats.CONNECTED)
+	defer s.js.Conn().RemoveStatusListener(reconnected)
 	s.awaitLeaders(ctx, streams.KVStream(s.scfg.DelayedBucket()), s.scfg.FunctionStream())
 	w, err := kv.WatchWithin(ctx, s.store.Delayed(), ">", d.watchWait, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
 	d.watchWait = kv.NextWatchWait(d.watchWait, err)
@@ -447,9 +458,14 @@ func (d *dispatcher) loop(ctx context.Context) error {
 			}
 		case <-d.wake:
 		case <-timer.C:
+		case <-reconnected:
+			return errReconnected
 		}
 	}
 }
+
+// errReconnected ends a dispatch loop whose connection reconnected.
+var errReconnected = errors.New("scheduler: reconnected")
 
 // awaitLeaders returns once each of names answers with a leader, at once
 // when they have one, or after leaderWait. A term that starts while a

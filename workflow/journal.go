@@ -271,12 +271,20 @@ func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
 // ended (it would run again) or an event sent (the workflow would wait for
 // it forever). So it is read until it holds the leader's last revision
 // under filter (kv.ReadCaughtUp; 51 reads 20 ms apart, then the segment is
-// retried).
+// retried). The leader's answer also ends the read: nothing is read when it
+// holds nothing under filter, and the read stops once it has seen the
+// leader's last revision (a watch's count of what it will deliver, taken
+// when it starts, may count entries purged meanwhile: the watch would wait
+// for them).
 func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.KeyValueEntry) error) error {
 	var entries []jetstream.KeyValueEntry
 	err := kv.ReadCaughtUp(ctx, j.js, streams.KVStream(j.bucket), streams.KVSubject(j.bucket, filter), 51, 20*time.Millisecond,
-		func() (seen uint64, err error) {
-			entries, seen, err = j.read(ctx, filter)
+		func(want uint64, known bool) (seen uint64, err error) {
+			if known && want == 0 {
+				entries = nil
+				return 0, nil
+			}
+			entries, seen, err = j.read(ctx, filter, want)
 			return seen, err
 		})
 	if errors.Is(err, kv.ErrStaleRead) {
@@ -298,8 +306,11 @@ func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.
 var errStaleJournal = errors.New("workflow: journal read behind its leader")
 
 // read returns the current entries of keys matching filter, deletes left
-// out, and the highest revision it saw, deletes included.
-func (j *journal) read(ctx context.Context, filter string) ([]jetstream.KeyValueEntry, uint64, error) {
+// out, and the highest revision it saw, deletes included. It ends at the
+// watch's end of its initial values, or once it has seen revision until
+// (0: no such bound); a watch quiet for readStall is an error (the read is
+// retried).
+func (j *journal) read(ctx context.Context, filter string, until uint64) ([]jetstream.KeyValueEntry, uint64, error) {
 	w, err := j.kv.Watch(ctx, filter)
 	if err != nil {
 		return nil, 0, fmt.Errorf("workflow: read journal: %w", err)
@@ -307,10 +318,14 @@ func (j *journal) read(ctx context.Context, filter string) ([]jetstream.KeyValue
 	defer func() { _ = w.Stop() }() // an unsubscribe: it fails only on a connection gone
 	var out []jetstream.KeyValueEntry
 	var seen uint64
+	stall := time.NewTimer(readStall)
+	defer stall.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil, 0, ctx.Err()
+		case <-stall.C:
+			return nil, 0, jetflow.RetryAfter(100*time.Millisecond, fmt.Errorf("workflow: journal read of %s: no entry for %s, %d read", filter, readStall, len(out)))
 		case e, ok := <-w.Updates():
 			if !ok {
 				return nil, 0, errors.New("workflow: journal watch closed")
@@ -318,13 +333,21 @@ func (j *journal) read(ctx context.Context, filter string) ([]jetstream.KeyValue
 			if e == nil {
 				return out, seen, nil
 			}
+			stall.Reset(readStall)
 			seen = max(seen, e.Revision())
 			if e.Operation() == jetstream.KeyValuePut {
 				out = append(out, e)
 			}
+			if until > 0 && seen >= until {
+				return out, seen, nil
+			}
 		}
 	}
 }
+
+// readStall is how long a journal read waits for the next entry of its
+// watch before it gives up (and its caller is retried).
+const readStall = 5 * time.Second
 
 // events reads the events named name sent to workflow wf, oldest first.
 func (j *journal) events(ctx context.Context, wf, name string) ([]event, error) {

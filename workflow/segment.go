@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -138,11 +139,19 @@ func (d *driver) journal(ctx context.Context) (*journal, error) { return openJou
 
 // internalOptions: the internal functions are short and retried quickly
 // and for long, so that a NATS hiccup never strands a workflow (a segment
-// that finds its predecessor still running retries too).
+// that finds its predecessor still running retries too). The delay between
+// tries is capped at the worker's default ReplayGrace: a segment or a wake
+// that failed many times across server crashes (each crash a few failures)
+// runs again within seconds of the server's return, as a run held back as
+// a possible replay does, not up to 30 s later (the cap before).
 var internalOptions = worker.Options{
-	MaxAttempts: 1000, // about 8 hours of retries at the 30 s cap
-	Backoff:     jetflow.Backoff{Initial: 50 * time.Millisecond, Base: 2, Max: 30 * time.Second},
+	MaxAttempts: internalAttempts,
+	Backoff:     jetflow.Backoff{Initial: 50 * time.Millisecond, Base: 2, Max: worker.DefaultReplayGrace},
 }
+
+// internalAttempts: about 8 hours of retries at the 5 s cap (4 on average,
+// with the backoff's jitter), as 1,000 at a 30 s cap gave before.
+const internalAttempts = 6000
 
 // Register registers workflow def on worker w: its segment, wake and
 // start functions (SegmentFunction, WakeFunction, StartFunction), and
@@ -1049,9 +1058,14 @@ func (s *segment) park(ctx context.Context) error {
 		return fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
 	}
 	s.cur = next
+	// The claims known now, for ready: the journal kept goes to the next
+	// segment, which may run here at once and claim meanwhile.
+	s.mu.Lock()
+	claimed := maps.Clone(s.claims)
+	s.mu.Unlock()
 	s.d.keep(s.wf, &stickyJournal{rev: s.cur.rev, steps: s.steps, claims: s.claims})
 	for _, w := range s.waits {
-		ready, err := s.ready(ctx, w)
+		ready, err := s.ready(ctx, w, claimed)
 		if err != nil {
 			return err
 		}
@@ -1062,8 +1076,9 @@ func (s *segment) park(ctx context.Context) error {
 	return nil
 }
 
-// ready reports whether what w waits for has come.
-func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
+// ready reports whether what w waits for has come; claimed are the event
+// claims the segment knows of.
+func (s *segment) ready(ctx context.Context, w wait, claimed map[uint64]string) (bool, error) {
 	if !w.until.IsZero() && !time.Now().Before(w.until) {
 		return true, nil
 	}
@@ -1088,6 +1103,11 @@ func (s *segment) ready(ctx context.Context, w wait) (bool, error) {
 			return false, err
 		}
 		for _, ev := range evs {
+			// A claim this segment knows of (it read or wrote it) is for
+			// good: one read less per event consumed before.
+			if _, ok := claimed[ev.seq]; ok {
+				continue
+			}
 			if _, err := s.jr.kv.Get(ctx, claimKey(s.wf, ev.seq)); err != nil {
 				return true, nil
 			}

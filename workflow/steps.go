@@ -197,7 +197,9 @@ func Call[T any](wf *Context, c jetflow.Call) (T, error) {
 func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) error) (T, error) {
 	s := wf.seg
 	run := e.Waits.Run
-	r, err := engine.Of(s.d.p).Get(s.ctx, run)
+	// Its record (a call's and a child workflow's are written before
+	// their message): see armTimer.
+	r, err := engine.Of(s.d.p).Store().Show(s.ctx, run)
 	switch {
 	case errors.Is(err, jetflow.ErrNotFound):
 		// Once started, a run is listed among the workflow's children
@@ -297,28 +299,55 @@ func (wf *Context) sleep(t time.Time) {
 	s.suspend(wait{step: id, kind: KindSleep, until: until})
 }
 
-// timer makes sure a wake run is due at until for step id.
+// timer makes sure a wake run is due at until for step id: the step's
+// timer, or, when that one has fired already (early, by the clocks), one
+// of this segment's.
 func (s *segment) timer(step string, until time.Time) {
-	id := runID(s.wf, "timer", step)
-	r, err := engine.Of(s.d.p).Get(s.ctx, id)
-	if err == nil && r.State.Terminal() {
-		// Fired early (clocks): one more, per segment.
-		id = jetflow.DerivedID(fmt.Sprintf("%s-%d", id, s.n))
-		_, err = engine.Of(s.d.p).Get(s.ctx, id)
+	base := runID(s.wf, "timer", step)
+	for _, id := range []string{base, jetflow.DerivedID(fmt.Sprintf("%s-%d", base, s.n))} {
+		fired, err := s.armTimer(id, until)
+		if err != nil {
+			s.abort(err)
+		}
+		if !fired {
+			return
+		}
 	}
+}
+
+// armTimer creates timer id, a wake run due at until among the workflow's
+// children, unless it exists; it reports whether the timer has fired
+// (ended). A timer has a record from its creation on (RunAt with an id):
+// its record is all there is to read (a Get of a run that has none would
+// look for a message in every function's subjects, a wildcard lookup whose
+// cost grows with the messages queued: the first segments of thousands of
+// workflows starting).
+func (s *segment) armTimer(id string, until time.Time) (fired bool, err error) {
+	st := engine.Of(s.d.p).Store()
+	r, err := st.Show(s.ctx, id)
 	if err == nil {
-		return
+		return r.State.Terminal(), nil
 	}
 	if !errors.Is(err, jetflow.ErrNotFound) {
-		s.abort(err)
+		return false, err
 	}
 	sctx, cancel := s.detached()
 	_, err = s.d.p.RunAt(sctx, until, wakeCall(s.def.Name(), s.wf), producer.WithID(id), producer.WithParent(s.wf))
 	cancel()
-	if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
-		s.abort(err)
+	if errors.Is(err, producer.ErrAlreadyExists) {
+		// There after all (a replica behind answered the get): the
+		// leader says whether it fired.
+		if r, _, err = st.Decide(s.ctx, id); err != nil {
+			return false, err
+		}
+		if r.State.Terminal() {
+			return true, nil
+		}
+	} else if err != nil {
+		return false, err
 	}
 	s.adopt(id)
+	return false, nil
 }
 
 // AwaitEvent waits for an event named name sent to this workflow

@@ -158,11 +158,15 @@ func BenchmarkEndToEndOverlapped(b *testing.B) {
 
 // The workflow figures run end to end (quick sizes) and print each line.
 func TestRunWorkflowQuick(t *testing.T) {
+	// 1,000 waits never continuing take minutes under -race.
+	defer func(q []int) { wfWaitsQuick = q }(wfWaitsQuick)
+	wfWaitsQuick = []int{10, 100}
 	var out strings.Builder
 	if err := RunWorkflow(context.Background(), &out, true); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{"3-step workflows", "1000 sequential steps", "resume after sleep", "SendEvent to the next step"} {
+	for _, want := range []string{"3-step workflows", "1000 sequential steps", "100 waits, never continuing", "100 waits, continuing as new every 100",
+		"resume after sleep", "parked/s", "SendEvent to the next step", "resume after a server restart"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("no %q line in:\n%s", want, out.String())
 		}

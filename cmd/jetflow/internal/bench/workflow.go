@@ -104,21 +104,25 @@ var (
 //     workflows/s beside plain runs/s ÷ 3;
 //   - the cost of one step in workflows of 10, 100 and 1000 sequential
 //     steps (one workflow each), which must stay flat;
+//   - one workflow that waits n times (wfWaitsCosts);
 //   - the lateness of the first step after a durable sleep (M workflows
-//     due over 2 s), and the delay from SendEvent to the step after the
-//     await (M workflows).
+//     due over 2 s);
+//   - P workflows that start and sleep for an hour, from the first Start
+//     to the last park, as parked/s beside the 3-step workflows/s;
+//   - the delay from SendEvent to the step after the await (M workflows).
 //
-// N is 2,000 and M 500 (200 and 50 when quick).
+// N is 2,000, M 500 and P 10,000 (200, 50 and 1,000 when quick).
 func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
-	n, m := 2_000, 500
+	n, m, parkers := 2_000, 500, 10_000
 	if quick {
-		n, m = 200, 50
+		n, m, parkers = 200, 50, 1_000
 	}
-	srv, stop, err := freshServer("wf")
+	rs, err := startRestartable("wf")
 	if err != nil {
 		return err
 	}
-	defer stop()
+	defer rs.stop()
+	srv := rs.srv
 	line := func(format string, a ...any) { fmt.Fprintf(out, "workflow "+format+"\n", a...) }
 
 	raw, err := RawPublishConsume(ctx, srv.ClientURL(), 3*n, 100)
@@ -140,7 +144,9 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 		return errors.Join(
 			workflow.Register(w, wfBenchStepsDef, workflow.RegisterOptions{Concurrency: 64}),
 			workflow.Register(w, wfBenchSleepDef, workflow.RegisterOptions{Concurrency: 64}),
-			workflow.Register(w, wfBenchEventDef, workflow.RegisterOptions{Concurrency: 64}))
+			workflow.Register(w, wfBenchEventDef, workflow.RegisterOptions{Concurrency: 64}),
+			workflow.Register(w, wfWaitsDef, workflow.RegisterOptions{Concurrency: 64}),
+			workflow.Register(w, wfRestartDef, workflow.RegisterOptions{Concurrency: 64}))
 	})
 	if err != nil {
 		return err
@@ -233,6 +239,15 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 		line("%d sequential steps: %s per step", k, fmtDur(per(time.Since(start), k)))
 	}
 
+	// One workflow that waits n times (an event each time).
+	sizes := []int{10, 100, 1_000, 10_000}
+	if quick {
+		sizes = wfWaitsQuick
+	}
+	if err := wfWaitsCosts(ctx, out, p, pjs, scfg, sizes, wfWaitsEvery, wfWaitsPlainMax); err != nil {
+		return err
+	}
+
 	// Resume after a durable sleep.
 	wfBenchTake()
 	first := time.Now().Add(time.Second)
@@ -253,27 +268,35 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	sl := percentiles(wfBenchTake())
 	line("resume after sleep (%d): lateness p50 %s p99 %s max %s (target p99 < 25ms)", sl.N, fmtDur(sl.P50), fmtDur(sl.P99), fmtDur(sl.Max))
 
-	// Sleeping workflows hold nothing in the process that runs them.
-	sleepers := 5 * m
+	// Parking: workflows that start and sleep for an hour, beside the
+	// 3-step workflows above; once parked they hold nothing in the process
+	// that runs them.
 	before := procMem()
-	var started atomic.Int64
-	if err := wfBenchStart(ctx, sleepers, func(ctx context.Context, i int) error {
-		_, err := workflow.Start(ctx, p, wfBenchSleepDef, wfBenchSleep{Due: time.Now().Add(time.Hour)})
-		started.Add(1)
+	pBefore, err := wfWrites(ctx, pjs, scfg)
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("sleeping workflows: %w", err)
 	}
-	// Once every one of them has parked (its first segment ended).
-	if err := poolBenchWait(ctx, 5*time.Minute, func() bool {
-		page, err := p.List(ctx, producer.Filter{Function: workflow.SegmentFunction(wfBenchSleepDef.Name()), State: jetflow.Pending, Limit: 1})
-		return err == nil && len(page.Runs) == 0 && started.Load() == int64(sleepers)
-	}); err != nil {
-		return fmt.Errorf("sleeping workflows: %w", err)
+	took, _, err := wfBenchPark(ctx, p, pjs, scfg, parkers)
+	if err != nil {
+		return err
+	}
+	pAfter, err := wfWrites(ctx, pjs, scfg)
+	if err != nil {
+		return err
 	}
 	after := procMem()
+	parkRate := rate(parkers, took)
+	// 3-step workflows again, at once after: the load of a shared machine
+	// changes over the minutes between the first figure and this one.
+	stepsRate, err := wfBench3Steps(ctx, p, n)
+	if err != nil {
+		return err
+	}
+	line("parking (%d workflows that start, then sleep an hour): %s parked/s; 3-step workflows %s /s just after (%s at the start); ratio %s (target >= 0.5)",
+		parkers, fmtRate(parkRate), fmtRate(stepsRate), fmtRate(wfRate), trimFloat(ratio(parkRate, stepsRate)))
+	line("writes per parked workflow %.1f: %s", pAfter.total(pBefore, parkers), pAfter.describe(pBefore, parkers))
 	line("%d workflows asleep: goroutines %d -> %d, heap %.1f -> %.1f MB of this process, the embedded nats-server's state of their keys included (target: flat; the worker caches at most 1024 parked journals per definition)",
-		sleepers, before.goroutines, after.goroutines, before.heapMB, after.heapMB)
+		parkers, before.goroutines, after.goroutines, before.heapMB, after.heapMB)
 
 	// SendEvent to the next step.
 	ids := make([]string, m)
@@ -316,7 +339,33 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	}
 	ev := percentiles(wfBenchTake())
 	line("SendEvent to the next step (%d at 200/s): p50 %s p99 %s max %s (target p99 < 25ms)", ev.N, fmtDur(ev.P50), fmtDur(ev.P99), fmtDur(ev.Max))
+
+	// Resumes after a server restart, last: the server stops while M
+	// workflows sleep, due over the restart.
+	rf, err := wfBenchRestart(ctx, p, pjs, scfg, rs.restart, m, time.Second)
+	if err != nil {
+		return err
+	}
+	line("resume after a server restart (%d of %d due after it stopped; down %s): lateness from due or back p50 %s p99 %s max %s (target max < worker ReplayGrace + 1s = %s)",
+		rf.affected, m, fmtDur(rf.down), fmtDur(rf.late.P50), fmtDur(rf.late.P99), fmtDur(rf.late.Max), fmtDur(worker.DefaultReplayGrace+time.Second))
 	return nil
+}
+
+// wfBench3Steps is the rate of n workflows of 3 no-op steps, started 32 at
+// a time and timed to the last one's end.
+func wfBench3Steps(ctx context.Context, p *producer.Producer, n int) (float64, error) {
+	wfBenchDone.Store(0)
+	start := time.Now()
+	if err := wfBenchStart(ctx, n, func(ctx context.Context, i int) error {
+		_, err := workflow.Start(ctx, p, wfBenchStepsDef, wfBenchSteps{K: 3})
+		return err
+	}); err != nil {
+		return 0, fmt.Errorf("3-step workflows: %w", err)
+	}
+	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return wfBenchDone.Load() >= int64(n) }); err != nil {
+		return 0, fmt.Errorf("3-step workflows: %d of %d ended: %w", wfBenchDone.Load(), n, err)
+	}
+	return rate(n, time.Since(start)), nil
 }
 
 // wfBenchStart calls start(i) for i in [0, n), 32 at a time.
