@@ -99,6 +99,9 @@ type Stats struct {
 	Dispatched int64
 	Repaired   int64
 	Terms      int64
+	// Sweeps counts the repair sweeps this scheduler's leader loop ended
+	// (the first of a term waits until what is due was read).
+	Sweeps int64
 	// Ticks counts the dispatcher's ticks (every 200 ms while leading:
 	// reading the delayed entries of the seconds that came within
 	// Config.Horizon); TickTime is the time they took in all.
@@ -251,7 +254,7 @@ func (s *Scheduler) lead(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.repairLoop(ctx)
+		s.repairLoop(ctx, d.ready)
 	}()
 	wg.Add(1)
 	go func() {
@@ -298,11 +301,16 @@ type dispatcher struct {
 	wake   chan struct{}
 	// watchWait bounds the start of the watch (kv.WatchWithin).
 	watchWait time.Duration
+	// ready is closed once the term's first start has read what is due:
+	// the repair sweep's first read of every record waits for it.
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 func newDispatcher(s *Scheduler, parallel int) *dispatcher {
 	return &dispatcher{s: s, known: map[string]uint64{}, inflight: map[string]int64{},
-		sem: make(chan struct{}, parallel), wake: make(chan struct{}, 1), watchWait: kv.WatchWait}
+		sem: make(chan struct{}, parallel), wake: make(chan struct{}, 1), watchWait: kv.WatchWait,
+		ready: make(chan struct{})}
 }
 
 func (d *dispatcher) poke() {
@@ -406,6 +414,7 @@ func (d *dispatcher) loop(ctx context.Context) error {
 	if err := d.start(ctx); err != nil {
 		return err
 	}
+	d.readyOnce.Do(func() { close(d.ready) })
 	lctx, stop := context.WithCancel(ctx)
 	var lwg sync.WaitGroup
 	defer func() {
@@ -477,21 +486,23 @@ func (s *Scheduler) awaitLeaders(ctx context.Context, names ...string) {
 // leaderWait bounds awaitLeaders: an election takes 4-9 s.
 const leaderWait = 15 * time.Second
 
-// start loads what is due or due within the horizon at the start of a
-// term (see checkpointKey).
+// start loads what is due at the start of a term (see checkpointKey):
+// the seconds from the checkpoint to the next one. The loop fires them as
+// soon as start returns; its first tick, at once, reads the rest of the
+// horizon.
 func (d *dispatcher) start(ctx context.Context) error {
 	s := d.s
 	now := s.now().Unix()
-	horizon := s.now().Add(s.cfg.Horizon).Unix()
 	from := now - catchUp
 	low, ok := s.readCheckpoint(ctx)
 	full := !ok || low < now-catchUpMax
 	if !full {
 		from = min(from, low)
 	}
-	d.setLoaded(horizon)
-	secs := make([]int64, 0, horizon-from+1)
-	for sec := from; sec <= horizon; sec++ {
+	upTo := now + 1
+	d.setLoaded(upTo)
+	secs := make([]int64, 0, upTo-from+1)
+	for sec := from; sec <= upTo; sec++ {
 		secs = append(secs, sec)
 	}
 	if err := s.store.ReadDelayed(ctx, secs, d.add); err != nil {
@@ -514,8 +525,7 @@ func (d *dispatcher) start(ctx context.Context) error {
 	d.mu.Unlock()
 	d.wg.Go(func() {
 		t0 := time.Now()
-		err := s.store.ReadDelayed(ctx, nil, d.add)
-		if err != nil {
+		if err := d.readBefore(ctx, from); err != nil {
 			// The next term reads again: the checkpoint did not move.
 			if ctx.Err() == nil {
 				s.log.Warn("reading the delayed bucket", "error", err)
@@ -531,6 +541,78 @@ func (d *dispatcher) start(ctx context.Context) error {
 	return nil
 }
 
+// backgroundRate bounds the background reads of a term (the delayed
+// bucket's keys of a first term, the repair sweep's records), in messages
+// a second, so that they take a small share of the machine beside runs
+// coming due: a million entries are read in 100 s.
+const backgroundRate = 10_000
+
+// readBefore reads, in the background of a term without a checkpoint, the
+// delayed entries due before second from, which neither the term's start
+// nor its ticks read: the keys of the whole bucket, paced, and the value
+// of each entry found before from. Nothing else of the bucket is kept.
+func (d *dispatcher) readBefore(ctx context.Context, from int64) error {
+	s := d.s
+	pace := pacer{perSec: backgroundRate}
+	var old []string
+	err := s.store.ScanDelayedKeys(ctx, func(key string, _ uint64) {
+		pace.wait(ctx)
+		if sec, _, ok := kv.ParseDelayedKey(key); ok && sec < from {
+			old = append(old, key)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range old {
+		e, err := s.store.Delayed().Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // dispatched or canceled meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		d.add(k, e.Revision(), e.Value())
+	}
+	return nil
+}
+
+// pacer spreads a background read over time: wait blocks the reader so
+// that no more than perSec items pass a second.
+type pacer struct {
+	perSec int
+	n      int
+	start  time.Time
+}
+
+// paceChunk is how many items pass between a pacer's waits.
+const paceChunk = 500
+
+func (p *pacer) wait(ctx context.Context) {
+	if p.start.IsZero() {
+		p.start = time.Now()
+	}
+	p.n++
+	if p.n%paceChunk != 0 {
+		return
+	}
+	if d := paceWait(p.n, p.perSec, time.Since(p.start)); d > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
+}
+
+// paceWait is how long a reader that has read n items in elapsed waits
+// to read at most perSec a second (0: no limit).
+func paceWait(n, perSec int, elapsed time.Duration) time.Duration {
+	if perSec <= 0 {
+		return 0
+	}
+	return max(time.Duration(float64(n)/float64(perSec)*float64(time.Second))-elapsed, 0)
+}
+
 // loadLoop reads each second's entries when it comes within the horizon,
 // and stores the checkpoint, until ctx ends.
 func (d *dispatcher) loadLoop(ctx context.Context) {
@@ -538,12 +620,14 @@ func (d *dispatcher) loadLoop(ctx context.Context) {
 	tick := time.NewTicker(tickEvery)
 	defer tick.Stop()
 	lastCheckpoint := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			d.storeCheckpoint()
-			return
-		case <-tick.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				d.storeCheckpoint()
+				return
+			case <-tick.C:
+			}
 		}
 		t0 := time.Now()
 		next := s.now().Add(s.cfg.Horizon).Unix()

@@ -228,7 +228,7 @@ func MeasureDelayedScale(ctx context.Context, url, prefix string, waiting, perSe
 	if err != nil {
 		return res, err
 	}
-	defer stopA()
+	defer func() { stopA() }()
 	sink.reset(n)
 	if _, err := schedulePhase(ctx, f.prod.p, n, window, 200*time.Millisecond); err != nil {
 		return res, err
@@ -269,6 +269,8 @@ func MeasureDelayedScale(ctx context.Context, url, prefix string, waiting, perSe
 		return res, err
 	}
 	stopA()
+	// What the stopped leader held is garbage now, as in its own process.
+	a, stopA = nil, func() {}
 	t0 = time.Now()
 	if err := waitLeader(ctx, b); err != nil {
 		return res, err
