@@ -7,25 +7,6 @@ import (
 	"github.com/jetflow-dev/jetflow"
 )
 
-func TestPaceWait(t *testing.T) {
-	for _, c := range []struct {
-		n, perSec int
-		elapsed   time.Duration
-		want      time.Duration
-	}{
-		{500, 10_000, 0, 50 * time.Millisecond},                     // ahead of the pace: waits
-		{500, 10_000, 20 * time.Millisecond, 30 * time.Millisecond}, // partly
-		{500, 10_000, 50 * time.Millisecond, 0},                     // on the pace
-		{500, 10_000, time.Second, 0},                               // behind it: never waits
-		{10_000, 10_000, 400 * time.Millisecond, 600 * time.Millisecond},
-		{500, 0, 0, 0}, // no limit
-	} {
-		if got := paceWait(c.n, c.perSec, c.elapsed); got != c.want {
-			t.Errorf("paceWait(%d, %d, %s) = %s, want %s", c.n, c.perSec, c.elapsed, got, c.want)
-		}
-	}
-}
-
 func TestRepairCandidate(t *testing.T) {
 	cut := time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC)
 	for _, c := range []struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/liveness"
+	"github.com/jetflow-dev/jetflow/internal/pace"
 	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -41,7 +42,7 @@ func (s *Scheduler) repairLoop(ctx context.Context, ready <-chan struct{}) {
 		if st := s.index.Stats(); st.CaughtUp && !lastFull.IsZero() && time.Since(lastFull) < fullRepairEvery {
 			n, err = s.repairIndexed(ctx)
 		} else {
-			n, err = s.repair(ctx, true, &pacer{perSec: backgroundRate})
+			n, err = s.repair(ctx, true, &pace.Pacer{PerSec: backgroundRate})
 			if err == nil {
 				lastFull = time.Now()
 			}
@@ -107,13 +108,13 @@ func (s *Scheduler) repairIndexed(ctx context.Context) (int, error) {
 
 // repair is a sweep over every record, paced by pace (nil: at once); seed
 // hands the run index the runs not ended.
-func (s *Scheduler) repair(ctx context.Context, seed bool, pace *pacer) (int, error) {
+func (s *Scheduler) repair(ctx context.Context, seed bool, p *pace.Pacer) (int, error) {
 	cut := s.now().Add(-s.cfg.RepairGrace)
 	var cands, notify, running, open []kv.Header
 	recent := s.now().Add(-s.scfg.Retention)
 	err := s.store.Scan(ctx, func(h kv.Header) {
-		if pace != nil {
-			pace.wait(ctx)
+		if p != nil {
+			p.Wait(ctx)
 		}
 		if seed && !h.State.Terminal() {
 			// Handed over a page at a time: a million runs waiting are

@@ -16,6 +16,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
 	"github.com/jetflow-dev/jetflow/internal/liveness"
+	"github.com/jetflow-dev/jetflow/internal/pace"
 	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/internal/srvclock"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -155,6 +156,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	s.lease = kv.NewLease(js, leases, "scheduler", cfg.ID, cfg.LeaseTTL, cfg.Now)
 	s.index = runindex.New(js, cfg.Streams) // its Replicas as given: zero keeps the index stream's
 	s.index.Name, s.index.Log = cfg.ID, cfg.Logger
+	s.index.RecountRate = backgroundRate
 	return s, nil
 }
 
@@ -542,10 +544,11 @@ func (d *dispatcher) start(ctx context.Context) error {
 }
 
 // backgroundRate bounds the background reads of a term (the delayed
-// bucket's keys of a first term, the repair sweep's records), in messages
-// a second, so that they take a small share of the machine beside runs
-// coming due: a million entries are read in 100 s.
-const backgroundRate = 10_000
+// bucket's keys of a first term, the repair sweep's records, the run
+// index's recount), in messages a second each, so that they take a small
+// share of the machine beside runs coming due, whatever the records kept:
+// a million are read in 200 s.
+const backgroundRate = 5_000
 
 // readBefore reads, in the background of a term without a checkpoint, the
 // delayed entries due before second from, which neither the term's start
@@ -553,10 +556,10 @@ const backgroundRate = 10_000
 // of each entry found before from. Nothing else of the bucket is kept.
 func (d *dispatcher) readBefore(ctx context.Context, from int64) error {
 	s := d.s
-	pace := pacer{perSec: backgroundRate}
+	p := pace.Pacer{PerSec: backgroundRate}
 	var old []string
 	err := s.store.ScanDelayedKeys(ctx, func(key string, _ uint64) {
-		pace.wait(ctx)
+		p.Wait(ctx)
 		if sec, _, ok := kv.ParseDelayedKey(key); ok && sec < from {
 			old = append(old, key)
 		}
@@ -575,42 +578,6 @@ func (d *dispatcher) readBefore(ctx context.Context, from int64) error {
 		d.add(k, e.Revision(), e.Value())
 	}
 	return nil
-}
-
-// pacer spreads a background read over time: wait blocks the reader so
-// that no more than perSec items pass a second.
-type pacer struct {
-	perSec int
-	n      int
-	start  time.Time
-}
-
-// paceChunk is how many items pass between a pacer's waits.
-const paceChunk = 500
-
-func (p *pacer) wait(ctx context.Context) {
-	if p.start.IsZero() {
-		p.start = time.Now()
-	}
-	p.n++
-	if p.n%paceChunk != 0 {
-		return
-	}
-	if d := paceWait(p.n, p.perSec, time.Since(p.start)); d > 0 {
-		select {
-		case <-ctx.Done():
-		case <-time.After(d):
-		}
-	}
-}
-
-// paceWait is how long a reader that has read n items in elapsed waits
-// to read at most perSec a second (0: no limit).
-func paceWait(n, perSec int, elapsed time.Duration) time.Duration {
-	if perSec <= 0 {
-		return 0
-	}
-	return max(time.Duration(float64(n)/float64(perSec)*float64(time.Second))-elapsed, 0)
 }
 
 // loadLoop reads each second's entries when it comes within the horizon,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
+	"github.com/jetflow-dev/jetflow/internal/pace"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
@@ -39,6 +40,11 @@ type Indexer struct {
 	Log *slog.Logger
 	// Name says who indexes, in the checkpoint.
 	Name string
+	// RecountRate bounds a recount (a first term, or one whose checkpoint
+	// cannot be carried on), in records read a second, so that it takes
+	// a small share of the machine beside the work that is due. Default:
+	// no limit.
+	RecountRate int
 
 	js  jetstream.JetStream
 	cfg streams.Config
@@ -461,6 +467,7 @@ func (ix *Indexer) consume(ctx context.Context, ents *entries, st *state, msgs <
 	tick := time.NewTicker(ix.Every)
 	defer tick.Stop()
 	dirty, lastWrite := true, time.Time{}
+	recount := pace.Pacer{PerSec: ix.RecountRate}
 	for {
 		select {
 		case <-ctx.Done():
@@ -469,6 +476,9 @@ func (ix *Indexer) consume(ctx context.Context, ents *entries, st *state, msgs <
 			md, err := m.Metadata()
 			if err != nil {
 				continue
+			}
+			if st.cp.Rebuilding {
+				recount.Wait(ctx)
 			}
 			if err := ix.apply(ctx, ents, st, m, md); err != nil {
 				return err
