@@ -255,7 +255,7 @@ func BenchmarkEnqueueMany(b *testing.B) {
 
 // The delayed store figures run end to end over a small waiting set and
 // print their lines; every phase checks its runs (the lateness runs of
-// both terms all started and recorded success).
+// both terms all started, none twice).
 func TestRunDelayedScaleSmall(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder

@@ -95,26 +95,34 @@ func heapBytes() uint64 {
 
 // lateSink collects the lateness of the runs of one phase: handler start
 // minus due time, and the message's arrival on its subject minus due time
-// (the scheduler's share).
+// (the scheduler's share). A run started twice is counted (twice).
 type lateSink struct {
 	mu         sync.Mutex
 	want       int
 	late, disp []time.Duration
+	seen       map[string]bool
+	twice      int
 	done       chan struct{}
 }
 
 func (l *lateSink) reset(n int) {
 	l.mu.Lock()
 	l.want, l.late, l.disp, l.done = n, make([]time.Duration, 0, n), make([]time.Duration, 0, n), make(chan struct{})
+	l.seen, l.twice = make(map[string]bool, n), 0
 	l.mu.Unlock()
 }
 
-func (l *lateSink) handled(d time.Duration) {
+func (l *lateSink) handled(id string, d time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil {
 		return
 	}
+	if l.seen[id] {
+		l.twice++
+		return
+	}
+	l.seen[id] = true
 	l.late = append(l.late, d)
 	if len(l.late) == l.want {
 		close(l.done)
@@ -141,8 +149,13 @@ func (l *lateSink) wait(ctx context.Context) (LateResult, error) {
 		defer l.mu.Unlock()
 		return LateResult{}, fmt.Errorf("%w: %d of %d delayed runs started: %w", ErrBench, len(l.late), l.want, ctx.Err())
 	}
+	// Give a run started twice the time to show.
+	time.Sleep(time.Second)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.twice > 0 {
+		return LateResult{}, fmt.Errorf("%w: %d of %d delayed runs started twice", ErrBench, l.twice, l.want)
+	}
 	return LateResult{N: l.want, Lateness: percentiles(l.late), Dispatch: percentiles(l.disp)}, nil
 }
 
@@ -172,7 +185,7 @@ func MeasureDelayedScale(ctx context.Context, url, prefix string, waiting, perSe
 	res := DelayedScale{Waiting: waiting}
 	var sink lateSink
 	f, err := startFlow(ctx, url, prefix, handlerOptions, true, func(_ context.Context, j *worker.Job[noopArgs]) error {
-		sink.handled(time.Since(j.ScheduledTime()))
+		sink.handled(j.ID(), time.Since(j.ScheduledTime()))
 		return nil
 	})
 	if err != nil {
@@ -286,15 +299,9 @@ func MeasureDelayedScale(ctx context.Context, url, prefix string, waiting, perSe
 	if res.Raw, err = RawLatency(ctx, url, n, 100, window); err != nil {
 		return res, fmt.Errorf("raw latency: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	bad, err := waitSuccess(wctx, f.obs, prefix, 2*n)
-	if err != nil {
-		return res, err
-	}
-	if bad > 0 {
-		return res, fmt.Errorf("%w: %d of %d lateness runs not success", ErrBench, bad, 2*n)
-	}
+	// Each phase's runs all started, once each (lateSink); their records
+	// are not counted: a scan of a million records would outlast the
+	// phases.
 	return res, nil
 }
 
