@@ -46,7 +46,7 @@ func streamLeader(t *testing.T, js jetstream.JetStream, stream string, nodes []*
 func waitCurrent(t *testing.T, js jetstream.JetStream, node *natsServer, names ...string) {
 	t.Helper()
 	for _, name := range names {
-		retry(t, 90*time.Second, node.name+" current on "+name, func(ctx context.Context) error {
+		retry(t, 3*time.Minute, node.name+" current on "+name, func(ctx context.Context) error {
 			s, err := js.Stream(ctx, name)
 			if err != nil {
 				return err

@@ -65,8 +65,11 @@ func TestDispatchAsksTheLeaderWhenAReplicaIsBehind(t *testing.T) {
 	// The dispatcher counts a run once its entry is removed, which may come
 	// after the handler ran.
 	testserver.Eventually(t, 30*time.Second, "every run counted as dispatched", func() bool { return s.Stats().Dispatched >= n })
-	if st := s.Stats(); st.Dispatched != n || st.Repaired != 0 {
-		t.Fatalf("dispatched %d, repaired %d, want %d and 0", st.Dispatched, st.Repaired, n)
+	// A dispatch whose entry's removal failed is made again (its second
+	// publish refused or deduplicated) and counted again: the count is at
+	// least n; that no run ran twice is the check above.
+	if st := s.Stats(); st.Dispatched < n || st.Repaired != 0 {
+		t.Fatalf("dispatched %d, repaired %d, want at least %d and 0", st.Dispatched, st.Repaired, n)
 	}
 }
 
