@@ -139,25 +139,12 @@ func TestUpdateWhoseStoreReplyIsLost(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, cartDef)) })
-	gate := testserver.NewGate(t, e.Port)
-	nc, err := nats.Connect(gate.URL(), nats.MaxReconnects(-1))
-	must(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	must(t, err)
-	gp, err := producer.New(context.Background(), js, producer.Config{})
-	must(t, err)
+	gate, gp := gatedProducer(t, e.Port)
 	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, cartDef, struct{}{})
 	must(t, err)
 	e.waiting(t, id)
-	lose := func() {
-		gate.HoldRepliesAfter([]byte(id + ".up.add."))
-		go func() {
-			time.Sleep(3 * time.Second) // past one try of the store
-			gate.Open()
-		}()
-	}
+	lose := func() { loseRepliesFor(gate, id+".up.add.") }
 
 	lose()
 	if got, err := workflow.Update[int, int](ctx, gp, id, "add", 2); err != nil || got != 2 {
@@ -202,25 +189,12 @@ func TestEventWhoseStoreReplyIsLost(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, pingsDef)) })
-	gate := testserver.NewGate(t, e.Port)
-	nc, err := nats.Connect(gate.URL(), nats.MaxReconnects(-1))
-	must(t, err)
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	must(t, err)
-	gp, err := producer.New(context.Background(), js, producer.Config{})
-	must(t, err)
+	gate, gp := gatedProducer(t, e.Port)
 	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, pingsDef, struct{}{})
 	must(t, err)
 	e.waiting(t, id)
-	lose := func() {
-		gate.HoldRepliesAfter([]byte(id + ".ev.ping."))
-		go func() {
-			time.Sleep(3 * time.Second) // past one try of the store
-			gate.Open()
-		}()
-	}
+	lose := func() { loseRepliesFor(gate, id+".ev.ping.") }
 	lose()
 	if err := gp.SendEvent(ctx, id, "ping", "one"); err != nil {
 		t.Fatalf("event whose first store went unanswered: %v", err)
@@ -237,4 +211,30 @@ func TestEventWhoseStoreReplyIsLost(t *testing.T) {
 	if n, err := workflow.Result(ctx, e.P, pingsDef, id); err != nil || n != 2 {
 		t.Fatalf("result %d, %v; want 2 (each ping taken once)", n, err)
 	}
+}
+
+// gatedProducer is a producer whose connection goes through a gate in
+// front of the server on port: the test holds the server's replies.
+func gatedProducer(t *testing.T, port int) (*testserver.Gate, *producer.Producer) {
+	t.Helper()
+	gate := testserver.NewGate(t, port)
+	nc, err := nats.Connect(gate.URL(), nats.MaxReconnects(-1))
+	must(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	must(t, err)
+	gp, err := producer.New(context.Background(), js, producer.Config{})
+	must(t, err)
+	return gate, gp
+}
+
+// loseRepliesFor holds the replies to what gate carries after a message
+// naming subject, for 3 s (past one try of a store), as a server restart
+// loses them.
+func loseRepliesFor(gate *testserver.Gate, subject string) {
+	gate.HoldRepliesAfter([]byte(subject))
+	go func() {
+		time.Sleep(3 * time.Second)
+		gate.Open()
+	}()
 }
