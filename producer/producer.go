@@ -142,7 +142,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Producer, er
 	p := &Producer{store: st, cfg: scfg, js: js, nc: js.Conn(), log: cfg.Logger, now: cfg.Now, win: win}
 	p.d = engine.NewDispatcher(engine.DispatcherConfig{
 		JS: js, Streams: scfg, Store: st, Now: cfg.Now, Ride: p.ride, Enqueue: p.enqueueCallback,
-		Create: p.createRecord, Direct: p.publishDirect, Get: p.get,
+		Create: p.createRecord, Direct: p.publishDirect, Get: p.get, Log: cfg.Logger,
 	})
 	p.runs = p.d.Runs()
 	return p, nil

@@ -275,7 +275,8 @@ func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
 // holds nothing under filter, and the read stops once it has seen the
 // leader's last revision (a watch's count of what it will deliver, taken
 // when it starts, may count entries purged meanwhile: the watch would wait
-// for them).
+// for them). A read counts only when the leader's last revision is the
+// same after it as before it (movedSince): else it is read again.
 func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.KeyValueEntry) error) error {
 	var entries []jetstream.KeyValueEntry
 	err := kv.ReadCaughtUp(ctx, j.js, streams.KVStream(j.bucket), streams.KVSubject(j.bucket, filter), 51, 20*time.Millisecond,
@@ -285,6 +286,9 @@ func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.
 				return 0, nil
 			}
 			entries, seen, err = j.read(ctx, filter, want)
+			if err == nil && known && j.movedSince(ctx, filter, want) {
+				return 0, nil // a key rewritten during the read may be left out
+			}
 			return seen, err
 		})
 	if errors.Is(err, kv.ErrStaleRead) {
@@ -299,6 +303,17 @@ func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.
 		}
 	}
 	return nil
+}
+
+// movedSince reports whether the journal's leader holds a revision under
+// filter other than want (or cannot say): something was written (or
+// purged) since the leader named want. A watch may then have left a key
+// out: a key rewritten after want comes after it, past where the read
+// stops (seen: a query answered from a workflow's first run, its cursor,
+// moved meanwhile, left out).
+func (j *journal) movedSince(ctx context.Context, filter string, want uint64) bool {
+	m, err := kv.LastFromLeader(ctx, j.js, streams.KVStream(j.bucket), streams.KVSubject(j.bucket, filter))
+	return err != nil || m.Sequence != want
 }
 
 // errStaleJournal: every read of the journal came from a replica behind the

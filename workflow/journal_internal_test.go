@@ -72,3 +72,41 @@ func TestJournalReadBehindItsLeaderIsNotUsed(t *testing.T) {
 		t.Fatalf("journal caught up: %d entries, %v; want 3", n, err)
 	}
 }
+
+// A scan while two keys are rewritten in turn always holds both: one is
+// rewritten after the leader named the other's revision as its last, and
+// a watch delivers it after that revision (or, seen once, not at all), so
+// a read counts only when the leader's last revision did not move during
+// it.
+func TestJournalScanWhileAKeyIsRewrittenHoldsIt(t *testing.T) {
+	t.Parallel()
+	_, _, jr := journalEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, k := range []string{"wfc.s.1", "wfc.s.2", "wfc.wf"} {
+		if _, err := jr.kv.Put(ctx, k, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			_, _ = jr.kv.Put(ctx, "wfc.wf", []byte(`{}`))
+			_, _ = jr.kv.Put(ctx, "wfc.s.2", []byte(`{}`))
+			time.Sleep(5 * time.Millisecond) // room for reads that count
+		}
+	}()
+	for i := range 50 {
+		keys := map[string]bool{}
+		err := jr.scan(ctx, "wfc.>", func(e jetstream.KeyValueEntry) error { keys[e.Key()] = true; return nil })
+		if err != nil && !errors.Is(err, errStaleJournal) {
+			t.Fatal(err)
+		}
+		if err == nil && len(keys) != 3 {
+			t.Fatalf("scan %d read %v, want the 3 keys", i, keys)
+		}
+	}
+	cancel()
+	<-done
+}

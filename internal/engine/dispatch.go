@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -32,6 +33,7 @@ type Dispatcher struct {
 	create  func(ctx context.Context, r *jetflow.Run) (uint64, error)
 	direct  func(ctx context.Context, r *jetflow.Run) error
 	get     func(ctx context.Context, id string) (*jetflow.Run, error)
+	log     *slog.Logger
 	values  sync.Map // Value's
 }
 
@@ -62,11 +64,18 @@ type DispatcherConfig struct {
 	// Get reads a run as the producer's Get does, its large payloads left
 	// as their references (docs/wire-format.md, "Large payloads").
 	Get func(ctx context.Context, id string) (*jetflow.Run, error)
+	// Log is where a background dispatch that gave up says why (nil:
+	// slog.Default()).
+	Log *slog.Logger
 }
 
 // NewDispatcher returns the Dispatcher of a producer.
 func NewDispatcher(c DispatcherConfig) *Dispatcher {
-	return &Dispatcher{js: c.JS, cfg: c.Streams, store: c.Store, runs: New(c.Store), now: c.Now, ride: c.Ride, enqueue: c.Enqueue, create: c.Create, direct: c.Direct, get: c.Get}
+	log := c.Log
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Dispatcher{js: c.JS, cfg: c.Streams, store: c.Store, runs: New(c.Store), now: c.Now, ride: c.Ride, enqueue: c.Enqueue, create: c.Create, direct: c.Direct, get: c.Get, log: log}
 }
 
 var (
@@ -178,7 +187,8 @@ func (d *Dispatcher) DispatchLater(r *jetflow.Run, now func() time.Time) {
 		ctx, cancel := context.WithTimeout(context.Background(), redispatchFor)
 		defer cancel()
 		if err := d.DispatchAt(ctx, &c, now()); err != nil {
-			return // the repair sweep dispatches it
+			d.log.Warn("background dispatch gave up; the scheduler's repair sweep dispatches the run",
+				"run_id", c.ID, "function", c.Name, "due", c.ScheduledTime, "error", err)
 		}
 	}()
 }
