@@ -55,3 +55,8 @@ func RunCronsWhileLeader(ctx context.Context, s *Scheduler) <-chan struct{} {
 // CheckCode runs the check of the code-defined crons against the stored
 // ones that a standby makes (it logs each new difference).
 func CheckCode(ctx context.Context, c *Crons) (map[string]string, error) { return c.checkCode(ctx) }
+
+// IndexCaughtUp reports whether s's run index says it follows every
+// record write (the repair sweep then reads its candidates, not every
+// record).
+func IndexCaughtUp(s *Scheduler) bool { return s.index.Stats().CaughtUp }

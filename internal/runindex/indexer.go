@@ -71,7 +71,8 @@ type Stats struct {
 	// Checkpoints stored, Rebuilds started (recounts of every record).
 	Checkpoints, Rebuilds int64
 	// CaughtUp is true once the indexer has read to the end of the runs
-	// stream in this term (and the counts are not being rebuilt).
+	// stream in this term (and the counts are not being rebuilt), until
+	// the term ends.
 	CaughtUp bool
 }
 
@@ -203,6 +204,9 @@ func (ix *Indexer) Run(ctx context.Context) error {
 	rebuild := false
 	for ctx.Err() == nil {
 		err := ix.term(ctx, rebuild)
+		// Between terms nothing is followed: not caught up until the next
+		// term has read to the end (a sweep reads every record meanwhile).
+		ix.setCaughtUp(false)
 		if errors.Is(err, errRebuild) {
 			ix.Log.Info("run index: recounting every record", "reason", err)
 			rebuild = true
