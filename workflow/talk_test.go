@@ -213,6 +213,37 @@ func TestEventWhoseStoreReplyIsLost(t *testing.T) {
 	}
 }
 
+// SendEventWithStart whose event store, on the call that starts the
+// workflow, goes unanswered until the caller's ctx ends returns
+// ErrEventUnconfirmed (the event may be stored), as SendEvent does, and
+// the event is taken once. Before, that store was one create and its
+// failure read as ErrNotPublished ("recorded, the repair sweep publishes
+// it"), which a caller takes as accepted, whether the event was stored or
+// not.
+func TestSendEventWithStartWhoseEventReplyIsLost(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, pingsDef)) })
+	e.startRepairingScheduler(t) // publishes a first segment a caller's ctx left unpublished
+	gate, gp := gatedProducer(t, e.Port)
+	ctx := testCtx(t)
+	id := "with-start-lost-reply"
+	// The event's store reaches the server; its reply is held until after
+	// the caller's ctx ended.
+	loseRepliesFor(gate, id+".ev.ping.")
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := workflow.SendEventWithStart(short, gp, pingsDef, id, struct{}{}, "ping", "one")
+	if !errors.Is(err, workflow.ErrEventUnconfirmed) {
+		t.Fatalf("send with start whose event store went unanswered until its ctx ended: %v, want ErrEventUnconfirmed", err)
+	}
+	testserver.Eventually(t, 20*time.Second, "gate open", func() bool { return !gate.Holding() })
+	must(t, e.P.SendEvent(ctx, id, "ping", "end"))
+	if n, err := workflow.Result(ctx, e.P, pingsDef, id); err != nil || n != 1 {
+		t.Fatalf("result %d, %v; want 1 (the ping taken once)", n, err)
+	}
+}
+
 // gatedProducer is a producer whose connection goes through a gate in
 // front of the server on port: the test holds the server's replies.
 func gatedProducer(t *testing.T, port int) (*testserver.Gate, *producer.Producer) {

@@ -22,9 +22,12 @@ import (
 // reports whether this call started the workflow. Errors: SendEvent's and
 // Start's, but not producer.ErrAlreadyExists; ErrEnded when the workflow
 // of that id has ended (the event is not stored); ErrBadRecord when the id
-// is a run of another name. A call that fails after the workflow's record
-// was written (an error matching neither of those) may have stored its
-// event: trying again sends it again.
+// is a run of another name; ErrEventUnconfirmed when the event's store
+// went unanswered until ctx ended (it may be stored: sending it again may
+// deliver it twice), whichever call started the workflow. The event's
+// store is made once (its lost reply made again on the same key, as
+// SendEvent's). A call that fails after the workflow's record was written
+// with any other error did not store its event: trying again sends it.
 func SendEventWithStart[In, Out any](ctx context.Context, p *producer.Producer, def *Workflow[In, Out], id string, in In, name string, payload any, opts ...StartOption) (bool, error) {
 	raw, err := json.Marshal(in)
 	if err != nil {

@@ -90,10 +90,11 @@ var ErrNotPublished = errors.New("workflow: recorded, its first segment not publ
 
 // Do writes the record (create-only: kv.ErrExists when the id is taken,
 // nothing written), purges what an earlier workflow of a caller's id left
-// in the journal, stores the event, runs Fork (a Restart's), then
+// in the journal, stores the event (StoreEvent: once; its error is the
+// one returned, not ErrNotPublished), runs Fork (a Restart's), then
 // publishes the first segment unless Fork did not release the record (or
-// stores it in the delayed store when it is due later). An error after the
-// record matches ErrNotPublished.
+// stores it in the delayed store when it is due later). Any other error
+// after the record matches ErrNotPublished.
 func (s Start) Do(ctx context.Context, d *engine.Dispatcher, journal jetstream.KeyValue) error {
 	rec := s.Record
 	var left uint64
@@ -107,8 +108,9 @@ func (s Start) Do(ctx context.Context, d *engine.Dispatcher, journal jetstream.K
 		return err
 	}
 	err := purgeBelow(ctx, d, rec.ID, left)
+	var evErr error
 	if err == nil && s.Event != nil {
-		_, err = journal.Create(ctx, EventKey(rec.ID, s.EventName), s.Event)
+		evErr = StoreEvent(ctx, journal, rec.ID, s.EventName, s.Event)
 	}
 	publish := true
 	if err == nil && s.Fork != nil {
@@ -117,7 +119,13 @@ func (s Start) Do(ctx context.Context, d *engine.Dispatcher, journal jetstream.K
 	if err == nil && publish {
 		err = s.publish(ctx, d)
 	}
-	if err != nil {
+	switch {
+	case evErr != nil:
+		// Not ErrNotPublished, which a caller takes as accepted: the event
+		// is not known to be stored (sending it again to the workflow, now
+		// recorded, stores it).
+		return evErr
+	case err != nil:
 		return fmt.Errorf("workflow %s: %w: %w", rec.ID, ErrNotPublished, err)
 	}
 	return nil
