@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,9 +28,10 @@ import (
 // each branch started with Go get one. Steps take it as their first
 // argument. It is not safe for concurrent use: each branch has its own.
 type Context struct {
-	seg  *segment
-	path string // "" for the workflow function, the branch's step id otherwise
-	n    int    // steps taken in this branch
+	seg  *segment // the segment running it: a resumed execution's moves on
+	b    *branch  // the branch it is the Context of
+	path string   // "" for the workflow function, the branch's step id otherwise
+	n    int      // steps taken in this branch
 }
 
 // ID is the workflow's id.
@@ -96,6 +96,9 @@ type driver struct {
 	// still at the revision this one wrote (no other segment ran
 	// between), replays without reading the journal again.
 	sticky map[string]*stickyJournal
+	// execs keeps the executions of workflows that parked here (sticky
+	// execution, sticky.go).
+	execs *execCache
 }
 
 // stickyJournal is a journal as a segment left it when it parked.
@@ -158,11 +161,13 @@ const internalAttempts = 6000
 // answers its queries (Query) until w stops. Call it before w.Start, on
 // every worker that runs the workflow. Errors: worker.ErrRegistered.
 func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...RegisterOptions) error {
-	d := &driver{p: w.Producer(), def: def}
-	segOpts := internalOptions
+	var o RegisterOptions
 	if len(opts) > 0 {
-		segOpts.MaxParallel, segOpts.Concurrency = opts[0].MaxParallel, opts[0].Concurrency
+		o = opts[0]
 	}
+	d := &driver{p: w.Producer(), def: def, execs: newExecCache(o.cachedExecutions())}
+	segOpts := internalOptions
+	segOpts.MaxParallel, segOpts.Concurrency = o.MaxParallel, o.Concurrency
 	segFn := jetflow.Define[segArgs](SegmentFunction(def.name))
 	wakeFn := jetflow.Define[jetflow.Completion](WakeFunction(def.name))
 	startFn := jetflow.Define[json.RawMessage](StartFunction(def.name))
@@ -175,7 +180,24 @@ func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...Reg
 	if err := worker.Register(w, wakeFn, d.wake, internalOptions); err != nil {
 		return err
 	}
-	return d.serveQueries(w)
+	if err := d.serveQueries(w); err != nil {
+		return err
+	}
+	go func() {
+		<-w.Stopped()
+		d.stopExecutions()
+	}()
+	return nil
+}
+
+// stopExecutions ends the executions cached here, and waits until their
+// goroutines have ended: the worker stopped, no segment runs.
+func (d *driver) stopExecutions() {
+	xs := d.execs.close()
+	dropAll(xs)
+	for _, x := range xs {
+		x.alive.Wait()
+	}
 }
 
 // RegisterOptions tune how a definition's workflows run.
@@ -189,6 +211,25 @@ type RegisterOptions struct {
 	// Concurrency is the most segments this worker runs at once. Default
 	// the worker's Config.Concurrency.
 	Concurrency int
+	// CachedExecutions is the most waiting workflows of this definition
+	// whose execution this worker keeps (sticky execution: the goroutines
+	// of the workflow's code, blocked where they wait), so that the next
+	// segment, when it runs on this worker, resumes the code where it
+	// waited instead of replaying it from the top. The least recently
+	// parked is evicted first; the worker's Stop ends them all. Default
+	// DefaultCachedExecutions; negative: none (every segment replays).
+	CachedExecutions int
+}
+
+// cachedExecutions is CachedExecutions with its default.
+func (o RegisterOptions) cachedExecutions() int {
+	switch {
+	case o.CachedExecutions < 0:
+		return 0
+	case o.CachedExecutions == 0:
+		return DefaultCachedExecutions
+	}
+	return o.CachedExecutions
 }
 
 // wake runs when a child run of the workflow ends or one of its timers
@@ -346,6 +387,9 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 		return err
 	}
 	if rec.State.Terminal() {
+		if x := d.execs.take(a.WF); x != nil {
+			x.drop() // canceled while it waited here
+		}
 		return schedulePurge(ctx, d.p, d.def.Name(), rec)
 	}
 	jr, err := d.journal(ctx)
@@ -366,7 +410,11 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	if rs == nil || err != nil {
 		return err
 	}
-	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: generation(rs.steps, rs.cur.gen()), claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC(), created: rec.CreationTime}
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: generation(rs.steps, rs.cur.gen()), claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC(), created: rec.CreationTime, x: rs.x}
+	if s.x == nil {
+		s.x = newExecution(d.execs.on())
+	}
+	defer s.leave()
 	s.drop = endedRuns(a.WF, a.N, s.steps)
 	// The record's claim (inProgress): a first segment that finds it
 	// pending writes it only if it runs for recordClaimAfter, or when it
@@ -383,9 +431,34 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	} else if err != nil {
 		return err
 	}
-	main := s.spawn(func() (json.RawMessage, error) { return d.def.run(s.root(), s.input(rec)) })
-	s.wg.Wait()
-	return s.conclude(ctx, main.out)
+	return s.run(ctx, rec)
+}
+
+// run runs the workflow's code in this segment: it resumes the execution
+// it took from the cache, or starts one that replays from the top; then,
+// once every branch has ended or waits, concludes. The execution is
+// dropped unless the segment's park kept it.
+func (s *segment) run(ctx context.Context, rec *jetflow.Run) error {
+	if s.x.main == nil {
+		s.start(rec)
+	} else {
+		s.x.resume(s)
+	}
+	return s.conclude(ctx, s.x.settle())
+}
+
+// start starts the workflow's code from the top in execution s.x.
+func (s *segment) start(rec *jetflow.Run) {
+	root := s.root()
+	in := s.input(rec)
+	s.x.main = s.x.spawn(root, func() (json.RawMessage, error) { return s.def.run(root, in) })
+}
+
+// leave drops the segment's execution unless its park kept it.
+func (s *segment) leave() {
+	if !s.kept {
+		s.x.drop()
+	}
 }
 
 // record reads the record of workflow wf; nil when there is none, and so
@@ -417,6 +490,7 @@ type replayState struct {
 	cur    *cursor
 	steps  map[string]*Entry
 	claims map[uint64]string
+	x      *execution // the execution to resume, nil to replay
 }
 
 // enter takes the workflow's cursor for segment a.N and reads the journal;
@@ -591,17 +665,39 @@ func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*repla
 	}
 	cur = cur.taken(a.N)
 	kept := d.take(a.WF, cur.rev)
+	x := d.cached(a.WF, cur, a.N, kept != nil)
 	if err := holdCursor(ctx, jr, a.WF, cur); err != nil {
+		if x != nil {
+			x.drop()
+		}
 		return nil, err
 	}
 	if kept != nil {
-		return &replayState{cur: cur, steps: kept.steps, claims: kept.claims}, nil
+		return &replayState{cur: cur, steps: kept.steps, claims: kept.claims, x: x}, nil
 	}
 	snap, err := jr.load(ctx, a.WF)
 	if err != nil {
 		return nil, err
 	}
 	return &replayState{cur: cur, steps: snap.steps, claims: snap.claims}, nil
+}
+
+// cached takes the execution cached for workflow wf and returns it if
+// segment n, taking over cursor cur (before its write), may resume it
+// (mayResume); otherwise it drops it and returns nil: the segment replays.
+func (d *driver) cached(wf string, cur *cursor, n int, journal bool) *execution {
+	x := d.execs.take(wf)
+	c := stickyCheck{cached: x != nil, rev: cur.rev, gen: cur.gen(), seg: n, journal: journal}
+	if x != nil {
+		c.parkedRev, c.parkedGen, c.parkedSeg = x.rev, x.gen, x.seg
+	}
+	if mayResume(c) == resumeCached {
+		return x
+	}
+	if x != nil {
+		x.drop()
+	}
+	return nil
 }
 
 // holdCursor writes cur by compare-and-swap; a segment that loses it to
@@ -726,7 +822,9 @@ type segment struct {
 	queries  map[string]func() (json.RawMessage, error)
 	aborted  error // the segment stops and is retried (replayed)
 	fatal    error // the workflow fails
-	wg       sync.WaitGroup
+	x        *execution
+	// kept: the segment parked and left its execution in the cache.
+	kept bool
 }
 
 // wait is what a suspended branch waits for.
@@ -750,42 +848,6 @@ func (w wait) String() string {
 		parts = append(parts, "until "+w.until.Format(time.RFC3339Nano))
 	}
 	return fmt.Sprintf("step %s (%s): %s", w.step, w.kind, strings.Join(parts, ", "))
-}
-
-// branch is one goroutine of workflow code.
-type branch struct {
-	done chan struct{}
-	out  branchOutcome // once done is closed
-}
-
-// branchOutcome is how a branch ended: returned (with its result and error),
-// or not: it suspended, aborted the segment or failed the workflow.
-type branchOutcome struct {
-	returned bool
-	result   json.RawMessage
-	err      error
-}
-
-// spawn runs body in a goroutine of the segment. A step that must wait
-// ends the goroutine with runtime.Goexit (its deferred calls run).
-func (s *segment) spawn(body func() (json.RawMessage, error)) *branch {
-	b := &branch{done: make(chan struct{})}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(b.done)
-		defer func() {
-			if b.out.returned {
-				return
-			}
-			if p := recover(); p != nil {
-				s.failWorkflow0(jetflow.Permanent(fmt.Errorf("%w: %v\n%s", jetflow.ErrPanic, p, debug.Stack())))
-			}
-		}()
-		res, err := body()
-		b.out = branchOutcome{returned: true, result: res, err: err}
-	}()
-	return b
 }
 
 // visit records that this replay reached step id.
@@ -877,14 +939,6 @@ func shrink(e *Entry, limit int) bool {
 		changed = true
 	}
 	return changed
-}
-
-// suspend ends the calling branch: it waits for w.
-func (s *segment) suspend(w wait) {
-	s.mu.Lock()
-	s.waits = append(s.waits, w)
-	s.mu.Unlock()
-	runtime.Goexit()
 }
 
 // abort ends the calling branch and the segment with err: the segment is
@@ -1064,6 +1118,7 @@ func (s *segment) park(ctx context.Context) error {
 	claimed := maps.Clone(s.claims)
 	s.mu.Unlock()
 	s.d.keep(s.wf, &stickyJournal{rev: s.cur.rev, steps: s.steps, claims: s.claims})
+	s.keepExecution()
 	for _, w := range s.waits {
 		ready, err := s.ready(ctx, w, claimed)
 		if err != nil {
@@ -1074,6 +1129,20 @@ func (s *segment) park(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// keepExecution leaves the segment's execution, parked at the cursor it
+// wrote, in the driver's cache (a sticky one: its branches block).
+func (s *segment) keepExecution() {
+	x := s.x
+	if !x.sticky {
+		return
+	}
+	s.mu.Lock()
+	x.wf, x.rev, x.gen, x.seg, x.visited = s.wf, s.cur.rev, s.cur.gen(), s.n, s.visited
+	s.mu.Unlock()
+	s.kept = true
+	dropAll(s.d.execs.put(x))
 }
 
 // ready reports whether what w waits for has come; claimed are the event
