@@ -1,0 +1,92 @@
+package workflow
+
+import (
+	"testing"
+)
+
+func TestMayResume(t *testing.T) {
+	t.Parallel()
+	// parked: an execution cached by segment 4's park, which wrote
+	// revision 10 of a generation-1 cursor; next: segment 5 taking over
+	// that cursor, its journal kept.
+	parked := stickyCheck{cached: true, parkedRev: 10, parkedGen: 1, parkedSeg: 4, rev: 10, gen: 1, seg: 5, journal: true}
+	with := func(f func(c *stickyCheck)) stickyCheck {
+		c := parked
+		f(&c)
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		c    stickyCheck
+		want stickyVerdict
+	}{
+		{"the next segment, the cursor where the park left it", parked, resumeCached},
+		{"nothing cached: another worker, a restart, an eviction, the cache off", with(func(c *stickyCheck) { c.cached = false }), replayNothingCached},
+		{"the cursor written since (a segment elsewhere)", with(func(c *stickyCheck) { c.rev = 12 }), replayCursorMoved},
+		{"a cursor older than the park (a replica behind)", with(func(c *stickyCheck) { c.rev = 9 }), replayCursorMoved},
+		{"another run (continued as new)", with(func(c *stickyCheck) { c.gen = 2 }), replayOtherRun},
+		{"the parked segment again (retried after its park)", with(func(c *stickyCheck) { c.seg = 4 }), replayNotNext},
+		{"a segment further on", with(func(c *stickyCheck) { c.seg = 6 }), replayNotNext},
+		{"the journal as the park left it not kept", with(func(c *stickyCheck) { c.journal = false }), replayNoJournal},
+	} {
+		if got := mayResume(tc.c); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestExecCacheEvictsTheLeastRecentlyParked(t *testing.T) {
+	t.Parallel()
+	x := func(wf string, rev uint64) *execution {
+		e := newExecution(true)
+		e.wf, e.rev = wf, rev
+		return e
+	}
+	c := newExecCache(2)
+	a, b, cc := x("a", 1), x("b", 1), x("c", 1)
+	if out := c.put(a); len(out) != 0 {
+		t.Fatalf("put a: dropped %d", len(out))
+	}
+	if out := c.put(b); len(out) != 0 {
+		t.Fatalf("put b: dropped %d", len(out))
+	}
+	if out := c.put(cc); len(out) != 1 || out[0] != a {
+		t.Fatalf("put c: dropped %v, want a", out)
+	}
+	// A later park of b replaces it; an earlier one is refused.
+	b2 := x("b", 5)
+	if out := c.put(b2); len(out) != 1 || out[0] != b {
+		t.Fatalf("put b again: dropped %v, want the older b", out)
+	}
+	if out := c.put(x("b", 3)); len(out) != 1 || out[0].rev != 3 {
+		t.Fatalf("put an older b: dropped %v, want it", out)
+	}
+	if got := c.take("a"); got != nil {
+		t.Fatal("a was evicted, still taken")
+	}
+	if got := c.take("b"); got != b2 {
+		t.Fatal("take b: not the latest")
+	}
+	if got := c.take("b"); got != nil {
+		t.Fatal("take b twice")
+	}
+	if out := c.close(); len(out) != 1 || out[0] != cc {
+		t.Fatalf("close: %v, want c", out)
+	}
+	if out := c.put(x("d", 1)); len(out) != 1 || c.len() != 0 {
+		t.Fatal("a closed cache kept an execution")
+	}
+	off := newExecCache(0)
+	if out := off.put(x("e", 1)); off.on() || len(out) != 1 || off.len() != 0 {
+		t.Fatal("a cache of size 0 kept an execution")
+	}
+}
+
+func TestCachedExecutionsDefault(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[int]int{0: DefaultCachedExecutions, -1: 0, 1: 1, 10: 10} {
+		if got := (RegisterOptions{CachedExecutions: in}).cachedExecutions(); got != want {
+			t.Errorf("CachedExecutions %d: %d, want %d", in, got, want)
+		}
+	}
+}
