@@ -44,9 +44,13 @@ func (wf *Context) Name() string { return wf.seg.def.Name() }
 // grows each time the workflow resumes after a wait.
 func (wf *Context) Segment() int { return wf.seg.n }
 
-// Context is the segment's context: it ends with cause jetflow.ErrCanceled
-// when the workflow is canceled. Inline steps receive it.
-func (wf *Context) Context() context.Context { return wf.seg.ctx }
+// Context is the context of the segment running the code: it ends with
+// cause jetflow.ErrCanceled when the workflow is canceled. Inline steps
+// receive it. It follows the code from segment to segment: code that
+// waited and was resumed in a later segment (sticky execution) gets that
+// segment's context through it; only a channel taken from its Done
+// belongs to the segment it was taken in.
+func (wf *Context) Context() context.Context { return followCtx{wf.seg.x} }
 
 // peek is the id of the next step of this branch.
 func (wf *Context) peek() string {
@@ -190,6 +194,14 @@ func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...Reg
 	return nil
 }
 
+// forget drops the execution cached for workflow wf, which has ended
+// (canceled while it waited).
+func (d *driver) forget(wf string) {
+	if x := d.execs.take(wf); x != nil {
+		x.drop()
+	}
+}
+
 // stopExecutions ends the executions cached here, and waits until their
 // goroutines have ended: the worker stopped, no segment runs.
 func (d *driver) stopExecutions() {
@@ -257,6 +269,7 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	}
 	if r.State.Terminal() {
 		// Canceled: its journal goes when its record does.
+		d.forget(wc.WF)
 		return schedulePurge(ctx, d.p, d.def.Name(), r)
 	}
 	jr, err := d.journal(ctx)
@@ -387,9 +400,7 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 		return err
 	}
 	if rec.State.Terminal() {
-		if x := d.execs.take(a.WF); x != nil {
-			x.drop() // canceled while it waited here
-		}
+		d.forget(a.WF)
 		return schedulePurge(ctx, d.p, d.def.Name(), rec)
 	}
 	jr, err := d.journal(ctx)
@@ -451,6 +462,7 @@ func (s *segment) run(ctx context.Context, rec *jetflow.Run) error {
 func (s *segment) start(rec *jetflow.Run) {
 	root := s.root()
 	in := s.input(rec)
+	s.x.cur.Store(s)
 	s.x.main = s.x.spawn(root, func() (json.RawMessage, error) { return s.def.run(root, in) })
 }
 
@@ -665,15 +677,18 @@ func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*repla
 	}
 	cur = cur.taken(a.N)
 	kept := d.take(a.WF, cur.rev)
-	x := d.cached(a.WF, cur, a.N, kept != nil)
+	x := d.cached(a.WF, cur, a.N)
 	if err := holdCursor(ctx, jr, a.WF, cur); err != nil {
 		if x != nil {
-			x.drop()
+			dropAll(d.execs.put(x)) // still parked where it was: kept again
 		}
 		return nil, err
 	}
-	if kept != nil {
-		return &replayState{cur: cur, steps: kept.steps, claims: kept.claims, x: x}, nil
+	switch {
+	case x != nil:
+		return &replayState{cur: cur, steps: x.steps, claims: x.claims, x: x}, nil
+	case kept != nil:
+		return &replayState{cur: cur, steps: kept.steps, claims: kept.claims}, nil
 	}
 	snap, err := jr.load(ctx, a.WF)
 	if err != nil {
@@ -684,17 +699,22 @@ func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*repla
 
 // cached takes the execution cached for workflow wf and returns it if
 // segment n, taking over cursor cur (before its write), may resume it
-// (mayResume); otherwise it drops it and returns nil: the segment replays.
-func (d *driver) cached(wf string, cur *cursor, n int, journal bool) *execution {
+// (mayResume); otherwise it returns nil (the segment replays) and drops
+// it, or keeps it when cur is older than the cursor its park wrote (a
+// replica behind answered: the segment's write of the cursor fails, and
+// its retry may resume it).
+func (d *driver) cached(wf string, cur *cursor, n int) *execution {
 	x := d.execs.take(wf)
-	c := stickyCheck{cached: x != nil, rev: cur.rev, gen: cur.gen(), seg: n, journal: journal}
-	if x != nil {
-		c.parkedRev, c.parkedGen, c.parkedSeg = x.rev, x.gen, x.seg
+	if x == nil {
+		return nil
 	}
-	if mayResume(c) == resumeCached {
+	c := stickyCheck{cached: true, parkedRev: x.rev, parkedGen: x.gen, parkedSeg: x.seg, rev: cur.rev, gen: cur.gen(), seg: n}
+	switch {
+	case mayResume(c) == resumeCached:
 		return x
-	}
-	if x != nil {
+	case cur.rev < x.rev:
+		dropAll(d.execs.put(x))
+	default:
 		x.drop()
 	}
 	return nil
@@ -1139,7 +1159,8 @@ func (s *segment) keepExecution() {
 		return
 	}
 	s.mu.Lock()
-	x.wf, x.rev, x.gen, x.seg, x.visited = s.wf, s.cur.rev, s.cur.gen(), s.n, s.visited
+	x.wf, x.rev, x.gen, x.seg = s.wf, s.cur.rev, s.cur.gen(), s.n
+	x.steps, x.claims, x.visited = s.steps, s.claims, s.visited
 	s.mu.Unlock()
 	s.kept = true
 	dropAll(s.d.execs.put(x))

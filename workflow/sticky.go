@@ -4,10 +4,13 @@ import (
 	"container/list"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jetflow-dev/jetflow"
 )
@@ -51,14 +54,19 @@ type execution struct {
 	contexts []*Context
 	main     *branch
 	alive    sync.WaitGroup // goroutines of the code that have not ended
+	// cur is the segment the code runs in (Context.Context follows it).
+	cur atomic.Pointer[segment]
 
 	// Where it parked (set when cached): the workflow, the cursor's
 	// revision and generation the park wrote, the segment that parked,
-	// and the steps its replays reached.
+	// the journal's steps and claims as it left them, and the steps its
+	// code reached.
 	wf      string
 	rev     uint64
 	gen     int
 	seg     int
+	steps   map[string]*Entry
+	claims  map[uint64]string
 	visited map[string]bool
 }
 
@@ -166,6 +174,16 @@ func (x *execution) block() bool {
 	return x.next != nil
 }
 
+// followCtx is the context of the segment an execution's code runs in
+// (Context.Context).
+type followCtx struct{ x *execution }
+
+func (c followCtx) ctx() context.Context                    { return c.x.cur.Load().ctx }
+func (c followCtx) Deadline() (deadline time.Time, ok bool) { return c.ctx().Deadline() }
+func (c followCtx) Done() <-chan struct{}                   { return c.ctx().Done() }
+func (c followCtx) Err() error                              { return c.ctx().Err() }
+func (c followCtx) Value(key any) any                       { return c.ctx().Value(key) }
+
 // settle waits until no goroutine of the code runs (each blocked or
 // ended) and returns the main branch's outcome: returned or not (ended
 // otherwise, or blocked).
@@ -182,7 +200,7 @@ func (x *execution) settle() branchOutcome {
 }
 
 // release wakes the blocked branches: to go on in segment next, or, nil,
-// to end (the execution is dropped).
+// to end (the execution is dropped) in a dead segment.
 func (x *execution) release(next *segment) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -194,17 +212,36 @@ func (x *execution) release(next *segment) {
 	}
 	clear(x.contexts[len(live):])
 	x.contexts = live
-	if next != nil {
-		next.x = x
+	x.next = next
+	in := next
+	if in == nil && x.cur.Load() != nil {
+		in = x.cur.Load().dead()
+	}
+	if in != nil {
+		in.x = x
+		x.cur.Store(in)
 		for _, wf := range x.contexts {
-			wf.seg = next
+			wf.seg = in
 		}
 	}
-	x.next = next
 	x.running += x.blocked
 	x.blocked = 0
 	close(x.wake)
 	x.wake = make(chan struct{})
+}
+
+// errDropped ends the context of a dropped execution's branches.
+var errDropped = errors.New("workflow: execution dropped from the cache")
+
+// dead is the segment a dropped execution's branches end in: its context
+// has ended and it is read-only, so that workflow code its branches' deferred
+// calls run stops at its first step and writes nothing: the segment
+// that ran it has concluded.
+func (s *segment) dead() *segment {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errDropped)
+	return &segment{d: s.d, jr: s.jr, def: s.def, wf: s.wf, n: s.n, ctx: ctx, cur: s.cur, x: s.x,
+		steps: map[string]*Entry{}, claims: map[uint64]string{}, readOnly: true}
 }
 
 // resume continues the execution in segment s: its blocked branches
@@ -262,8 +299,6 @@ type stickyCheck struct {
 	rev uint64
 	gen int
 	seg int
-	// journal: the sticky journal of that revision is kept too.
-	journal bool
 }
 
 // stickyVerdict is whether a segment resumes the cached execution, or
@@ -284,15 +319,13 @@ const (
 	replayNotNext
 	// replayOtherRun: the cursor is at another run (continue as new).
 	replayOtherRun
-	// replayNoJournal: the journal as the park left it is not kept.
-	replayNoJournal
 )
 
 // mayResume decides whether a segment resumes the execution cached for
 // its workflow: only when the cursor it takes over is exactly the one
-// that execution's park wrote, it is the next segment, of the same run,
-// and the journal as that park left it is kept. Anything else replays
-// from the journal.
+// that execution's park wrote (no segment ran since, here or elsewhere),
+// of the same run, and it is the next segment. Anything else replays from
+// the journal.
 func mayResume(c stickyCheck) stickyVerdict {
 	switch {
 	case !c.cached:
@@ -303,8 +336,6 @@ func mayResume(c stickyCheck) stickyVerdict {
 		return replayOtherRun
 	case c.seg != c.parkedSeg+1:
 		return replayNotNext
-	case !c.journal:
-		return replayNoJournal
 	}
 	return resumeCached
 }

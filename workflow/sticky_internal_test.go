@@ -8,8 +8,8 @@ func TestMayResume(t *testing.T) {
 	t.Parallel()
 	// parked: an execution cached by segment 4's park, which wrote
 	// revision 10 of a generation-1 cursor; next: segment 5 taking over
-	// that cursor, its journal kept.
-	parked := stickyCheck{cached: true, parkedRev: 10, parkedGen: 1, parkedSeg: 4, rev: 10, gen: 1, seg: 5, journal: true}
+	// that cursor.
+	parked := stickyCheck{cached: true, parkedRev: 10, parkedGen: 1, parkedSeg: 4, rev: 10, gen: 1, seg: 5}
 	with := func(f func(c *stickyCheck)) stickyCheck {
 		c := parked
 		f(&c)
@@ -27,7 +27,6 @@ func TestMayResume(t *testing.T) {
 		{"another run (continued as new)", with(func(c *stickyCheck) { c.gen = 2 }), replayOtherRun},
 		{"the parked segment again (retried after its park)", with(func(c *stickyCheck) { c.seg = 4 }), replayNotNext},
 		{"a segment further on", with(func(c *stickyCheck) { c.seg = 6 }), replayNotNext},
-		{"the journal as the park left it not kept", with(func(c *stickyCheck) { c.journal = false }), replayNoJournal},
 	} {
 		if got := mayResume(tc.c); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)

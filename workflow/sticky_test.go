@@ -194,6 +194,7 @@ func TestStickyExecutionResumesEveryKindOfWait(t *testing.T) {
 	})
 	def := workflow.Define("test.sticky.mixed", func(wf *workflow.Context, n int) (string, error) {
 		top.Add(1)
+		ctx := wf.Context() // kept across waits: it follows the segments
 		total := 0
 		workflow.SetQueryHandler(wf, "total", func() (int, error) { return total, nil })
 		a := workflow.Go(wf, func(wf *workflow.Context) (string, error) { return workflow.AwaitEvent[string](wf, "a", 0) })
@@ -220,7 +221,8 @@ func TestStickyExecutionResumesEveryKindOfWait(t *testing.T) {
 		if _, err := workflow.AwaitEvent[string](wf, "done", 0); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("%s %d", va, total), nil
+		live, err := workflow.Step(wf, "ctx", func(context.Context) (bool, error) { return ctx.Err() == nil, nil })
+		return fmt.Sprintf("%s %d %t", va, total, live), err
 	})
 	e.startWorker(t, func(w *worker.Worker) {
 		must(t, workflow.Register(w, def))
@@ -250,8 +252,8 @@ func TestStickyExecutionResumesEveryKindOfWait(t *testing.T) {
 	must(t, workflow.SendEvent(ctx, e.P, id, "done", ""))
 	out, err := workflow.Result(ctx, e.P, def, id)
 	must(t, err)
-	if out != "x 115" {
-		t.Fatalf("result %q, want %q", out, "x 115")
+	if out != "x 115 true" {
+		t.Fatalf("result %q, want %q", out, "x 115 true")
 	}
 	if n, c := top.Load(), childTop.Load(); n != 2 || c != 1 {
 		t.Fatalf("code entered %d times (the query's replay included), the child's %d; want 2 and 1", n, c)
