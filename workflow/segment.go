@@ -836,6 +836,9 @@ type segment struct {
 	claims  map[uint64]string
 	waits   []wait
 	visited map[string]bool // the steps this replay reached
+	// floors: the event floors (eventFloor), by kind and name; nil until
+	// computed.
+	floors map[string]uint64
 	// readOnly: a query's replay: every branch stops at its first step
 	// that has not ended, and nothing is written.
 	readOnly bool
@@ -928,9 +931,52 @@ func (s *segment) put(e *Entry) *Entry {
 	}
 	s.mu.Lock()
 	s.steps[stored.Step] = stored
+	if s.floors != nil {
+		raiseFloor(s.floors, stored)
+	}
 	s.mu.Unlock()
 	return stored
 }
+
+// eventFloor is the floor of the events (kind KindEvent) or updates
+// (KindUpdate) named name: the revision of the last one an ended await
+// of this run took. When an await takes an event, every event of its
+// name stored before is claimed (events are taken in order, the
+// await's read caught up with the journal), for good: an await reads
+// only those stored after the floor, its cost independent of the events
+// taken before.
+func (s *segment) eventFloor(kind StepKind, name string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.floorLocked(kind, name)
+}
+
+// floorLocked is eventFloor with s.mu held. The floors are computed from
+// the steps once, then kept up by put.
+func (s *segment) floorLocked(kind StepKind, name string) uint64 {
+	if kind != KindEvent && kind != KindUpdate {
+		return 0
+	}
+	if s.floors == nil {
+		s.floors = map[string]uint64{}
+		for _, e := range s.steps {
+			raiseFloor(s.floors, e)
+		}
+	}
+	return s.floors[floorKey(kind, name)]
+}
+
+// raiseFloor raises floors for entry e, an await that took an event or
+// update.
+func raiseFloor(floors map[string]uint64, e *Entry) {
+	if e.State != StepDone || (e.Kind != KindEvent && e.Kind != KindUpdate) || e.Waits == nil {
+		return
+	}
+	k := floorKey(e.Kind, e.Name)
+	floors[k] = max(floors[k], e.Waits.Seq)
+}
+
+func floorKey(kind StepKind, name string) string { return string(kind) + "/" + name }
 
 // tooLarge reports whether err is a journal write too large for the
 // journal (ours, or the client's or the server's max payload).
@@ -1132,15 +1178,19 @@ func (s *segment) park(ctx context.Context) error {
 		return fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
 	}
 	s.cur = next
-	// The claims known now, for ready: the journal kept goes to the next
-	// segment, which may run here at once and claim meanwhile.
+	// The claims and floors known now, for ready: the journal kept goes to
+	// the next segment, which may run here at once and claim meanwhile.
 	s.mu.Lock()
 	claimed := maps.Clone(s.claims)
+	floors := make([]uint64, len(s.waits))
+	for i, w := range s.waits {
+		floors[i] = s.floorLocked(w.kind, w.event)
+	}
 	s.mu.Unlock()
 	s.d.keep(s.wf, &stickyJournal{rev: s.cur.rev, steps: s.steps, claims: s.claims})
 	s.keepExecution()
-	for _, w := range s.waits {
-		ready, err := s.ready(ctx, w, claimed)
+	for i, w := range s.waits {
+		ready, err := s.ready(ctx, w, claimed, floors[i])
 		if err != nil {
 			return err
 		}
@@ -1160,15 +1210,15 @@ func (s *segment) keepExecution() {
 	}
 	s.mu.Lock()
 	x.wf, x.rev, x.gen, x.seg = s.wf, s.cur.rev, s.cur.gen(), s.n
-	x.steps, x.claims, x.visited = s.steps, s.claims, s.visited
+	x.steps, x.claims, x.visited, x.floors = s.steps, s.claims, s.visited, s.floors
 	s.mu.Unlock()
 	s.kept = true
 	dropAll(s.d.execs.put(x))
 }
 
 // ready reports whether what w waits for has come; claimed are the event
-// claims the segment knows of.
-func (s *segment) ready(ctx context.Context, w wait, claimed map[uint64]string) (bool, error) {
+// claims the segment knows of, floor the event floor of w's event.
+func (s *segment) ready(ctx context.Context, w wait, claimed map[uint64]string, floor uint64) (bool, error) {
 	if !w.until.IsZero() && !time.Now().Before(w.until) {
 		return true, nil
 	}
@@ -1188,7 +1238,7 @@ func (s *segment) ready(ctx context.Context, w wait, claimed map[uint64]string) 
 		if w.kind == KindUpdate {
 			read = s.jr.updates
 		}
-		evs, err := read(ctx, s.wf, w.event)
+		evs, err := read(ctx, s.wf, w.event, floor)
 		if err != nil {
 			return false, err
 		}

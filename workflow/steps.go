@@ -401,7 +401,7 @@ func awaitEvent[T any](wf *Context, id, name string, timeout time.Duration) (T, 
 			return ended(outcome[T](wf, e))
 		}
 	}
-	evs, err := s.jr.events(s.ctx, s.wf, name)
+	evs, err := s.jr.events(s.ctx, s.wf, name, s.eventFloor(KindEvent, name))
 	if err != nil {
 		s.abort(err)
 	}

@@ -68,6 +68,7 @@ type execution struct {
 	steps   map[string]*Entry
 	claims  map[uint64]string
 	visited map[string]bool
+	floors  map[string]uint64
 }
 
 func newExecution(sticky bool) *execution {
@@ -248,7 +249,7 @@ func (s *segment) dead() *segment {
 // check their waits again in s.
 func (x *execution) resume(s *segment) {
 	s.mu.Lock()
-	s.visited = x.visited
+	s.visited, s.floors = x.visited, x.floors
 	s.mu.Unlock()
 	x.release(s)
 }
@@ -314,8 +315,8 @@ const (
 	// replayCursorMoved: another segment wrote the cursor since (it ran
 	// elsewhere, or a redelivery).
 	replayCursorMoved
-	// replayNotNext: this segment is not the one after the parked one (a
-	// retry of the parked one).
+	// replayNotNext: this segment is neither the parked one again (a
+	// duplicate: a resume that found the next one ended) nor the next.
 	replayNotNext
 	// replayOtherRun: the cursor is at another run (continue as new).
 	replayOtherRun
@@ -324,8 +325,9 @@ const (
 // mayResume decides whether a segment resumes the execution cached for
 // its workflow: only when the cursor it takes over is exactly the one
 // that execution's park wrote (no segment ran since, here or elsewhere),
-// of the same run, and it is the next segment. Anything else replays from
-// the journal.
+// of the same run, and it is the next segment or the parked one again
+// (turnOf let it take that cursor). Anything else replays from the
+// journal.
 func mayResume(c stickyCheck) stickyVerdict {
 	switch {
 	case !c.cached:
@@ -334,7 +336,7 @@ func mayResume(c stickyCheck) stickyVerdict {
 		return replayCursorMoved
 	case c.gen != c.parkedGen:
 		return replayOtherRun
-	case c.seg != c.parkedSeg+1:
+	case c.seg != c.parkedSeg+1 && c.seg != c.parkedSeg:
 		return replayNotNext
 	}
 	return resumeCached

@@ -25,7 +25,8 @@ func TestMayResume(t *testing.T) {
 		{"the cursor written since (a segment elsewhere)", with(func(c *stickyCheck) { c.rev = 12 }), replayCursorMoved},
 		{"a cursor older than the park (a replica behind)", with(func(c *stickyCheck) { c.rev = 9 }), replayCursorMoved},
 		{"another run (continued as new)", with(func(c *stickyCheck) { c.gen = 2 }), replayOtherRun},
-		{"the parked segment again (retried after its park)", with(func(c *stickyCheck) { c.seg = 4 }), replayNotNext},
+		{"the parked segment again (a duplicate made by a resume that found the next one ended)", with(func(c *stickyCheck) { c.seg = 4 }), resumeCached},
+		{"a segment before the parked one", with(func(c *stickyCheck) { c.seg = 3 }), replayNotNext},
 		{"a segment further on", with(func(c *stickyCheck) { c.seg = 6 }), replayNotNext},
 	} {
 		if got := mayResume(tc.c); got != tc.want {

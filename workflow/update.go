@@ -114,7 +114,7 @@ func awaitUpdate[In, Out any](wf *Context, id, name string, timeout time.Duratio
 			return ended(struct{}{}, replayUpdate(wf, e, handle))
 		}
 	}
-	ups, err := s.jr.updates(s.ctx, s.wf, name)
+	ups, err := s.jr.updates(s.ctx, s.wf, name, s.eventFloor(KindUpdate, name))
 	if err != nil {
 		s.abort(err)
 	}
