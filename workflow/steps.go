@@ -166,7 +166,8 @@ func runID(wf, what, step string) string {
 // Call calls a function as a child run on the worker fleet, with that
 // function's kind, retries and timeout, and returns its result (what its
 // handler gave SetResult) decoded into T. The workflow waits for the run
-// without holding a goroutine: the run's completion resumes it. A failed
+// durably (its goroutine at most in its worker's bounded cache of
+// executions): the run's completion resumes it. A failed
 // run returns a *StepError with its error; a canceled one matches
 // jetflow.ErrCanceled.
 //
@@ -268,9 +269,10 @@ func refused(err error) string {
 	return ""
 }
 
-// Sleep suspends the workflow for d, durably: nothing stays in memory and
-// no goroutine waits; a timer run in the delayed store resumes it (a
-// scheduler must run). On replay the wake time is the journaled one.
+// Sleep suspends the workflow for d, durably: a timer run in the delayed
+// store resumes it (a scheduler must run), and nothing stays in memory
+// but the execution its worker may keep (sticky execution, bounded). On
+// replay the wake time is the journaled one.
 func (wf *Context) Sleep(d time.Duration) { wf.sleep(time.Now().Add(d)) }
 
 // SleepUntil suspends the workflow until t (see Sleep).

@@ -215,8 +215,8 @@ func (x *execution) release(next *segment) {
 	x.contexts = live
 	x.next = next
 	in := next
-	if in == nil && x.cur.Load() != nil {
-		in = x.cur.Load().dead()
+	if in == nil && len(x.contexts) > 0 {
+		in = x.cur.Load().dead() // started: cur is set
 	}
 	if in != nil {
 		in.x = x
