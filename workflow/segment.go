@@ -313,6 +313,11 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 		if gerr != nil || !r.State.Terminal() {
 			return gerr // it is there and will run
 		}
+		if moved, err := cursorMoved(ctx, jr, id, cur); moved || err != nil {
+			// Segment n+1 (or another) took the cursor since it was read,
+			// after what this resume is for was stored: it sees it.
+			return err
+		}
 		// Segment n+1 ended without taking the cursor (it found segment n
 		// running again after a redelivery): one more, named after this
 		// cursor's revision, so that every resumer of this state makes
@@ -320,6 +325,19 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 		seg = jetflow.DerivedID(fmt.Sprintf("%s-seg%d-%d", id, n, cur.rev))
 	}
 	return nil
+}
+
+// cursorMoved reports whether workflow id's cursor, as its leader holds
+// it, is no longer cur (a segment wrote it since cur was read). A resume
+// that finds the segment it made ended asks it before it makes another:
+// a spurious one would take the cursor from the segment that runs, or
+// from its cached execution (each then replays).
+func cursorMoved(ctx context.Context, jr *journal, id string, cur *cursor) (bool, error) {
+	now, err := jr.latestCursor(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return now == nil || now.rev != cur.rev, nil
 }
 
 // errBusy: the previous segment still runs; this one is retried shortly.
@@ -836,9 +854,11 @@ type segment struct {
 	claims  map[uint64]string
 	waits   []wait
 	visited map[string]bool // the steps this replay reached
-	// floors: the event floors (eventFloor), by kind and name; nil until
-	// computed.
+	// floors: the event floors (eventFloor), by kind and name; own: the
+	// lowest revision each step claimed (readFloor). Nil until computed,
+	// then kept up by put and addClaim.
 	floors map[string]uint64
+	own    map[string]uint64
 	// readOnly: a query's replay: every branch stops at its first step
 	// that has not ended, and nothing is written.
 	readOnly bool
@@ -938,32 +958,62 @@ func (s *segment) put(e *Entry) *Entry {
 	return stored
 }
 
-// eventFloor is the floor of the events (kind KindEvent) or updates
-// (KindUpdate) named name: the revision of the last one an ended await
-// of this run took. When an await takes an event, every event of its
-// name stored before is claimed (events are taken in order, the
-// await's read caught up with the journal), for good: an await reads
-// only those stored after the floor, its cost independent of the events
-// taken before.
-func (s *segment) eventFloor(kind StepKind, name string) uint64 {
+// addClaim records that step id claimed the event (or update) of
+// revision seq.
+func (s *segment) addClaim(seq uint64, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.floorLocked(kind, name)
+	s.claims[seq] = id
+	if s.own != nil {
+		lowerOwn(s.own, seq, id)
+	}
 }
 
-// floorLocked is eventFloor with s.mu held. The floors are computed from
-// the steps once, then kept up by put.
+// readFloor is the revision after which the await of step id reads the
+// events (kind KindEvent) or updates (KindUpdate) named name: their
+// floor (floorLocked), or lower when the step claimed one at or below it
+// (its segment stopped between the claim and the step's entry: the step
+// takes that one again).
+func (s *segment) readFloor(kind StepKind, name, id string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.floorLocked(kind, name)
+	if seq, ok := s.own[id]; ok && seq <= f {
+		f = seq - 1
+	}
+	return f
+}
+
+// floorLocked (s.mu held) is the floor of the events (kind KindEvent) or
+// updates (KindUpdate) named name: the revision of the last one an ended
+// await of this run took. When an await takes an event, every event of
+// its name stored before is claimed (events are taken in order, the
+// await's read caught up with the journal), for good: an await reads only
+// those stored after the floor (readFloor), its cost independent of the
+// events taken before. The floors are computed from the steps once, then
+// kept up by put.
 func (s *segment) floorLocked(kind StepKind, name string) uint64 {
 	if kind != KindEvent && kind != KindUpdate {
 		return 0
 	}
 	if s.floors == nil {
-		s.floors = map[string]uint64{}
+		s.floors, s.own = map[string]uint64{}, map[string]uint64{}
 		for _, e := range s.steps {
 			raiseFloor(s.floors, e)
 		}
+		for seq, id := range s.claims {
+			lowerOwn(s.own, seq, id)
+		}
 	}
 	return s.floors[floorKey(kind, name)]
+}
+
+// lowerOwn records in own, the lowest revision each step claimed, that
+// step id claimed revision seq.
+func lowerOwn(own map[string]uint64, seq uint64, id string) {
+	if cur, ok := own[id]; !ok || seq < cur {
+		own[id] = seq
+	}
 }
 
 // raiseFloor raises floors for entry e, an await that took an event or
@@ -1210,7 +1260,7 @@ func (s *segment) keepExecution() {
 	}
 	s.mu.Lock()
 	x.wf, x.rev, x.gen, x.seg = s.wf, s.cur.rev, s.cur.gen(), s.n
-	x.steps, x.claims, x.visited, x.floors = s.steps, s.claims, s.visited, s.floors
+	x.steps, x.claims, x.visited, x.floors, x.own = s.steps, s.claims, s.visited, s.floors, s.own
 	s.mu.Unlock()
 	s.kept = true
 	dropAll(s.d.execs.put(x))

@@ -403,7 +403,7 @@ func awaitEvent[T any](wf *Context, id, name string, timeout time.Duration) (T, 
 			return ended(outcome[T](wf, e))
 		}
 	}
-	evs, err := s.jr.events(s.ctx, s.wf, name, s.eventFloor(KindEvent, name))
+	evs, err := s.jr.events(s.ctx, s.wf, name, s.readFloor(KindEvent, name, id))
 	if err != nil {
 		s.abort(err)
 	}
@@ -421,9 +421,7 @@ func awaitEvent[T any](wf *Context, id, name string, timeout time.Duration) (T, 
 		if !ok {
 			continue
 		}
-		s.mu.Lock()
-		s.claims[ev.seq] = id
-		s.mu.Unlock()
+		s.addClaim(ev.seq, id)
 		e.State, e.Result, e.Completed = StepDone, ev.Payload, time.Now().UTC()
 		e.Waits.Seq = ev.seq
 		return ended(outcome[T](wf, s.put(e)))

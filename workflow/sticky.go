@@ -69,6 +69,7 @@ type execution struct {
 	claims  map[uint64]string
 	visited map[string]bool
 	floors  map[string]uint64
+	own     map[string]uint64
 }
 
 func newExecution(sticky bool) *execution {
@@ -249,7 +250,7 @@ func (s *segment) dead() *segment {
 // check their waits again in s.
 func (x *execution) resume(s *segment) {
 	s.mu.Lock()
-	s.visited, s.floors = x.visited, x.floors
+	s.visited, s.floors, s.own = x.visited, x.floors, x.own
 	s.mu.Unlock()
 	x.release(s)
 }

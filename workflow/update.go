@@ -114,7 +114,7 @@ func awaitUpdate[In, Out any](wf *Context, id, name string, timeout time.Duratio
 			return ended(struct{}{}, replayUpdate(wf, e, handle))
 		}
 	}
-	ups, err := s.jr.updates(s.ctx, s.wf, name, s.eventFloor(KindUpdate, name))
+	ups, err := s.jr.updates(s.ctx, s.wf, name, s.readFloor(KindUpdate, name, id))
 	if err != nil {
 		s.abort(err)
 	}
@@ -175,9 +175,7 @@ func takeUpdate[In any](s *segment, id string, up event, validate func(in In) er
 		s.abort(err)
 	}
 	if ok {
-		s.mu.Lock()
-		s.claims[up.seq] = id
-		s.mu.Unlock()
+		s.addClaim(up.seq, id)
 	}
 	return in, ok
 }

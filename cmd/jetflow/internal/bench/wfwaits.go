@@ -278,37 +278,32 @@ func wfWaitsSend(ctx context.Context, p *producer.Producer, id string, watch jet
 // wfWaitsCosts prints, for each n of sizes, the costs of one workflow of
 // n waits with the worker's cache of executions on and off (sticky
 // execution), never continuing and continuing as new every `every`, and
-// a wait's time with the cache beside without. Never continuing without
-// the cache runs up to maxPlain waits: each wait's replay grows with the
-// waits before it, so a larger one is extrapolated from the last two
-// measured (a wait's time linear in the waits before it: the whole
-// quadratic). With the cache, a size above maxPlain is not run when the
-// last one measured says it would take more than wfWaitsBudget.
+// a wait's time with the cache beside without. Never continuing, a size
+// above maxPlain is not run when the sizes measured before say it would
+// take more than wfWaitsBudget (wfWaitsGuess).
 func wfWaitsCosts(ctx context.Context, out io.Writer, p *producer.Producer, js jetstream.JetStream, scfg streams.Config, sizes []int, every, maxPlain int) error {
-	var plain, cached []wfWaitsFigures // never continuing: off, on
+	never := map[bool][]wfWaitsFigures{} // never continuing, by cache
 	for _, n := range sizes {
 		for _, m := range []struct {
 			every  int
 			cached bool
 		}{{0, true}, {0, false}, {every, true}, {every, false}} {
-			if skip := wfWaitsSkipped(n, m.every, m.cached, maxPlain, plain, cached); skip != "" {
-				fmt.Fprintln(out, "workflow "+skip)
-				continue
+			if m.every == 0 && n > maxPlain {
+				if skip := wfWaitsGuess(never[m.cached], n, m.cached); skip != "" {
+					fmt.Fprintln(out, "workflow "+skip)
+					continue
+				}
 			}
 			f, err := wfWaits(ctx, p, js, scfg, n, m.every, m.cached)
 			if err != nil {
 				return err
 			}
-			switch {
-			case m.every > 0:
-			case m.cached:
-				cached = append(cached, f)
-			default:
-				plain = append(plain, f)
+			if m.every == 0 {
+				never[m.cached] = append(never[m.cached], f)
 			}
 			fmt.Fprintln(out, "workflow "+f.String())
 		}
-		if on, off := last(cached), last(plain); on != nil && off != nil && on.waits == n && off.waits == n {
+		if on, off := last(never[true]), last(never[false]); on != nil && off != nil && on.waits == n && off.waits == n {
 			fmt.Fprintf(out, "workflow %6d waits, never continuing: a wait %s with the cache, %s without (%.1fx); code entered %d against %d times, awaits executed %d against %d\n",
 				n, fmtDur(per(on.took, n)), fmtDur(per(off.took, n)), float64(off.took)/float64(max(on.took, 1)), on.runs, off.runs, on.steps, off.steps)
 		}
@@ -316,30 +311,41 @@ func wfWaitsCosts(ctx context.Context, out io.Writer, p *producer.Producer, js j
 	return nil
 }
 
-// wfWaitsBudget bounds the time of a run of waits with the cache that is
-// larger than wfWaitsPlainMax.
+// wfWaitsBudget bounds the time of a run of waits never continuing that
+// is larger than wfWaitsPlainMax.
 const wfWaitsBudget = time.Minute
 
-// wfWaitsSkipped is the line of a run of n waits not run (never
-// continuing: without the cache above maxPlain waits, with it above
-// maxPlain when the last one measured says it takes more than
-// wfWaitsBudget), or "" to run it.
-func wfWaitsSkipped(n, every int, cached bool, maxPlain int, plain, withCache []wfWaitsFigures) string {
-	switch {
-	case every > 0 || n <= maxPlain:
-		return ""
-	case !cached:
-		return wfWaitsExtrapolated(plain, n)
-	}
-	f := last(withCache)
-	if f == nil {
+// wfWaitsGuess is the line of n waits never continuing not run, because
+// measured (the sizes before, never continuing, cache on or off) say it
+// would take more than wfWaitsBudget, or "" to run it. A wait's time is
+// taken as linear in the waits before it, fitted to the last two measured
+// (flat when it did not grow: the replay's and the event read's share
+// gone).
+func wfWaitsGuess(measured []wfWaitsFigures, n int, cached bool) string {
+	if len(measured) == 0 {
 		return ""
 	}
-	if guess := per(f.took, f.waits) * time.Duration(n); guess > wfWaitsBudget {
-		return fmt.Sprintf("%6d waits, never continuing, cache on: not run: about %s a wait at %d waits, so about %s in all (more than %s)",
-			n, fmtDur(per(f.took, f.waits)), f.waits, guess.Round(time.Second), wfWaitsBudget)
+	b := measured[len(measured)-1]
+	perB, perN := per(b.took, b.waits), per(b.took, b.waits)
+	how := fmt.Sprintf("a wait took %s at %d waits", fmtDur(perB), b.waits)
+	if len(measured) > 1 {
+		a := measured[len(measured)-2]
+		perA := per(a.took, a.waits)
+		if slope := float64(perB-perA) / float64(b.waits-a.waits); slope > 0 {
+			perN = time.Duration(float64(perB) + slope*float64(n-b.waits))
+		}
+		how = fmt.Sprintf("a wait took %s at %d waits and %s at %d", fmtDur(perA), a.waits, fmtDur(perB), b.waits)
 	}
-	return ""
+	total := perN * time.Duration(n)
+	if total <= wfWaitsBudget {
+		return ""
+	}
+	mode := "cache off"
+	if cached {
+		mode = "cache on"
+	}
+	return fmt.Sprintf("%6d waits, never continuing, %s: not run: %s; so about %s a wait, %s in all (more than %s)",
+		n, mode, how, fmtDur(perN), total.Round(time.Second), wfWaitsBudget)
 }
 
 // last is the last of fs, or nil.
@@ -348,22 +354,6 @@ func last(fs []wfWaitsFigures) *wfWaitsFigures {
 		return nil
 	}
 	return &fs[len(fs)-1]
-}
-
-// wfWaitsExtrapolated is the line of n waits never continuing, not run:
-// the time a wait takes, linear in the waits before it, fitted to the last
-// two of measured.
-func wfWaitsExtrapolated(measured []wfWaitsFigures, n int) string {
-	skip := fmt.Sprintf("%6d waits, never continuing, cache off: not run (quadratic)", n)
-	if len(measured) < 2 {
-		return skip
-	}
-	a, b := measured[len(measured)-2], measured[len(measured)-1]
-	perA, perB := per(a.took, a.waits), per(b.took, b.waits)
-	slope := float64(perB-perA) / float64(b.waits-a.waits)
-	perN := time.Duration(float64(perB) + slope*float64(n-b.waits))
-	return fmt.Sprintf("%s: a wait took %s at %d waits and %s at %d; so about %s a wait, %s in all, at %d",
-		skip, fmtDur(perA), a.waits, fmtDur(perB), b.waits, fmtDur(perN), (perN * time.Duration(n)).Round(time.Second), n)
 }
 
 // wfWaitsEvery is how often the waits bench continues as new (see
