@@ -949,13 +949,19 @@ func (s *segment) put(e *Entry) *Entry {
 	if err != nil {
 		s.abort(err)
 	}
-	s.mu.Lock()
-	s.steps[stored.Step] = stored
-	if s.floors != nil {
-		raiseFloor(s.floors, stored)
-	}
-	s.mu.Unlock()
+	s.keepStored(stored)
 	return stored
+}
+
+// keepStored keeps entry e, as the journal stores it, among the
+// segment's steps (and its event floors).
+func (s *segment) keepStored(e *Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.steps[e.Step] = e
+	if s.floors != nil {
+		raiseFloor(s.floors, e)
+	}
 }
 
 // addClaim records that step id claimed the event (or update) of

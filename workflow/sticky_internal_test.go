@@ -90,3 +90,44 @@ func TestCachedExecutionsDefault(t *testing.T) {
 		}
 	}
 }
+
+// An await reads the events of its name after the last one an await took
+// (the floor), and from below a claim its own step made without
+// journaling it (its segment stopped between the two).
+func TestReadFloor(t *testing.T) {
+	t.Parallel()
+	done := func(step, name string, kind StepKind, seq uint64) *Entry {
+		return &Entry{Step: step, Name: name, Kind: kind, State: StepDone, Waits: &Waits{Event: name, Seq: seq}}
+	}
+	s := &segment{
+		steps: map[string]*Entry{
+			"1":   done("1", "tick", KindEvent, 4),
+			"2.1": done("2.1", "tick", KindEvent, 9),
+			"3":   done("3", "add", KindUpdate, 12),
+			"4":   {Step: "4", Name: "tick", Kind: KindEvent, State: StepFailed, Waits: &Waits{Event: "tick"}},
+		},
+		claims: map[uint64]string{4: "1", 7: "2.2", 9: "2.1", 12: "3", 13: "-"},
+	}
+	for _, tc := range []struct {
+		kind     StepKind
+		name, id string
+		want     uint64
+	}{
+		{KindEvent, "tick", "5", 9},   // after the last taken
+		{KindEvent, "tick", "2.2", 6}, // its own claim of 7, not journaled
+		{KindUpdate, "add", "5", 12},  // updates apart
+		{KindEvent, "add", "5", 0},    // no event "add" taken
+		{KindEvent, "other", "5", 0},  // none of that name
+		{KindSleep, "sleep", "5", 0},  // not an await of events
+	} {
+		if got := s.readFloor(tc.kind, tc.name, tc.id); got != tc.want {
+			t.Errorf("%s %q for step %s: %d, want %d", tc.kind, tc.name, tc.id, got, tc.want)
+		}
+	}
+	// Kept up as the segment goes on.
+	s.addClaim(15, "6")
+	s.keepStored(done("6", "tick", KindEvent, 15))
+	if got := s.readFloor(KindEvent, "tick", "7"); got != 15 {
+		t.Errorf("after step 6 took 15: %d, want 15", got)
+	}
+}
