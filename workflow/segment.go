@@ -695,7 +695,7 @@ func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*repla
 	}
 	cur = cur.taken(a.N)
 	kept := d.take(a.WF, cur.rev)
-	x := d.cached(a.WF, cur, a.N)
+	x := d.cached(ctx, a.WF, cur, a.N)
 	if err := holdCursor(ctx, jr, a.WF, cur); err != nil {
 		if x != nil {
 			dropAll(d.execs.put(x)) // still parked where it was: kept again
@@ -721,9 +721,13 @@ func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*repla
 // it, or keeps it when cur is older than the cursor its park wrote (a
 // replica behind answered: the segment's write of the cursor fails, and
 // its retry may resume it).
-func (d *driver) cached(wf string, cur *cursor, n int) *execution {
+func (d *driver) cached(ctx context.Context, wf string, cur *cursor, n int) *execution {
 	x := d.execs.take(wf)
 	if x == nil {
+		return nil
+	}
+	if !x.waitParked(ctx) {
+		x.drop()
 		return nil
 	}
 	c := stickyCheck{cached: true, parkedRev: x.rev, parkedGen: x.gen, parkedSeg: x.seg, rev: cur.rev, gen: cur.gen(), seg: n}
@@ -1225,17 +1229,9 @@ func (s *segment) park(ctx context.Context) error {
 			return err
 		}
 	}
-	next := s.cur.parked(waits)
-	ok, err := s.jr.putCursor(ctx, s.wf, next)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
-	}
-	s.cur = next
-	// The claims and floors known now, for ready: the journal kept goes to
-	// the next segment, which may run here at once and claim meanwhile.
+	// The claims and floors known now, for ready: the journal and the
+	// execution kept go to the next segment, which may run here as soon as
+	// the cursor is written, and claim meanwhile.
 	s.mu.Lock()
 	claimed := maps.Clone(s.claims)
 	floors := make([]uint64, len(s.waits))
@@ -1243,8 +1239,19 @@ func (s *segment) park(ctx context.Context) error {
 		floors[i] = s.floorLocked(w.kind, w.event)
 	}
 	s.mu.Unlock()
+	s.offerExecution()
+	next := s.cur.parked(waits)
+	ok, err := s.jr.putCursor(ctx, s.wf, next)
+	if err == nil && !ok {
+		err = fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
+	}
+	if err != nil {
+		s.parkedAs(nil)
+		return err
+	}
+	s.cur = next
+	s.parkedAs(next)
 	s.d.keep(s.wf, &stickyJournal{rev: s.cur.rev, steps: s.steps, claims: s.claims})
-	s.keepExecution()
 	for i, w := range s.waits {
 		ready, err := s.ready(ctx, w, claimed, floors[i])
 		if err != nil {
@@ -1257,19 +1264,38 @@ func (s *segment) park(ctx context.Context) error {
 	return nil
 }
 
-// keepExecution leaves the segment's execution, parked at the cursor it
-// wrote, in the driver's cache (a sticky one: its branches block).
-func (s *segment) keepExecution() {
+// offerExecution leaves the segment's execution (a sticky one) in the
+// driver's cache before its park writes the cursor: the next segment may
+// run here as soon as the cursor is written, and waits for parkedAs before
+// it checks the execution (cached).
+func (s *segment) offerExecution() {
 	x := s.x
 	if !x.sticky {
 		return
 	}
 	s.mu.Lock()
-	x.wf, x.rev, x.gen, x.seg = s.wf, s.cur.rev, s.cur.gen(), s.n
-	x.steps, x.claims, x.visited, x.floors, x.own = s.steps, s.claims, s.visited, s.floors, s.own
+	x.wf, x.steps, x.claims, x.visited, x.floors, x.own = s.wf, s.steps, s.claims, s.visited, s.floors, s.own
 	s.mu.Unlock()
+	x.rev, x.gen, x.seg = 0, 0, 0 // an earlier park's: not to be matched
+	x.parked = make(chan struct{})
 	s.kept = true
 	dropAll(s.d.execs.put(x))
+}
+
+// parkedAs completes offerExecution: the park wrote cursor cur, or, nil,
+// did not (the execution is not kept).
+func (s *segment) parkedAs(cur *cursor) {
+	x := s.x
+	if x.parked == nil {
+		return
+	}
+	if cur != nil {
+		x.rev, x.gen, x.seg = cur.rev, cur.gen(), s.n
+	} else {
+		s.kept = false
+		s.d.execs.remove(x)
+	}
+	close(x.parked)
 }
 
 // ready reports whether what w waits for has come; claimed are the event

@@ -56,6 +56,9 @@ type execution struct {
 	alive    sync.WaitGroup // goroutines of the code that have not ended
 	// cur is the segment the code runs in (Context.Context follows it).
 	cur atomic.Pointer[segment]
+	// parked is closed once the park that offered the execution to the
+	// cache has written the cursor (rev, gen and seg set) or failed.
+	parked chan struct{}
 
 	// Where it parked (set when cached): the workflow, the cursor's
 	// revision and generation the park wrote, the segment that parked,
@@ -242,7 +245,9 @@ var errDropped = errors.New("workflow: execution dropped from the cache")
 func (s *segment) dead() *segment {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	cancel(errDropped)
-	return &segment{d: s.d, jr: s.jr, def: s.def, wf: s.wf, n: s.n, ctx: ctx, cur: s.cur, x: s.x,
+	// Only fields that never change: the segment it replaces may still be
+	// parking (it writes its cursor).
+	return &segment{d: s.d, jr: s.jr, def: s.def, wf: s.wf, n: s.n, ctx: ctx, cur: &cursor{Seg: s.n}, x: s.x,
 		steps: map[string]*Entry{}, claims: map[uint64]string{}, readOnly: true}
 }
 
@@ -287,6 +292,25 @@ func untilEnded[T any](check func() (T, bool, error)) (T, error) {
 		}
 	}
 }
+
+// waitParked waits until the park that offered the execution has written
+// the cursor or failed (a segment that runs here as soon as the cursor is
+// written may find it before); false when that takes over parkWait, or
+// ctx ends first.
+func (x *execution) waitParked(ctx context.Context) bool {
+	t := time.NewTimer(parkWait)
+	defer t.Stop()
+	select {
+	case <-x.parked:
+		return true
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return false
+}
+
+// parkWait bounds waitParked.
+const parkWait = 5 * time.Second
 
 // stickyCheck is what a segment knows, when it takes the cursor, of the
 // execution this worker cached for its workflow.
@@ -363,8 +387,8 @@ func newExecCache(size int) *execCache {
 // on reports whether executions are kept.
 func (c *execCache) on() bool { return c.size > 0 }
 
-// put keeps x (parked), unless one of the same workflow parked later is
-// kept; it returns the executions to drop (evicted, replaced or x).
+// put keeps x (parking), in place of one of the same workflow; it returns
+// the executions to drop (evicted, replaced, or x when nothing is kept).
 func (c *execCache) put(x *execution) []*execution {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -374,9 +398,6 @@ func (c *execCache) put(x *execution) []*execution {
 	var out []*execution
 	if el, ok := c.byWF[x.wf]; ok {
 		old := el.Value.(*execution)
-		if old.rev > x.rev {
-			return []*execution{x}
-		}
 		c.order.Remove(el)
 		delete(c.byWF, x.wf)
 		out = append(out, old)
@@ -403,6 +424,16 @@ func (c *execCache) take(wf string) *execution {
 	c.order.Remove(el)
 	delete(c.byWF, wf)
 	return el.Value.(*execution)
+}
+
+// remove forgets x if it is kept.
+func (c *execCache) remove(x *execution) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.byWF[x.wf]; ok && el.Value == x {
+		c.order.Remove(el)
+		delete(c.byWF, x.wf)
+	}
 }
 
 // close forgets every execution and keeps none from now on; it returns
