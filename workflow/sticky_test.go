@@ -2,6 +2,7 @@ package workflow_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"runtime"
 	"strings"
@@ -10,8 +11,10 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // codeRuns counts how often a workflow's code runs: entries to the top of
@@ -301,4 +304,61 @@ func TestWorkerStopEndsCachedExecutions(t *testing.T) {
 func codeGoroutines() int {
 	buf := make([]byte, 8<<20)
 	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "created by github.com/jetflow-dev/jetflow/workflow.(*execution).spawn")
+}
+
+// Events sent the moment the cursor says the workflow parked (as
+// `jetflow bench --workflow` does): the next segment may run before the
+// park that kept the execution has finished; it waits for it and resumes
+// the execution, every time (before, it found nothing cached and
+// replayed, a few times in a thousand waits).
+func TestStickyExecutionWithEventsSentAtThePark(t *testing.T) {
+	t.Parallel()
+	const n = 200
+	e := setup(t)
+	var c codeRuns
+	def := ticks("test.sticky.fast", &c)
+	e.startWorker(t, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	ctx := testCtx(t)
+	jkv, err := e.JS.KeyValue(ctx, streams.Config{}.WithDefaults().JournalBucket())
+	must(t, err)
+	id := "sticky-fast-1"
+	watch, err := jkv.Watch(ctx, id+".wf")
+	must(t, err)
+	defer watch.Stop() //nolint:errcheck // the test ends either way
+	sendErr := make(chan error, 1)
+	go func() {
+		sent := map[string]bool{} // by what the cursor says it waits for (the await)
+		for en := range watch.Updates() {
+			if en == nil || en.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			var cur struct {
+				Waiting bool     `json:"waiting"`
+				Waits   []string `json:"waits"`
+			}
+			if err := json.Unmarshal(en.Value(), &cur); err != nil || !cur.Waiting || len(cur.Waits) != 1 || sent[cur.Waits[0]] {
+				continue
+			}
+			sent[cur.Waits[0]] = true
+			if err := workflow.SendEvent(ctx, e.P, id, "tick", fmt.Sprint(len(sent)-1)); err != nil {
+				sendErr <- err
+				return
+			}
+		}
+	}()
+	_, err = workflow.Start(ctx, e.P, def, n, workflow.WithID(id))
+	must(t, err)
+	out, err := workflow.Result(ctx, e.P, def, id)
+	must(t, err)
+	select {
+	case err := <-sendErr:
+		t.Fatal(err)
+	default:
+	}
+	if out != wantTicks(n) {
+		t.Fatalf("result %q, want %q", out, wantTicks(n))
+	}
+	if top, awaits := c.top.Load(), c.awaits.Load(); top != 1 || awaits != n {
+		t.Fatalf("code entered %d times, awaits passed %d times; want 1 and %d", top, awaits, n)
+	}
 }
