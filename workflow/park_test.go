@@ -11,6 +11,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
+	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
@@ -27,7 +28,10 @@ import (
 func TestManySleepingWorkflowsResumeOnce(t *testing.T) {
 	const n = 500
 	e := setup(t)
-	e.startScheduler(t)
+	// Its repair sweep looks up the messages of records older than
+	// RepairGrace: on a loaded machine, parking 500 takes longer than the
+	// default 10 s, and those lookups are the sweep's, not the parking's.
+	e.startSchedulerWith(t, scheduler.Config{LeaseTTL: time.Second, RepairGrace: 10 * time.Minute})
 	var mu sync.Mutex
 	resumed := map[string]map[int]bool{} // workflow -> the segments that ran the code after its sleep
 	def := workflow.Define("test.parkmany", func(wf *workflow.Context, d time.Duration) (int, error) {

@@ -97,8 +97,14 @@ func (e *env) startRepairingScheduler(t testing.TB) {
 
 func (e *env) startScheduler(t testing.TB) {
 	t.Helper()
+	e.startSchedulerWith(t, scheduler.Config{LeaseTTL: time.Second})
+}
+
+// startSchedulerWith is startScheduler with cfg.
+func (e *env) startSchedulerWith(t testing.TB, cfg scheduler.Config) {
+	t.Helper()
 	_, js := e.Connect()
-	s, err := scheduler.New(context.Background(), js, scheduler.Config{LeaseTTL: time.Second})
+	s, err := scheduler.New(context.Background(), js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
