@@ -328,9 +328,6 @@ func heldByEndedAttempt(parent *jetflow.Run, id string) bool {
 func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int {
 	n := 0
 	for _, h := range running {
-		if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
-			continue
-		}
 		r, _, err := s.store.Decide(ctx, h.ID)
 		if err != nil || r.State != jetflow.InProgress || r.Owner == "" {
 			// No owner: not a worker's claim but a record that is in
@@ -342,6 +339,11 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		// for StaleAfter on its own clock (heartbeats write new
 		// revisions); the worker's clock is never compared with ours.
 		if !liveness.Lost(s.live.Unchanged(r.ID, r.Revision, s.now()), s.cfg.StaleAfter) {
+			continue
+		}
+		// Its message still queued: a worker takes it over (looked up
+		// only for the runs found lost, not for every run in progress).
+		if q, err := s.store.Queued(ctx, h.Function, h.ID); err != nil || q {
 			continue
 		}
 		s.live.Forget(r.ID)
