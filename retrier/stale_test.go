@@ -46,7 +46,7 @@ func TestRetriersWhenAReplicaIsBehind(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		testserver.Eventually(t, 20*time.Second, "attempt 2 waiting", func() bool {
+		testserver.Eventually(t, time.Minute, "attempt 2 waiting", func() bool {
 			st, err := slow.Status(ctx, id)
 			return err == nil && !st.NextAttempt.IsZero()
 		})
@@ -72,7 +72,7 @@ func TestStatusWhenAReplicaIsBehind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testserver.Eventually(t, 20*time.Second, "attempt 2 waiting", func() bool {
+	testserver.Eventually(t, time.Minute, "attempt 2 waiting", func() bool {
 		st, err := e.R.Status(ctx, id)
 		return err == nil && !st.NextAttempt.IsZero()
 	})
