@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -155,6 +156,39 @@ func TestFaultWorkflowContinueAndUpdate(t *testing.T) {
 	for _, what := range v.order {
 		list := v.list[what]
 		t.Errorf("%s: %d, e.g. %v", what, len(list), list[:min(5, len(list))])
+	}
+	if list := v.list["unfinished"]; len(list) > 0 {
+		explainWorkflows(t, e, list[:min(3, len(list))])
+	}
+}
+
+// explainWorkflows logs where each unfinished workflow stands: its status,
+// the latest record of each of its runs (segments, timers, calls) and what
+// the processes logged about it.
+func explainWorkflows(t *testing.T, e *loadEnv, ids []string) {
+	t.Helper()
+	for _, id := range ids {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		st, err := workflow.Get(ctx, e.p, id)
+		cancel()
+		if err != nil {
+			t.Logf("workflow %s: status: %v", id, err)
+		} else {
+			t.Logf("workflow %s: state %s generation %d segment %d waiting %v waits %v steps %d children %v",
+				id, st.Run.State, st.Generation, st.Segment, st.Waiting, st.Waits, len(st.Steps), st.Run.Children)
+		}
+		var lines []string
+		e.runs.mu.Lock()
+		for rid, r := range e.runs.last {
+			if strings.HasPrefix(rid, id+"-") || rid == id {
+				lines = append(lines, fmt.Sprintf("%s %s rev %d attempts %d owner %q scheduled %s error %q",
+					rid, r.State, r.Revision, r.Attempts, r.Owner, r.ScheduledTime.Format("15:04:05.000"), r.Error))
+			}
+		}
+		e.runs.mu.Unlock()
+		sort.Strings(lines)
+		t.Logf("records of %s:\n%s", id, strings.Join(lines, "\n"))
+		e.explain([]string{id})
 	}
 }
 
