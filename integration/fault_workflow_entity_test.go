@@ -181,8 +181,14 @@ func explainWorkflows(t *testing.T, e *loadEnv, ids []string) {
 		e.runs.mu.Lock()
 		for rid, r := range e.runs.last {
 			if strings.HasPrefix(rid, id+"-") || rid == id {
-				lines = append(lines, fmt.Sprintf("%s %s rev %d attempts %d owner %q scheduled %s error %q",
-					rid, r.State, r.Revision, r.Attempts, r.Owner, r.ScheduledTime.Format("15:04:05.000"), r.Error))
+				var hist []string
+				for _, a := range r.History {
+					hist = append(hist, fmt.Sprintf("%d:%s@%s[%s-%s %q]", a.Attempt, a.Outcome, a.Worker,
+						a.StartedTime.Format("15:04:05.000"), a.CompletedTime.Format("15:04:05.000"), a.Error))
+				}
+				lines = append(lines, fmt.Sprintf("%s %s rev %d attempts %d owner %q scheduled %s started %s beat %s error %q history %v",
+					rid, r.State, r.Revision, r.Attempts, r.Owner, r.ScheduledTime.Format("15:04:05.000"),
+					r.StartedTime.Format("15:04:05.000"), r.Heartbeat.Format("15:04:05.000"), r.Error, hist))
 			}
 		}
 		e.runs.mu.Unlock()
