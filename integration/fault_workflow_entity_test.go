@@ -160,6 +160,25 @@ func TestFaultWorkflowContinueAndUpdate(t *testing.T) {
 	if list := v.list["unfinished"]; len(list) > 0 {
 		explainWorkflows(t, e, list[:min(3, len(list))])
 	}
+	explainRetakes(t, e)
+}
+
+// explainRetakes logs every write of the segments and timers that ran a
+// second attempt (a worker lost, or a run repaired by the scheduler): each
+// is a workflow that stood still meanwhile.
+func explainRetakes(t *testing.T, e *loadEnv) {
+	e.runs.mu.Lock()
+	defer e.runs.mu.Unlock()
+	var out []string
+	for id, r := range e.runs.last {
+		if r.Attempts > 1 && (strings.Contains(id, "-seg") || strings.Contains(id, "-timer")) {
+			out = append(out, id+":\n  "+strings.Join(e.runs.writes[id], "\n  "))
+		}
+	}
+	sort.Strings(out)
+	if len(out) > 0 {
+		t.Logf("segments and timers run twice (%d), e.g.:\n%s", len(out), strings.Join(out[:min(5, len(out))], "\n"))
+	}
 }
 
 // explainWorkflows logs where each unfinished workflow stands: its status,

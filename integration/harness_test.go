@@ -425,11 +425,12 @@ type runLog struct {
 	last     map[string]*jetflow.Run
 	terminal map[string]int
 	ended    map[string]time.Time // when the watch first saw a terminal record of each run (this process's clock)
+	writes   map[string][]string  // each write of each run, in short (for explanations)
 }
 
 func watchRuns(t *testing.T, js jetstream.JetStream, scfg streams.Config) *runLog {
 	t.Helper()
-	l := &runLog{last: map[string]*jetflow.Run{}, terminal: map[string]int{}, ended: map[string]time.Time{}}
+	l := &runLog{last: map[string]*jetflow.Run{}, terminal: map[string]int{}, ended: map[string]time.Time{}, writes: map[string][]string{}}
 	var w jetstream.KeyWatcher
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -451,6 +452,8 @@ func watchRuns(t *testing.T, js jetstream.JetStream, scfg streams.Config) *runLo
 				continue
 			}
 			l.mu.Lock()
+			l.writes[r.ID] = append(l.writes[r.ID], fmt.Sprintf("%s rev %d %s attempts %d owner %q beat %s",
+				time.Now().Format("15:04:05.000"), r.Revision, r.State, r.Attempts, r.Owner, r.Heartbeat.Format("15:04:05.000")))
 			if old := l.last[r.ID]; old == nil || old.Revision < r.Revision {
 				l.last[r.ID] = r
 			}
