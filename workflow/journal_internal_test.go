@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -109,4 +110,44 @@ func TestJournalScanWhileAKeyIsRewrittenHoldsIt(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// unanswered is the journal's real bucket whose first write request is
+// never answered, as one sent just before its server died: nats.go waits
+// for the request's ctx to end.
+type unanswered struct {
+	jetstream.KeyValue
+	dropped atomic.Bool
+}
+
+func (u *unanswered) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	if u.dropped.CompareAndSwap(false, true) {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	return u.KeyValue.Create(ctx, key, value, opts...)
+}
+
+// A journal write whose first request goes unanswered is written again
+// within the caller's time: one try waits entryTry for its answer, not the
+// caller's whole deadline (a segment stood still for two minutes on one
+// such request after a server restart, its workflow with it).
+func TestJournalWriteWhoseRequestIsNeverAnswered(t *testing.T) {
+	t.Parallel()
+	_, _, jr := journalEnv(t)
+	u := &unanswered{KeyValue: jr.kv}
+	j := &journal{kv: u, js: jr.js, bucket: jr.bucket}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	e, err := j.putEntry(ctx, "wfu", &Entry{Step: "1", Name: "s", Kind: KindStep, State: StepDone})
+	if err != nil {
+		t.Fatalf("journal write after an unanswered request: %v", err)
+	}
+	if !u.dropped.Load() {
+		t.Fatal("the first request was not the dropped one")
+	}
+	got, err := jr.kv.Get(context.Background(), stepKey("wfu", "1"))
+	if err != nil || got.Revision() != e.Revision {
+		t.Fatalf("stored entry: %v, revision %d, want %d", err, got.Revision(), e.Revision)
+	}
 }
