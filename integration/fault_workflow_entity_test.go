@@ -172,7 +172,12 @@ func explainRetakes(t *testing.T, e *loadEnv) {
 	var out []string
 	for id, r := range e.runs.last {
 		if r.Attempts > 1 && (strings.Contains(id, "-seg") || strings.Contains(id, "-timer")) {
-			out = append(out, id+":\n  "+strings.Join(e.runs.writes[id], "\n  "))
+			var hist []string
+			for _, a := range r.History {
+				hist = append(hist, fmt.Sprintf("%d:%s@%s[%s-%s %q]", a.Attempt, a.Outcome, a.Worker,
+					a.StartedTime.Format("15:04:05.000"), a.CompletedTime.Format("15:04:05.000"), a.Error))
+			}
+			out = append(out, fmt.Sprintf("%s (history %v):\n  %s", id, hist, strings.Join(e.runs.writes[id], "\n  ")))
 		}
 	}
 	sort.Strings(out)

@@ -105,7 +105,9 @@ func (s *Store) Show(ctx context.Context, id string) (*jetflow.Run, error) {
 	if err := jetflow.ValidateRunID(id); err != nil {
 		return nil, err
 	}
-	e, err := s.runs.Get(ctx, id)
+	rctx, cancel := OneRequest(ctx)
+	defer cancel()
+	e, err := s.runs.Get(rctx, id)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
@@ -241,6 +243,17 @@ func fromLeader(ctx context.Context, js jetstream.JetStream, stream string, r an
 // a request unanswered.
 const leaderWait = 2 * time.Second
 
+// requestWait bounds one request's wait for its answer whatever the
+// caller's ctx (nats.go's own bound when ctx has no deadline): a request
+// sent just before its server died is never answered, and nats.go waits for
+// ctx's deadline. A caller's longer ctx bounds its retries, not one request.
+const requestWait = 5 * time.Second
+
+// OneRequest is ctx bounded by requestWait: the context of one request.
+func OneRequest(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, requestWait)
+}
+
 // deniedFor is how long a denied read from a leader is not asked again on
 // one connection.
 const deniedFor = 5 * time.Minute
@@ -363,7 +376,9 @@ func (s *Store) Create(ctx context.Context, r *jetflow.Run) (uint64, error) {
 	if !errors.Is(err, ErrExists) {
 		return rev, err
 	}
-	last, gerr := s.rstream.GetLastMsgForSubject(ctx, s.runsPfx+r.ID)
+	rctx, cancel := OneRequest(ctx)
+	defer cancel()
+	last, gerr := s.rstream.GetLastMsgForSubject(rctx, s.runsPfx+r.ID)
 	if gerr != nil || !isMarker(last.Header) {
 		return 0, err
 	}
@@ -387,7 +402,9 @@ func (s *Store) Write(ctx context.Context, r *jetflow.Run, expect uint64, from j
 	if err != nil {
 		return 0, err
 	}
-	ack, err := s.js.PublishMsg(ctx, m)
+	rctx, cancel := OneRequest(ctx)
+	defer cancel()
+	ack, err := s.js.PublishMsg(rctx, m)
 	if err != nil {
 		return 0, s.WriteErr(r.ID, expect, err)
 	}
@@ -499,7 +516,9 @@ func (s *Store) PutDelayed(ctx context.Context, d Delayed) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	ack, err := s.js.PublishMsg(ctx, m)
+	rctx, cancel := OneRequest(ctx)
+	defer cancel()
+	ack, err := s.js.PublishMsg(rctx, m)
 	if err != nil {
 		return 0, fmt.Errorf("kv: put delayed %s: %w", d.ID, err)
 	}
@@ -520,7 +539,9 @@ func DecodeDelayed(data []byte) (Delayed, error) {
 func (s *Store) RemoveDelayed(ctx context.Context, key string, rev uint64) error {
 	// KV streams deny message deletes; a subject purge below rev+1 removes
 	// the entry without a marker and keeps a newer entry of the same key.
-	err := s.dstream.Purge(ctx, jetstream.WithPurgeSubject(streams.KVSubject(s.cfg.DelayedBucket(), key)),
+	rctx, cancel := OneRequest(ctx)
+	defer cancel()
+	err := s.dstream.Purge(rctx, jetstream.WithPurgeSubject(streams.KVSubject(s.cfg.DelayedBucket(), key)),
 		jetstream.WithPurgeSequence(rev+1))
 	if err != nil {
 		return fmt.Errorf("kv: remove delayed entry %s: %w", key, err)

@@ -492,10 +492,6 @@ func (j *journal) putEntry(ctx context.Context, wf string, e *Entry) (*Entry, er
 // written again (a server restart, a leader election).
 const entryWriteFor = 2 * time.Minute
 
-// entryTry bounds one try of a journal write (as a producer's write is
-// bounded, producer.rideAttempt).
-const entryTry = 2 * time.Second
-
 // writeEntry writes b at key if its revision is still rev (0: create). A
 // write whose answer was lost (kv.Transient) is written again, as a run's
 // outcome is, until entryWriteFor or ctx ends: a step that finished is not
@@ -506,10 +502,9 @@ func (j *journal) writeEntry(ctx context.Context, key string, b []byte, rev uint
 	defer cancel()
 	delay := 25 * time.Millisecond
 	for {
-		// One try waits entryTry for its answer, not the whole
-		// entryWriteFor: a request sent just before the server died is
-		// never answered, and nats.go waits for a ctx's deadline.
-		tctx, tcancel := context.WithTimeout(ctx, entryTry)
+		// One try waits for its answer as one request does
+		// (kv.OneRequest), not for the whole entryWriteFor.
+		tctx, tcancel := kv.OneRequest(ctx)
 		var n uint64
 		var err error
 		if rev == 0 {

@@ -129,8 +129,8 @@ func (u *unanswered) Create(ctx context.Context, key string, value []byte, opts 
 }
 
 // A journal write whose first request goes unanswered is written again
-// within the caller's time: one try waits entryTry for its answer, not the
-// caller's whole deadline (a segment stood still for two minutes on one
+// within the caller's time: one try waits for its answer as one request
+// does (kv.OneRequest), not for the caller's whole deadline (a segment stood still for two minutes on one
 // such request after a server restart, its workflow with it).
 func TestJournalWriteWhoseRequestIsNeverAnswered(t *testing.T) {
 	t.Parallel()
