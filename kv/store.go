@@ -562,9 +562,10 @@ func (s *Store) RemoveDelayed(ctx context.Context, key string, rev uint64) error
 func (s *Store) ReadDelayed(ctx context.Context, secs []int64, visit func(key string, rev uint64, data []byte)) error {
 	pfx := streams.KVSubject(s.cfg.DelayedBucket(), "")
 	if secs == nil {
-		// The whole bucket, read in the background at a first term: while
-		// it reads, runs are dispatched and their entries removed, so its
-		// last revision moves on; the seconds near now are read fresh.
+		// The whole bucket (the scheduler reads only its keys, with
+		// ScanDelayedKeys): while it reads, runs are dispatched and their
+		// entries removed, so its last revision moves on; the seconds near
+		// now are read fresh.
 		return s.readDelayed(ctx, pfx+">", pfx, false, visit)
 	}
 	// Many seconds (a term's start): if the leader cannot answer now (an
@@ -648,8 +649,9 @@ var ErrStaleRead = errors.New("kv: read behind the stream's leader")
 
 // A second of delayed entries is read until it holds the leader's last
 // revision (ReadCaughtUp): an entry written just before would otherwise be
-// left to the repair sweep. The read of the whole bucket (fresh false),
-// during which entries come and go, is made once.
+// left to the repair sweep. A second the leader holds nothing of costs that
+// one request. The read of the whole bucket (fresh false), during which
+// entries come and go, is made once.
 func (s *Store) readDelayed(ctx context.Context, filter, pfx string, fresh bool, visit func(key string, rev uint64, data []byte)) error {
 	var got []delayedEntry
 	read := func(uint64, bool) (uint64, error) {
@@ -662,7 +664,14 @@ func (s *Store) readDelayed(ctx context.Context, filter, pfx string, fresh bool,
 	}
 	var err error
 	if fresh {
-		err = ReadCaughtUp(ctx, s.js, streams.KVStream(s.cfg.DelayedBucket()), filter, 21, 50*time.Millisecond, read)
+		stream := streams.KVStream(s.cfg.DelayedBucket())
+		if _, lerr := LastFromLeader(ctx, s.js, stream, filter); errors.Is(lerr, jetstream.ErrMsgNotFound) {
+			// Nothing under filter on the leader: one request, not a
+			// consumer. The reader hears of what is written from now on
+			// through its watch (the scheduler's starts before it reads).
+			return nil
+		}
+		err = ReadCaughtUp(ctx, s.js, stream, filter, 21, 50*time.Millisecond, read)
 	} else {
 		_, err = read(0, false)
 	}
@@ -804,6 +813,19 @@ const (
 	HeaderPrev = "Jetflow-Prev"
 )
 
+// ScanDelayedKeys visits the key and revision of every delayed entry,
+// reading headers only (a key is its subject): the whole bucket, one
+// message each, without their values. visit may block: the read goes at
+// its pace. An entry removed meanwhile may be visited or not.
+func (s *Store) ScanDelayedKeys(ctx context.Context, visit func(key string, rev uint64)) error {
+	pfx := streams.KVSubject(s.cfg.DelayedBucket(), "")
+	return s.scan(ctx, streams.KVStream(s.cfg.DelayedBucket()), pfx+">", true, func(m jetstream.Msg, md *jetstream.MsgMetadata) {
+		if !isMarker(m.Headers()) && strings.HasPrefix(m.Subject(), pfx) {
+			visit(m.Subject()[len(pfx):], md.Sequence.Stream)
+		}
+	})
+}
+
 // Scan visits the latest record of every run, reading headers only. Its cost
 // is proportional to the records kept (terminal ones until their retention
 // ends); it serves List and the repair sweep, never the hot path.
@@ -886,24 +908,24 @@ func (s *Store) scan(ctx context.Context, stream, filter string, headersOnly boo
 	}
 	defer it.Stop()
 	for {
-		type next struct {
-			m   jetstream.Msg
-			err error
-		}
-		ch := make(chan next, 1)
-		go func() { m, err := it.Next(); ch <- next{m, err} }()
-		var n next
-		select {
-		case n = <-ch:
-		case <-ctx.Done():
-			it.Stop()
-			return ctx.Err()
-		case <-time.After(scanQuiet):
+		// Waiting in Next with a deadline, on this goroutine: a goroutine
+		// and a timer a message cost a scan of a million records more
+		// than the read.
+		nctx, cancel := context.WithTimeout(ctx, scanQuiet)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if !errors.Is(err, context.DeadlineExceeded) {
+				return err
+			}
 			// Nothing more arrives: the end, if the messages were removed
 			// meanwhile; a stalled consumer or server otherwise, and the
 			// scan so far is not the whole.
-			info, err := c.Info(ctx)
 			it.Stop()
+			info, err := c.Info(ctx)
 			if err == nil && info.NumPending == 0 {
 				return nil
 			}
@@ -912,14 +934,11 @@ func (s *Store) scan(ctx context.Context, stream, filter string, headersOnly boo
 			}
 			return fmt.Errorf("%w: scan of %s: nothing arrived for %s with %d messages pending", ErrFetchStalled, stream, scanQuiet, info.NumPending)
 		}
-		if n.err != nil {
-			return n.err
-		}
-		md, err := n.m.Metadata()
+		md, err := m.Metadata()
 		if err != nil {
 			return err
 		}
-		visit(n.m, md)
+		visit(m, md)
 		if md.NumPending == 0 {
 			return nil
 		}

@@ -24,11 +24,13 @@
 // a million runs due next week do not slow down the one due now. A new
 // term starts the same way: every 2 s the leader stores a checkpoint (a
 // second before which nothing waits) in the leases bucket, and the next
-// leader reads the seconds from it to the horizon. A term with no
-// checkpoint (the first, or one after a long outage) reads the last minute
-// and the horizon at once and the whole bucket in the background, so its
-// first run fires at once whatever the bucket holds. DispatchDue and
-// NextDue, the hooks of tests with a fake clock, read every key.
+// leader reads the seconds from it to now, fires them, and reads the rest
+// of the horizon at its first tick. A term with no checkpoint (the first,
+// or one after a long outage) reads the last minute at once and, in the
+// background, the keys of the whole bucket (paced, values only for the
+// entries due before that minute), so its first run fires at once whatever
+// the bucket holds. DispatchDue and NextDue, the hooks of tests with a
+// fake clock, read every key.
 //
 // # Repair
 //
@@ -36,9 +38,11 @@
 // past due by Config.RepairGrace and have neither a delayed entry nor a
 // queued message (a producer crashed between writing the record and
 // publishing it) and publishes them. Repair can also be called directly.
-// The leader reads every record for it at the start of its term and
-// hourly; in between it looks only at the runs the run index names (below),
-// so a sweep costs in proportion to the runs not ended.
+// The leader reads every record for it at the start of its term (once the
+// dispatcher has read what is due) and hourly, 5,000 records a second so
+// that the runs coming due meanwhile keep the machine; in between it looks
+// only at the runs the run index names (below), so a sweep costs in
+// proportion to the runs not ended.
 //
 // # Run index
 //

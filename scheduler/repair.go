@@ -11,6 +11,8 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/liveness"
+	"github.com/jetflow-dev/jetflow/internal/pace"
+	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/internal/wfwire"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
@@ -20,7 +22,17 @@ import (
 // the run index names its candidates: a safety net.
 const fullRepairEvery = time.Hour
 
-func (s *Scheduler) repairLoop(ctx context.Context) {
+// repairLoop sweeps every RepairInterval while the term lasts. Its first
+// sweep, which reads every record, waits for the dispatcher to have read
+// what is due (ready; at most a RepairInterval), and its reads of every
+// record are paced (backgroundRate): runs coming due first.
+func (s *Scheduler) repairLoop(ctx context.Context, ready <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-ready:
+	case <-time.After(s.cfg.RepairInterval):
+	}
 	t := time.NewTicker(s.cfg.RepairInterval)
 	defer t.Stop()
 	var lastFull time.Time
@@ -30,11 +42,14 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 		if st := s.index.Stats(); st.CaughtUp && !lastFull.IsZero() && time.Since(lastFull) < fullRepairEvery {
 			n, err = s.repairIndexed(ctx)
 		} else {
-			n, err = s.repair(ctx, true)
+			n, err = s.repair(ctx, true, &pace.Pacer{PerSec: backgroundRate})
 			if err == nil {
 				lastFull = time.Now()
 			}
 		}
+		s.mu.Lock()
+		s.stats.Sweeps++
+		s.mu.Unlock()
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("repair sweep", "error", err)
 		} else if n > 0 {
@@ -59,7 +74,7 @@ func (s *Scheduler) repairLoop(ctx context.Context) {
 // run index names (runs not ended, and ended runs with an on-complete
 // callback written since the last sweep): its cost follows the work found,
 // not the records kept.
-func (s *Scheduler) Repair(ctx context.Context) (int, error) { return s.repair(ctx, false) }
+func (s *Scheduler) Repair(ctx context.Context) (int, error) { return s.repair(ctx, false, nil) }
 
 // RepairIndexed is the sweep the leader's loop runs between full sweeps:
 // Repair over the runs the run index names (runs not ended that its
@@ -72,13 +87,12 @@ func (s *Scheduler) RepairIndexed(ctx context.Context) (int, error) { return s.r
 func (s *Scheduler) repairIndexed(ctx context.Context) (int, error) {
 	cut := s.now().Add(-s.cfg.RepairGrace)
 	var cands, notify, running, later []kv.Header
-	for _, l := range s.index.Candidates() {
+	for _, l := range s.index.Candidates(func(l runindex.Live) bool { return repairCandidate(l.State, l.Due, cut) }) {
 		h := kv.Header{ID: l.ID, State: l.State, Function: l.Function, Due: l.Due}
-		if h.State == jetflow.Pending && !h.Due.IsZero() && h.Due.Before(cut) {
-			cands = append(cands, h)
-		}
 		if h.State == jetflow.InProgress {
 			running = append(running, h)
+		} else {
+			cands = append(cands, h)
 		}
 	}
 	for _, h := range s.index.TakeNotify() {
@@ -92,13 +106,23 @@ func (s *Scheduler) repairIndexed(ctx context.Context) (int, error) {
 	return s.settle(ctx, cands, notify, running)
 }
 
-func (s *Scheduler) repair(ctx context.Context, seed bool) (int, error) {
+// repair is a sweep over every record, paced by pace (nil: at once); seed
+// hands the run index the runs not ended.
+func (s *Scheduler) repair(ctx context.Context, seed bool, p *pace.Pacer) (int, error) {
 	cut := s.now().Add(-s.cfg.RepairGrace)
 	var cands, notify, running, open []kv.Header
 	recent := s.now().Add(-s.scfg.Retention)
 	err := s.store.Scan(ctx, func(h kv.Header) {
+		if p != nil {
+			p.Wait(ctx)
+		}
 		if seed && !h.State.Terminal() {
-			open = append(open, h)
+			// Handed over a page at a time: a million runs waiting are
+			// never all held twice.
+			if open = append(open, h); len(open) == seedPage {
+				s.index.Seed(open)
+				open = open[:0]
+			}
 		}
 		if h.State == jetflow.Pending && !h.Due.IsZero() && h.Due.Before(cut) {
 			cands = append(cands, h)
@@ -118,6 +142,10 @@ func (s *Scheduler) repair(ctx context.Context, seed bool) (int, error) {
 	}
 	return s.settle(ctx, cands, notify, running)
 }
+
+// seedPage is how many runs not ended a full sweep hands the run index at
+// a time.
+const seedPage = 1000
 
 // settle repairs the candidates of a sweep (each is read again first).
 func (s *Scheduler) settle(ctx context.Context, cands, notify, running []kv.Header) (int, error) {
@@ -335,6 +363,13 @@ func (s *Scheduler) repairRunning(ctx context.Context, running []kv.Header) int 
 		}
 	}
 	return n
+}
+
+// repairCandidate reports whether a run not ended, in state st and due at
+// due, is one a sweep looks at: pending and due before cut, or in
+// progress.
+func repairCandidate(st jetflow.State, due, cut time.Time) bool {
+	return st == jetflow.InProgress || st == jetflow.Pending && !due.IsZero() && due.Before(cut)
 }
 
 // notifyDue reports whether a terminal record's completion time, notify,

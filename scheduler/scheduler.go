@@ -16,6 +16,7 @@ import (
 	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/lifecycle"
 	"github.com/jetflow-dev/jetflow/internal/liveness"
+	"github.com/jetflow-dev/jetflow/internal/pace"
 	"github.com/jetflow-dev/jetflow/internal/runindex"
 	"github.com/jetflow-dev/jetflow/internal/srvclock"
 	"github.com/jetflow-dev/jetflow/kv"
@@ -104,6 +105,9 @@ type Stats struct {
 	Dispatched int64
 	Repaired   int64
 	Terms      int64
+	// Sweeps counts the repair sweeps this scheduler's leader loop ended
+	// (the first of a term waits until what is due was read).
+	Sweeps int64
 	// Ticks counts the dispatcher's ticks (every 200 ms while leading:
 	// reading the delayed entries of the seconds that came within
 	// Config.Horizon); TickTime is the time they took in all.
@@ -160,6 +164,7 @@ func New(ctx context.Context, js jetstream.JetStream, cfg Config) (*Scheduler, e
 	s.lease = kv.NewLease(js, leases, "scheduler", cfg.ID, cfg.LeaseTTL, cfg.Now)
 	s.index = runindex.New(js, cfg.Streams) // its Replicas as given: zero keeps the index stream's
 	s.index.Name, s.index.Log = cfg.ID, cfg.Logger
+	s.index.RecountRate = backgroundRate
 	return s, nil
 }
 
@@ -259,7 +264,7 @@ func (s *Scheduler) lead(ctx context.Context) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.repairLoop(ctx)
+		s.repairLoop(ctx, d.ready)
 	}()
 	wg.Add(1)
 	go func() {
@@ -313,11 +318,16 @@ type dispatcher struct {
 	wake   chan struct{}
 	// watchWait bounds the start of the watch (kv.WatchWithin).
 	watchWait time.Duration
+	// ready is closed once the term's first start has read what is due:
+	// the repair sweep's first read of every record waits for it.
+	ready     chan struct{}
+	readyOnce sync.Once
 }
 
 func newDispatcher(s *Scheduler, parallel int) *dispatcher {
 	return &dispatcher{s: s, known: map[string]uint64{}, inflight: map[string]int64{},
-		sem: make(chan struct{}, parallel), wake: make(chan struct{}, 1), watchWait: kv.WatchWait}
+		sem: make(chan struct{}, parallel), wake: make(chan struct{}, 1), watchWait: kv.WatchWait,
+		ready: make(chan struct{})}
 }
 
 func (d *dispatcher) poke() {
@@ -428,6 +438,7 @@ func (d *dispatcher) loop(ctx context.Context) error {
 	if err := d.start(ctx); err != nil {
 		return err
 	}
+	d.readyOnce.Do(func() { close(d.ready) })
 	lctx, stop := context.WithCancel(ctx)
 	var lwg sync.WaitGroup
 	defer func() {
@@ -504,21 +515,23 @@ func (s *Scheduler) awaitLeaders(ctx context.Context, names ...string) {
 // leaderWait bounds awaitLeaders: an election takes 4-9 s.
 const leaderWait = 15 * time.Second
 
-// start loads what is due or due within the horizon at the start of a
-// term (see checkpointKey).
+// start loads what is due at the start of a term (see checkpointKey):
+// the seconds from the checkpoint to the next one. The loop fires them as
+// soon as start returns; its first tick, at once, reads the rest of the
+// horizon.
 func (d *dispatcher) start(ctx context.Context) error {
 	s := d.s
 	now := s.now().Unix()
-	horizon := s.now().Add(s.cfg.Horizon).Unix()
 	from := now - catchUp
 	low, ok := s.readCheckpoint(ctx)
 	full := !ok || low < now-catchUpMax
 	if !full {
 		from = min(from, low)
 	}
-	d.setLoaded(horizon)
-	secs := make([]int64, 0, horizon-from+1)
-	for sec := from; sec <= horizon; sec++ {
+	upTo := now + 1
+	d.setLoaded(upTo)
+	secs := make([]int64, 0, upTo-from+1)
+	for sec := from; sec <= upTo; sec++ {
 		secs = append(secs, sec)
 	}
 	if err := s.store.ReadDelayed(ctx, secs, d.add); err != nil {
@@ -541,8 +554,7 @@ func (d *dispatcher) start(ctx context.Context) error {
 	d.mu.Unlock()
 	d.wg.Go(func() {
 		t0 := time.Now()
-		err := s.store.ReadDelayed(ctx, nil, d.add)
-		if err != nil {
+		if err := d.readBefore(ctx, from); err != nil {
 			// The next term reads again: the checkpoint did not move.
 			if ctx.Err() == nil {
 				s.log.Warn("reading the delayed bucket", "error", err)
@@ -558,6 +570,43 @@ func (d *dispatcher) start(ctx context.Context) error {
 	return nil
 }
 
+// backgroundRate bounds the background reads of a term (the delayed
+// bucket's keys of a first term, the repair sweep's records, the run
+// index's recount), in messages a second each, so that they take a small
+// share of the machine beside runs coming due, whatever the records kept:
+// a million are read in 200 s.
+const backgroundRate = 5_000
+
+// readBefore reads, in the background of a term without a checkpoint, the
+// delayed entries due before second from, which neither the term's start
+// nor its ticks read: the keys of the whole bucket, paced, and the value
+// of each entry found before from. Nothing else of the bucket is kept.
+func (d *dispatcher) readBefore(ctx context.Context, from int64) error {
+	s := d.s
+	p := pace.Pacer{PerSec: backgroundRate}
+	var old []string
+	err := s.store.ScanDelayedKeys(ctx, func(key string, _ uint64) {
+		p.Wait(ctx)
+		if sec, _, ok := kv.ParseDelayedKey(key); ok && sec < from {
+			old = append(old, key)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	for _, k := range old {
+		e, err := s.store.Delayed().Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // dispatched or canceled meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		d.add(k, e.Revision(), e.Value())
+	}
+	return nil
+}
+
 // loadLoop reads each second's entries when it comes within the horizon,
 // and stores the checkpoint, until ctx ends.
 func (d *dispatcher) loadLoop(ctx context.Context) {
@@ -565,12 +614,14 @@ func (d *dispatcher) loadLoop(ctx context.Context) {
 	tick := time.NewTicker(tickEvery)
 	defer tick.Stop()
 	lastCheckpoint := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			d.storeCheckpoint()
-			return
-		case <-tick.C:
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				d.storeCheckpoint()
+				return
+			case <-tick.C:
+			}
 		}
 		t0 := time.Now()
 		next := s.now().Add(s.cfg.Horizon).Unix()

@@ -285,7 +285,9 @@ func TestRepairAfterATakeoverWhenAReplicaIsBehind(t *testing.T) {
 		return s
 	}
 	s1 := start("s1", time.Hour)
-	testserver.Eventually(t, 10*time.Second, "s1 leads", s1.IsLeader)
+	// s1's first sweep is over before the orphans are written: only s2
+	// may repair them.
+	testserver.Eventually(t, 10*time.Second, "s1 leads and swept once", func() bool { return s1.IsLeader() && s1.Stats().Sweeps > 0 })
 	// What producers that crashed between the record and the message leave.
 	const n = 30
 	past := time.Now().Add(-time.Minute).UTC()

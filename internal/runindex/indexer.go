@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/natsperm"
+	"github.com/jetflow-dev/jetflow/internal/pace"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
@@ -39,6 +40,11 @@ type Indexer struct {
 	Log *slog.Logger
 	// Name says who indexes, in the checkpoint.
 	Name string
+	// RecountRate bounds a recount (a first term, or one whose checkpoint
+	// cannot be carried on), in records read a second, so that it takes
+	// a small share of the machine beside the work that is due. Default:
+	// no limit.
+	RecountRate int
 
 	js  jetstream.JetStream
 	cfg streams.Config
@@ -52,6 +58,7 @@ type Indexer struct {
 	live    map[string]Live      // non-terminal runs whose writes this term processed
 	seeded  map[string]Live      // non-terminal runs seen by a full scan, not processed since
 	notify  map[string]kv.Header // terminal runs with an on-complete callback, for the repair sweep
+	names   map[string]string    // states and functions, shared (intern)
 	stats   Stats
 	ackWait time.Duration
 }
@@ -94,20 +101,52 @@ func (ix *Indexer) Stats() Stats {
 }
 
 // Candidates returns the runs in state pending or inProgress that the
-// indexer knows of: those written since its term's checkpoint and those a
-// full scan handed it (Seed). The repair sweep reads them instead of every
-// record.
-func (ix *Indexer) Candidates() []Live {
+// indexer knows of and that match (all when match is nil): those written
+// since its term's checkpoint and those a full scan handed it (Seed). The
+// repair sweep reads them instead of every record; matching here, it
+// copies only those it acts on (runs waiting far ahead are most).
+func (ix *Indexer) Candidates(match func(Live) bool) []Live {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	out := make([]Live, 0, len(ix.live)+len(ix.seeded))
-	for _, l := range ix.live {
-		out = append(out, l)
-	}
-	for _, l := range ix.seeded {
-		out = append(out, l)
+	var out []Live
+	for _, m := range [...]map[string]Live{ix.live, ix.seeded} {
+		for _, l := range m {
+			if match == nil || match(l) {
+				out = append(out, l)
+			}
+		}
 	}
 	return out
+}
+
+// kept returns l as the indexer holds it for long: its id copied out of
+// the message it came from (a substring would keep the whole message's
+// buffer), its state and function shared with every other run's (one
+// string each, up to maxNames). With the map's own cost, a run not ended
+// costs the indexer about 150 bytes (docs/scaling.md).
+func (ix *Indexer) kept(l Live) Live {
+	l.ID = strings.Clone(l.ID)
+	l.State = jetflow.State(ix.intern(string(l.State)))
+	l.Function = ix.intern(l.Function)
+	return l
+}
+
+// maxNames bounds the strings the indexer shares (intern).
+const maxNames = 10_000
+
+// intern returns the indexer's copy of v. Called with ix.mu held.
+func (ix *Indexer) intern(v string) string {
+	if c, ok := ix.names[v]; ok {
+		return c
+	}
+	c := strings.Clone(v)
+	if ix.names == nil {
+		ix.names = map[string]string{}
+	}
+	if len(ix.names) < maxNames {
+		ix.names[c] = c
+	}
+	return c
 }
 
 // TakeNotify returns the terminal runs with an on-complete callback seen
@@ -156,7 +195,8 @@ func (ix *Indexer) Seed(hs []kv.Header) {
 		if h.State.Terminal() || hasLive(ix.live, h.ID) {
 			continue
 		}
-		ix.seeded[h.ID] = Live{ID: h.ID, State: h.State, Function: h.Function, Due: h.Due}
+		l := ix.kept(Live{ID: h.ID, State: h.State, Function: h.Function, Due: h.Due})
+		ix.seeded[l.ID] = l
 	}
 }
 
@@ -431,6 +471,7 @@ func (ix *Indexer) consume(ctx context.Context, ents *entries, st *state, msgs <
 	tick := time.NewTicker(ix.Every)
 	defer tick.Stop()
 	dirty, lastWrite := true, time.Time{}
+	recount := pace.Pacer{PerSec: ix.RecountRate}
 	for {
 		select {
 		case <-ctx.Done():
@@ -439,6 +480,9 @@ func (ix *Indexer) consume(ctx context.Context, ents *entries, st *state, msgs <
 			md, err := m.Metadata()
 			if err != nil {
 				continue
+			}
+			if st.cp.Rebuilding {
+				recount.Wait(ctx)
 			}
 			if err := ix.apply(ctx, ents, st, m, md); err != nil {
 				return err
@@ -560,7 +604,9 @@ func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstr
 			ix.notify[id] = kv.Header{ID: id, State: to, Function: fn, Notify: n, Revision: seq}
 		}
 	} else {
-		ix.live[id] = Live{ID: id, State: to, Function: fn, Due: parseMillis(h.Get(kv.HeaderDue))}
+		// Keyed by the copy too: a map stores the key of each assignment.
+		l := ix.kept(Live{ID: id, State: to, Function: fn, Due: parseMillis(h.Get(kv.HeaderDue))})
+		ix.live[l.ID] = l
 	}
 	st.cp.Seq, ix.stats.Seq = seq, seq
 	if seq > st.cp.IndexSeq {

@@ -258,15 +258,15 @@ func BenchmarkEnqueueMany(b *testing.B) {
 }
 
 // The delayed store figures run end to end over a small waiting set and
-// print their line; every phase checks its runs (a due run published, the
-// lateness runs all success).
+// print their lines; every phase checks its runs (the lateness runs of
+// both terms all started, none twice).
 func TestRunDelayedScaleSmall(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
 	if err := RunDelayedScale(context.Background(), &out, true, []int{500}); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{"500 waiting", "start to first fire", "standby takeover to first fire", "tick", "lateness p50"} {
+	for _, want := range []string{"500 waiting", "first term lateness p50", "takeover lateness p50", "raw publish->consume p50", "per waiting run"} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("no %q in:\n%s", want, out.String())
 		}
