@@ -90,6 +90,10 @@ func (p *Producer) storeEvent(ctx context.Context, r *jetflow.Run, name string, 
 		return err
 	}
 	if err := wfwire.StoreEvent(ctx, journal, workflowID, name, ev); err != nil {
+		wfwire.WakeUnconfirmed(ctx, err, func(ctx context.Context) error {
+			_, err := p.Enqueue(ctx, wfwire.WakeCall(r.Name, workflowID))
+			return err
+		})
 		return err
 	}
 	if _, err := p.Enqueue(ctx, wfwire.WakeCall(r.Name, workflowID)); err != nil {

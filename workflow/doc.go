@@ -2,7 +2,8 @@
 // steps (inline code, function calls, child workflows, sleeps, events)
 // whose progress is journaled, so that a workflow survives the restart of
 // any process, the NATS server included, and waits for days holding no
-// goroutine and no memory.
+// goroutine and no memory beyond a worker's bounded cache of waiting
+// executions (sticky execution).
 //
 //	var Onboard = workflow.Define("users.onboard", func(wf *workflow.Context, in Signup) (string, error) {
 //		acct, err := workflow.Step(wf, "create-account", func(ctx context.Context) (string, error) { ... })
@@ -43,7 +44,8 @@
 // function: a step whose entry has ended returns its journaled result (or
 // error) without running; the first one that has not runs inline (Step)
 // or starts what it waits for (Call, RunChild, Sleep, AwaitEvent). A
-// step that must wait ends its goroutine with runtime.Goexit, so the
+// step that must wait blocks its branch (sticky execution, below), or,
+// without the cache, ends its goroutine with runtime.Goexit, so the
 // workflow's deferred calls run at every suspension (keep side effects
 // out of defers). When every branch waits, the segment records in the
 // workflow's cursor (<id>.wf) that it waits, checks once more that what
@@ -53,8 +55,22 @@
 // never run at once, and no wake-up is lost. A child run's completion
 // (its on-complete callback, "<name>.wake"), a timer (a delayed run of
 // "<name>.wake") and SendEvent resume it. A workflow that sleeps is a
-// journal entry and a delayed run: it costs no goroutine and no memory
-// in any worker.
+// journal entry and a delayed run, plus, on the worker where it parked,
+// its cached execution (below).
+//
+// # Sticky execution
+//
+// A worker keeps the execution of a workflow that parked on it (its
+// goroutines, blocked where they wait) in a bounded cache per definition
+// (RegisterOptions.CachedExecutions, default DefaultCachedExecutions, the
+// least recently parked evicted first). The next segment, when it runs on
+// that worker and takes over the cursor exactly as that park wrote it
+// (same revision and run), resumes the execution: each waiting branch
+// checks its wait again in the new segment and goes on or waits again,
+// instead of the code replaying from the top. Anything else (another
+// worker, a restart, an eviction, a cursor written since, continue as
+// new, a query) replays from the journal, which stays the source of
+// truth: only the cost differs. Worker.Stop ends the cached executions.
 //
 // A replay that reaches a step whose journaled name or kind differs from
 // what the code asks, or ends before a journaled step, fails the workflow
@@ -132,12 +148,15 @@
 //
 // # Limits
 //
-// A segment replays the current run's function from the top: a run that
-// waits n times runs its own code O(n²) times (journaled steps are map
-// look-ups); ContinueAsNew starts a fresh run and bounds n. The journal is
-// read once per segment, and not at all when the segment runs on the
-// worker where the previous one parked and no other segment ran since
-// (sticky journals, up to 1024 workflows per definition and worker). The
+// On the worker where it parks, a run that waits n times runs its code
+// once (sticky execution), each await reading only the events stored
+// after the last one taken; a segment elsewhere (or after a restart or an
+// eviction) replays the run's code from the top once, journaled steps
+// being map look-ups, and reads its journal. ContinueAsNew starts a fresh
+// run and bounds what a replay reads and a cached execution holds. The
+// journal is not read at all when the segment runs on the worker where
+// the previous one parked and no other segment ran since (sticky
+// journals, up to 1024 workflows per definition and worker). The
 // record's children list holds what may still run (each segment's claim
 // drops the segment before and the runs of ended steps). Results and
 // inputs must fit a run record.

@@ -278,14 +278,21 @@ func (j *journal) load(ctx context.Context, wf string) (*snapshot, error) {
 // for them). A read counts only when the leader's last revision is the
 // same after it as before it (movedSince): else it is read again.
 func (j *journal) scan(ctx context.Context, filter string, visit func(jetstream.KeyValueEntry) error) error {
+	return j.scanFrom(ctx, filter, 0, visit)
+}
+
+// scanFrom is scan of the entries written at revision from or later
+// (0: all); a key deleted or purged since is left out. When the leader
+// holds nothing under filter from there, it reads nothing (one request).
+func (j *journal) scanFrom(ctx context.Context, filter string, from uint64, visit func(jetstream.KeyValueEntry) error) error {
 	var entries []jetstream.KeyValueEntry
 	err := kv.ReadCaughtUp(ctx, j.js, streams.KVStream(j.bucket), streams.KVSubject(j.bucket, filter), 51, 20*time.Millisecond,
 		func(want uint64, known bool) (seen uint64, err error) {
-			if known && want == 0 {
+			if known && (want == 0 || want < from) {
 				entries = nil
-				return 0, nil
+				return want, nil
 			}
-			entries, seen, err = j.read(ctx, filter, want)
+			entries, seen, err = j.read(ctx, filter, want, from)
 			if err == nil && known && j.movedSince(ctx, filter, want) {
 				return 0, nil // a key rewritten during the read may be left out
 			}
@@ -325,14 +332,21 @@ var errStaleJournal = errors.New("workflow: journal read behind its leader")
 // watch's end of its initial values, or once it has seen revision until
 // (0: no such bound); a watch quiet for readStall is an error (the read is
 // retried).
-func (j *journal) read(ctx context.Context, filter string, until uint64) ([]jetstream.KeyValueEntry, uint64, error) {
-	w, err := j.kv.Watch(ctx, filter)
+func (j *journal) read(ctx context.Context, filter string, until, from uint64) ([]jetstream.KeyValueEntry, uint64, error) {
+	var opts []jetstream.WatchOpt
+	if from > 0 {
+		opts = append(opts, jetstream.ResumeFromRevision(from))
+	}
+	w, err := j.kv.Watch(ctx, filter, opts...)
 	if err != nil {
 		return nil, 0, fmt.Errorf("workflow: read journal: %w", err)
 	}
 	defer func() { _ = w.Stop() }() // an unsubscribe: it fails only on a connection gone
 	var out []jetstream.KeyValueEntry
-	var seen uint64
+	seen := from - min(from, 1) // read before: below from
+	// From a revision on, the watch gives every write, not each key's
+	// last: a key deleted or purged since is dropped.
+	gone := map[string]bool{}
 	stall := time.NewTimer(readStall)
 	defer stall.Stop()
 	for {
@@ -346,38 +360,66 @@ func (j *journal) read(ctx context.Context, filter string, until uint64) ([]jets
 				return nil, 0, errors.New("workflow: journal watch closed")
 			}
 			if e == nil {
-				return out, seen, nil
+				return dropGone(out, gone), seen, nil
 			}
 			stall.Reset(readStall)
 			seen = max(seen, e.Revision())
 			if e.Operation() == jetstream.KeyValuePut {
 				out = append(out, e)
+			} else if from > 0 {
+				gone[e.Key()] = true
 			}
 			if until > 0 && seen >= until {
-				return out, seen, nil
+				return dropGone(out, gone), seen, nil
 			}
 		}
 	}
+}
+
+// dropGone returns entries without those of keys deleted after them
+// (gone: read from a revision on, in revision order).
+func dropGone(entries []jetstream.KeyValueEntry, gone map[string]bool) []jetstream.KeyValueEntry {
+	if len(gone) == 0 {
+		return entries
+	}
+	last := map[string]uint64{}
+	for _, e := range entries {
+		last[e.Key()] = e.Revision()
+	}
+	out := entries[:0]
+	for _, e := range entries {
+		if !gone[e.Key()] && last[e.Key()] == e.Revision() {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // readStall is how long a journal read waits for the next entry of its
 // watch before it gives up (and its caller is retried).
 const readStall = 5 * time.Second
 
-// events reads the events named name sent to workflow wf, oldest first.
-func (j *journal) events(ctx context.Context, wf, name string) ([]event, error) {
-	return j.eventsAt(ctx, eventPrefix(wf, name))
+// events reads the events named name sent to workflow wf after revision
+// after (the floor: eventFloor), oldest first.
+func (j *journal) events(ctx context.Context, wf, name string, after uint64) ([]event, error) {
+	return j.eventsAt(ctx, eventPrefix(wf, name), after)
 }
 
-// updates reads the updates named name sent to workflow wf, oldest first.
-func (j *journal) updates(ctx context.Context, wf, name string) ([]event, error) {
-	return j.eventsAt(ctx, wfwire.UpdatePrefix(wf, name))
+// updates reads the updates named name sent to workflow wf after revision
+// after, oldest first.
+func (j *journal) updates(ctx context.Context, wf, name string, after uint64) ([]event, error) {
+	return j.eventsAt(ctx, wfwire.UpdatePrefix(wf, name), after)
 }
 
-// eventsAt reads the events (or updates) under prefix, oldest first.
-func (j *journal) eventsAt(ctx context.Context, prefix string) ([]event, error) {
+// eventsAt reads the events (or updates) under prefix stored after
+// revision after, oldest first.
+func (j *journal) eventsAt(ctx context.Context, prefix string, after uint64) ([]event, error) {
 	var out []event
-	err := j.scan(ctx, prefix+"*", func(e jetstream.KeyValueEntry) error {
+	var from uint64 // all of them
+	if after > 0 {
+		from = after + 1
+	}
+	err := j.scanFrom(ctx, prefix+"*", from, func(e jetstream.KeyValueEntry) error {
 		var ev event
 		if json.Unmarshal(e.Value(), &ev) != nil {
 			return nil

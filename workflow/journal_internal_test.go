@@ -3,6 +3,7 @@ package workflow
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,5 +150,58 @@ func TestJournalWriteWhoseRequestIsNeverAnswered(t *testing.T) {
 	got, err := jr.kv.Get(context.Background(), stepKey("wfu", "1"))
 	if err != nil || got.Revision() != e.Revision {
 		t.Fatalf("stored entry: %v, revision %d, want %d", err, got.Revision(), e.Revision)
+	}
+}
+
+// An await reads the events stored after its floor only: those before are
+// left out, a key deleted or purged after the floor too, and a floor at
+// or past the last event reads none.
+func TestEventsAfterTheirFloor(t *testing.T) {
+	t.Parallel()
+	_, _, jr := journalEnv(t)
+	ctx := context.Background()
+	put := func(k string) uint64 {
+		rev, err := jr.kv.Put(ctx, k, []byte(`{"name":"tick","payload":"`+k+`"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rev
+	}
+	r1 := put("wfe.ev.tick.a")
+	r2 := put("wfe.ev.tick.b")
+	put("wfe.ev.other.c")
+	r4 := put("wfe.ev.tick.d")
+	put("wfe.ev.tick.e")
+	if err := jr.kv.Delete(ctx, "wfe.ev.tick.e"); err != nil {
+		t.Fatal(err)
+	}
+	r6 := put("wfe.ev.tick.f")
+	if err := jr.kv.Purge(ctx, "wfe.ev.tick.f"); err != nil {
+		t.Fatal(err)
+	}
+	keys := func(after uint64) []string {
+		evs, err := jr.events(ctx, "wfe", "tick", after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, ev := range evs {
+			out = append(out, ev.key[len("wfe.ev.tick."):])
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		after uint64
+		want  string
+	}{
+		{0, "a b d"},
+		{r1, "b d"},
+		{r2, "d"},
+		{r4, ""},
+		{r6 + 5, ""},
+	} {
+		if got := strings.Join(keys(tc.after), " "); got != tc.want {
+			t.Errorf("events after %d: %q, want %q", tc.after, got, tc.want)
+		}
 	}
 }

@@ -154,8 +154,9 @@ func (d *driver) replayReadOnly(ctx context.Context, wf string) (*segment, error
 	}
 	s := &segment{d: d, jr: jr, def: d.def, wf: wf, n: cur.Seg, ctx: ctx, cur: cur, rec: rec,
 		steps: generation(snap.steps, cur.gen()), claims: snap.claims, readOnly: true}
-	s.spawn(func() (json.RawMessage, error) { return d.def.run(s.root(), s.input(rec)) })
-	s.wg.Wait()
+	s.x = newExecution(false)
+	s.start(rec)
+	s.x.settle()
 	return s, nil
 }
 

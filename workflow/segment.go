@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"runtime"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,9 +28,10 @@ import (
 // each branch started with Go get one. Steps take it as their first
 // argument. It is not safe for concurrent use: each branch has its own.
 type Context struct {
-	seg  *segment
-	path string // "" for the workflow function, the branch's step id otherwise
-	n    int    // steps taken in this branch
+	seg  *segment // the segment running it: a resumed execution's moves on
+	b    *branch  // the branch it is the Context of
+	path string   // "" for the workflow function, the branch's step id otherwise
+	n    int      // steps taken in this branch
 }
 
 // ID is the workflow's id.
@@ -44,9 +44,13 @@ func (wf *Context) Name() string { return wf.seg.def.Name() }
 // grows each time the workflow resumes after a wait.
 func (wf *Context) Segment() int { return wf.seg.n }
 
-// Context is the segment's context: it ends with cause jetflow.ErrCanceled
-// when the workflow is canceled. Inline steps receive it.
-func (wf *Context) Context() context.Context { return wf.seg.ctx }
+// Context is the context of the segment running the code: it ends with
+// cause jetflow.ErrCanceled when the workflow is canceled. Inline steps
+// receive it. It follows the code from segment to segment: code that
+// waited and was resumed in a later segment (sticky execution) gets that
+// segment's context through it; only a channel taken from its Done
+// belongs to the segment it was taken in.
+func (wf *Context) Context() context.Context { return followCtx{wf.seg.x} }
 
 // peek is the id of the next step of this branch.
 func (wf *Context) peek() string {
@@ -96,6 +100,9 @@ type driver struct {
 	// still at the revision this one wrote (no other segment ran
 	// between), replays without reading the journal again.
 	sticky map[string]*stickyJournal
+	// execs keeps the executions of workflows that parked here (sticky
+	// execution, sticky.go).
+	execs *execCache
 }
 
 // stickyJournal is a journal as a segment left it when it parked.
@@ -158,11 +165,13 @@ const internalAttempts = 6000
 // answers its queries (Query) until w stops. Call it before w.Start, on
 // every worker that runs the workflow. Errors: worker.ErrRegistered.
 func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...RegisterOptions) error {
-	d := &driver{p: w.Producer(), def: def}
-	segOpts := internalOptions
+	var o RegisterOptions
 	if len(opts) > 0 {
-		segOpts.MaxParallel, segOpts.Concurrency = opts[0].MaxParallel, opts[0].Concurrency
+		o = opts[0]
 	}
+	d := &driver{p: w.Producer(), def: def, execs: newExecCache(o.cachedExecutions())}
+	segOpts := internalOptions
+	segOpts.MaxParallel, segOpts.Concurrency = o.MaxParallel, o.Concurrency
 	segFn := jetflow.Define[segArgs](SegmentFunction(def.name))
 	wakeFn := jetflow.Define[jetflow.Completion](WakeFunction(def.name))
 	startFn := jetflow.Define[json.RawMessage](StartFunction(def.name))
@@ -175,7 +184,32 @@ func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...Reg
 	if err := worker.Register(w, wakeFn, d.wake, internalOptions); err != nil {
 		return err
 	}
-	return d.serveQueries(w)
+	if err := d.serveQueries(w); err != nil {
+		return err
+	}
+	go func() {
+		<-w.Stopped()
+		d.stopExecutions()
+	}()
+	return nil
+}
+
+// forget drops the execution cached for workflow wf, which has ended
+// (canceled while it waited).
+func (d *driver) forget(wf string) {
+	if x := d.execs.take(wf); x != nil {
+		x.drop()
+	}
+}
+
+// stopExecutions ends the executions cached here, and waits until their
+// goroutines have ended: the worker stopped, no segment runs.
+func (d *driver) stopExecutions() {
+	xs := d.execs.close()
+	dropAll(xs)
+	for _, x := range xs {
+		x.alive.Wait()
+	}
 }
 
 // RegisterOptions tune how a definition's workflows run.
@@ -189,6 +223,25 @@ type RegisterOptions struct {
 	// Concurrency is the most segments this worker runs at once. Default
 	// the worker's Config.Concurrency.
 	Concurrency int
+	// CachedExecutions is the most waiting workflows of this definition
+	// whose execution this worker keeps (sticky execution: the goroutines
+	// of the workflow's code, blocked where they wait), so that the next
+	// segment, when it runs on this worker, resumes the code where it
+	// waited instead of replaying it from the top. The least recently
+	// parked is evicted first; the worker's Stop ends them all. Default
+	// DefaultCachedExecutions; negative: none (every segment replays).
+	CachedExecutions int
+}
+
+// cachedExecutions is CachedExecutions with its default.
+func (o RegisterOptions) cachedExecutions() int {
+	switch {
+	case o.CachedExecutions < 0:
+		return 0
+	case o.CachedExecutions == 0:
+		return DefaultCachedExecutions
+	}
+	return o.CachedExecutions
 }
 
 // wake runs when a child run of the workflow ends or one of its timers
@@ -216,6 +269,7 @@ func (d *driver) wake(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 	}
 	if r.State.Terminal() {
 		// Canceled: its journal goes when its record does.
+		d.forget(wc.WF)
 		return schedulePurge(ctx, d.p, d.def.Name(), r)
 	}
 	jr, err := d.journal(ctx)
@@ -259,6 +313,11 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 		if gerr != nil || !r.State.Terminal() {
 			return gerr // it is there and will run
 		}
+		if moved, err := cursorMoved(ctx, jr, id, cur); moved || err != nil {
+			// Segment n+1 (or another) took the cursor since it was read,
+			// after what this resume is for was stored: it sees it.
+			return err
+		}
 		// Segment n+1 ended without taking the cursor (it found segment n
 		// running again after a redelivery): one more, named after this
 		// cursor's revision, so that every resumer of this state makes
@@ -266,6 +325,19 @@ func resume(ctx context.Context, p *producer.Producer, jr *journal, name, id str
 		seg = jetflow.DerivedID(fmt.Sprintf("%s-seg%d-%d", id, n, cur.rev))
 	}
 	return nil
+}
+
+// cursorMoved reports whether workflow id's cursor, as its leader holds
+// it, is no longer cur (a segment wrote it since cur was read). A resume
+// that finds the segment it made ended asks it before it makes another:
+// a spurious one would take the cursor from the segment that runs, or
+// from its cached execution (each then replays).
+func cursorMoved(ctx context.Context, jr *journal, id string, cur *cursor) (bool, error) {
+	now, err := jr.latestCursor(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	return now == nil || now.rev != cur.rev, nil
 }
 
 // errBusy: the previous segment still runs; this one is retried shortly.
@@ -346,6 +418,7 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 		return err
 	}
 	if rec.State.Terminal() {
+		d.forget(a.WF)
 		return schedulePurge(ctx, d.p, d.def.Name(), rec)
 	}
 	jr, err := d.journal(ctx)
@@ -366,7 +439,11 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	if rs == nil || err != nil {
 		return err
 	}
-	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: generation(rs.steps, rs.cur.gen()), claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC(), created: rec.CreationTime}
+	s := &segment{d: d, jr: jr, def: d.def, wf: a.WF, n: a.N, ctx: ctx, steps: generation(rs.steps, rs.cur.gen()), claims: rs.claims, cur: rs.cur, rec: rec, id: j.ID(), started: time.Now().UTC(), created: rec.CreationTime, x: rs.x}
+	if s.x == nil {
+		s.x = newExecution(d.execs.on())
+	}
+	defer s.leave()
 	s.drop = endedRuns(a.WF, a.N, s.steps)
 	// The record's claim (inProgress): a first segment that finds it
 	// pending writes it only if it runs for recordClaimAfter, or when it
@@ -383,9 +460,35 @@ func (d *driver) runSegment(ctx context.Context, j *worker.Job[segArgs]) error {
 	} else if err != nil {
 		return err
 	}
-	main := s.spawn(func() (json.RawMessage, error) { return d.def.run(s.root(), s.input(rec)) })
-	s.wg.Wait()
-	return s.conclude(ctx, main.out)
+	return s.run(ctx, rec)
+}
+
+// run runs the workflow's code in this segment: it resumes the execution
+// it took from the cache, or starts one that replays from the top; then,
+// once every branch has ended or waits, concludes. The execution is
+// dropped unless the segment's park kept it.
+func (s *segment) run(ctx context.Context, rec *jetflow.Run) error {
+	if s.x.main == nil {
+		s.start(rec)
+	} else {
+		s.x.resume(s)
+	}
+	return s.conclude(ctx, s.x.settle())
+}
+
+// start starts the workflow's code from the top in execution s.x.
+func (s *segment) start(rec *jetflow.Run) {
+	root := s.root()
+	in := s.input(rec)
+	s.x.cur.Store(s)
+	s.x.main = s.x.spawn(root, func() (json.RawMessage, error) { return s.def.run(root, in) })
+}
+
+// leave drops the segment's execution unless its park kept it.
+func (s *segment) leave() {
+	if !s.kept {
+		s.x.drop()
+	}
 }
 
 // record reads the record of workflow wf; nil when there is none, and so
@@ -417,6 +520,7 @@ type replayState struct {
 	cur    *cursor
 	steps  map[string]*Entry
 	claims map[uint64]string
+	x      *execution // the execution to resume, nil to replay
 }
 
 // enter takes the workflow's cursor for segment a.N and reads the journal;
@@ -591,10 +695,17 @@ func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*repla
 	}
 	cur = cur.taken(a.N)
 	kept := d.take(a.WF, cur.rev)
+	x := d.cached(ctx, a.WF, cur, a.N)
 	if err := holdCursor(ctx, jr, a.WF, cur); err != nil {
+		if x != nil {
+			dropAll(d.execs.put(x)) // still parked where it was: kept again
+		}
 		return nil, err
 	}
-	if kept != nil {
+	switch {
+	case x != nil:
+		return &replayState{cur: cur, steps: x.steps, claims: x.claims, x: x}, nil
+	case kept != nil:
 		return &replayState{cur: cur, steps: kept.steps, claims: kept.claims}, nil
 	}
 	snap, err := jr.load(ctx, a.WF)
@@ -602,6 +713,33 @@ func (d *driver) enterLater(ctx context.Context, jr *journal, a segArgs) (*repla
 		return nil, err
 	}
 	return &replayState{cur: cur, steps: snap.steps, claims: snap.claims}, nil
+}
+
+// cached takes the execution cached for workflow wf and returns it if
+// segment n, taking over cursor cur (before its write), may resume it
+// (mayResume); otherwise it returns nil (the segment replays) and drops
+// it, or keeps it when cur is older than the cursor its park wrote (a
+// replica behind answered: the segment's write of the cursor fails, and
+// its retry may resume it).
+func (d *driver) cached(ctx context.Context, wf string, cur *cursor, n int) *execution {
+	x := d.execs.take(wf)
+	if x == nil {
+		return nil
+	}
+	if !x.waitParked(ctx) {
+		x.drop()
+		return nil
+	}
+	c := stickyCheck{cached: true, parkedRev: x.rev, parkedGen: x.gen, parkedSeg: x.seg, rev: cur.rev, gen: cur.gen(), seg: n}
+	switch {
+	case mayResume(c) == resumeCached:
+		return x
+	case cur.rev < x.rev:
+		dropAll(d.execs.put(x))
+	default:
+		x.drop()
+	}
+	return nil
 }
 
 // holdCursor writes cur by compare-and-swap; a segment that loses it to
@@ -720,13 +858,20 @@ type segment struct {
 	claims  map[uint64]string
 	waits   []wait
 	visited map[string]bool // the steps this replay reached
+	// floors: the event floors (eventFloor), by kind and name; own: the
+	// lowest revision each step claimed (readFloor). Nil until computed,
+	// then kept up by put and addClaim.
+	floors map[string]uint64
+	own    map[string]uint64
 	// readOnly: a query's replay: every branch stops at its first step
 	// that has not ended, and nothing is written.
 	readOnly bool
 	queries  map[string]func() (json.RawMessage, error)
 	aborted  error // the segment stops and is retried (replayed)
 	fatal    error // the workflow fails
-	wg       sync.WaitGroup
+	x        *execution
+	// kept: the segment parked and left its execution in the cache.
+	kept bool
 }
 
 // wait is what a suspended branch waits for.
@@ -750,42 +895,6 @@ func (w wait) String() string {
 		parts = append(parts, "until "+w.until.Format(time.RFC3339Nano))
 	}
 	return fmt.Sprintf("step %s (%s): %s", w.step, w.kind, strings.Join(parts, ", "))
-}
-
-// branch is one goroutine of workflow code.
-type branch struct {
-	done chan struct{}
-	out  branchOutcome // once done is closed
-}
-
-// branchOutcome is how a branch ended: returned (with its result and error),
-// or not: it suspended, aborted the segment or failed the workflow.
-type branchOutcome struct {
-	returned bool
-	result   json.RawMessage
-	err      error
-}
-
-// spawn runs body in a goroutine of the segment. A step that must wait
-// ends the goroutine with runtime.Goexit (its deferred calls run).
-func (s *segment) spawn(body func() (json.RawMessage, error)) *branch {
-	b := &branch{done: make(chan struct{})}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(b.done)
-		defer func() {
-			if b.out.returned {
-				return
-			}
-			if p := recover(); p != nil {
-				s.failWorkflow0(jetflow.Permanent(fmt.Errorf("%w: %v\n%s", jetflow.ErrPanic, p, debug.Stack())))
-			}
-		}()
-		res, err := body()
-		b.out = branchOutcome{returned: true, result: res, err: err}
-	}()
-	return b
 }
 
 // visit records that this replay reached step id.
@@ -844,11 +953,90 @@ func (s *segment) put(e *Entry) *Entry {
 	if err != nil {
 		s.abort(err)
 	}
-	s.mu.Lock()
-	s.steps[stored.Step] = stored
-	s.mu.Unlock()
+	s.keepStored(stored)
 	return stored
 }
+
+// keepStored keeps entry e, as the journal stores it, among the
+// segment's steps (and its event floors).
+func (s *segment) keepStored(e *Entry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.steps[e.Step] = e
+	if s.floors != nil {
+		raiseFloor(s.floors, e)
+	}
+}
+
+// addClaim records that step id claimed the event (or update) of
+// revision seq.
+func (s *segment) addClaim(seq uint64, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.claims[seq] = id
+	if s.own != nil {
+		lowerOwn(s.own, seq, id)
+	}
+}
+
+// readFloor is the revision after which the await of step id reads the
+// events (kind KindEvent) or updates (KindUpdate) named name: their
+// floor (floorLocked), or lower when the step claimed one at or below it
+// (its segment stopped between the claim and the step's entry: the step
+// takes that one again).
+func (s *segment) readFloor(kind StepKind, name, id string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.floorLocked(kind, name)
+	if seq, ok := s.own[id]; ok && seq <= f {
+		f = seq - 1
+	}
+	return f
+}
+
+// floorLocked (s.mu held) is the floor of the events (kind KindEvent) or
+// updates (KindUpdate) named name: the revision of the last one an ended
+// await of this run took. When an await takes an event, every event of
+// its name stored before is claimed (events are taken in order, the
+// await's read caught up with the journal), for good: an await reads only
+// those stored after the floor (readFloor), its cost independent of the
+// events taken before. The floors are computed from the steps once, then
+// kept up by put.
+func (s *segment) floorLocked(kind StepKind, name string) uint64 {
+	if kind != KindEvent && kind != KindUpdate {
+		return 0
+	}
+	if s.floors == nil {
+		s.floors, s.own = map[string]uint64{}, map[string]uint64{}
+		for _, e := range s.steps {
+			raiseFloor(s.floors, e)
+		}
+		for seq, id := range s.claims {
+			lowerOwn(s.own, seq, id)
+		}
+	}
+	return s.floors[floorKey(kind, name)]
+}
+
+// lowerOwn records in own, the lowest revision each step claimed, that
+// step id claimed revision seq.
+func lowerOwn(own map[string]uint64, seq uint64, id string) {
+	if cur, ok := own[id]; !ok || seq < cur {
+		own[id] = seq
+	}
+}
+
+// raiseFloor raises floors for entry e, an await that took an event or
+// update.
+func raiseFloor(floors map[string]uint64, e *Entry) {
+	if e.State != StepDone || (e.Kind != KindEvent && e.Kind != KindUpdate) || e.Waits == nil {
+		return
+	}
+	k := floorKey(e.Kind, e.Name)
+	floors[k] = max(floors[k], e.Waits.Seq)
+}
+
+func floorKey(kind StepKind, name string) string { return string(kind) + "/" + name }
 
 // tooLarge reports whether err is a journal write too large for the
 // journal (ours, or the client's or the server's max payload).
@@ -877,14 +1065,6 @@ func shrink(e *Entry, limit int) bool {
 		changed = true
 	}
 	return changed
-}
-
-// suspend ends the calling branch: it waits for w.
-func (s *segment) suspend(w wait) {
-	s.mu.Lock()
-	s.waits = append(s.waits, w)
-	s.mu.Unlock()
-	runtime.Goexit()
 }
 
 // abort ends the calling branch and the segment with err: the segment is
@@ -1049,23 +1229,31 @@ func (s *segment) park(ctx context.Context) error {
 			return err
 		}
 	}
-	next := s.cur.parked(waits)
-	ok, err := s.jr.putCursor(ctx, s.wf, next)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
-	}
-	s.cur = next
-	// The claims known now, for ready: the journal kept goes to the next
-	// segment, which may run here at once and claim meanwhile.
+	// The claims and floors known now, for ready: the journal and the
+	// execution kept go to the next segment, which may run here as soon as
+	// the cursor is written, and claim meanwhile.
 	s.mu.Lock()
 	claimed := maps.Clone(s.claims)
+	floors := make([]uint64, len(s.waits))
+	for i, w := range s.waits {
+		floors[i] = s.floorLocked(w.kind, w.event)
+	}
 	s.mu.Unlock()
+	s.offerExecution()
+	next := s.cur.parked(waits)
+	ok, err := s.jr.putCursor(ctx, s.wf, next)
+	if err == nil && !ok {
+		err = fmt.Errorf("workflow %s: cursor changed under segment %d", s.wf, s.n)
+	}
+	if err != nil {
+		s.parkedAs(nil)
+		return err
+	}
+	s.cur = next
+	s.parkedAs(next)
 	s.d.keep(s.wf, &stickyJournal{rev: s.cur.rev, steps: s.steps, claims: s.claims})
-	for _, w := range s.waits {
-		ready, err := s.ready(ctx, w, claimed)
+	for i, w := range s.waits {
+		ready, err := s.ready(ctx, w, claimed, floors[i])
 		if err != nil {
 			return err
 		}
@@ -1076,9 +1264,43 @@ func (s *segment) park(ctx context.Context) error {
 	return nil
 }
 
+// offerExecution leaves the segment's execution (a sticky one) in the
+// driver's cache before its park writes the cursor: the next segment may
+// run here as soon as the cursor is written, and waits for parkedAs before
+// it checks the execution (cached).
+func (s *segment) offerExecution() {
+	x := s.x
+	if !x.sticky {
+		return
+	}
+	s.mu.Lock()
+	x.wf, x.steps, x.claims, x.visited, x.floors, x.own = s.wf, s.steps, s.claims, s.visited, s.floors, s.own
+	s.mu.Unlock()
+	x.rev, x.gen, x.seg = 0, 0, 0 // an earlier park's: not to be matched
+	x.parked = make(chan struct{})
+	s.kept = true
+	dropAll(s.d.execs.put(x))
+}
+
+// parkedAs completes offerExecution: the park wrote cursor cur, or, nil,
+// did not (the execution is not kept).
+func (s *segment) parkedAs(cur *cursor) {
+	x := s.x
+	if x.parked == nil {
+		return
+	}
+	if cur != nil {
+		x.rev, x.gen, x.seg = cur.rev, cur.gen(), s.n
+	} else {
+		s.kept = false
+		s.d.execs.remove(x)
+	}
+	close(x.parked)
+}
+
 // ready reports whether what w waits for has come; claimed are the event
-// claims the segment knows of.
-func (s *segment) ready(ctx context.Context, w wait, claimed map[uint64]string) (bool, error) {
+// claims the segment knows of, floor the event floor of w's event.
+func (s *segment) ready(ctx context.Context, w wait, claimed map[uint64]string, floor uint64) (bool, error) {
 	if !w.until.IsZero() && !time.Now().Before(w.until) {
 		return true, nil
 	}
@@ -1098,7 +1320,7 @@ func (s *segment) ready(ctx context.Context, w wait, claimed map[uint64]string) 
 		if w.kind == KindUpdate {
 			read = s.jr.updates
 		}
-		evs, err := read(ctx, s.wf, w.event)
+		evs, err := read(ctx, s.wf, w.event, floor)
 		if err != nil {
 			return false, err
 		}

@@ -80,10 +80,12 @@ func storeEvent(ctx context.Context, p *producer.Producer, r *jetflow.Run, name 
 	if ev, err = wfwire.OffloadEvent(ctx, engine.Of(p).JetStream(), engine.Of(p).Streams().PayloadsBucket(), id, ev); err != nil {
 		return err
 	}
+	wake := func(ctx context.Context) error { return resume(ctx, p, jr, r.Name, id) }
 	if err := wfwire.StoreEvent(ctx, jr.kv, id, name, ev); err != nil {
+		wfwire.WakeUnconfirmed(ctx, err, wake)
 		return err
 	}
-	return resume(ctx, p, jr, r.Name, id)
+	return wake(ctx)
 }
 
 // Status is a workflow's record and journal.

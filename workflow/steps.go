@@ -166,23 +166,30 @@ func runID(wf, what, step string) string {
 // Call calls a function as a child run on the worker fleet, with that
 // function's kind, retries and timeout, and returns its result (what its
 // handler gave SetResult) decoded into T. The workflow waits for the run
-// without holding a goroutine: the run's completion resumes it. A failed
+// durably (its goroutine at most in its worker's bounded cache of
+// executions): the run's completion resumes it. A failed
 // run returns a *StepError with its error; a canceled one matches
 // jetflow.ErrCanceled.
 //
 //	receipt, err := workflow.Call[Receipt](wf, Charge.With(ChargeArgs{Amount: 42}))
 func Call[T any](wf *Context, c jetflow.Call) (T, error) {
-	s := wf.seg
 	id := wf.begin()
+	return untilEnded(func() (T, bool, error) { return call[T](wf, id, c) })
+}
+
+// call is Call's check of step id: it ends it, or starts its run and
+// waits (ended false once resumed).
+func call[T any](wf *Context, id string, c jetflow.Call) (T, bool, error) {
+	s := wf.seg
 	e := wf.entry(id, c.Name, KindCall)
 	if e != nil && e.ended() {
-		return outcome[T](wf, e)
+		return ended(outcome[T](wf, e))
 	}
 	run := runID(s.wf, "call", id)
 	if e == nil {
 		e = s.put(&Entry{Step: id, Name: c.Name, Kind: KindCall, State: StepWaiting, Started: time.Now().UTC(), Waits: &Waits{Run: run}})
 		if e.ended() {
-			return outcome[T](wf, e)
+			return ended(outcome[T](wf, e))
 		}
 	}
 	return awaitRun[T](wf, e, func(ctx context.Context) error {
@@ -192,9 +199,12 @@ func Call[T any](wf *Context, c jetflow.Call) (T, error) {
 	})
 }
 
+// ended is a step's outcome, ended (untilEnded).
+func ended[T any](v T, err error) (T, bool, error) { return v, true, err }
+
 // awaitRun finishes a waiting step whose run has ended, or starts the run
-// if it is not there yet and suspends.
-func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) error) (T, error) {
+// if it is not there yet and suspends (ended false once resumed).
+func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) error) (T, bool, error) {
 	s := wf.seg
 	run := e.Waits.Run
 	// Its record (a call's and a child workflow's are written before
@@ -211,7 +221,7 @@ func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) erro
 		if code := refused(err); code != "" {
 			// Args that no retry makes acceptable: the step fails.
 			e.State, e.Error, e.Code, e.Completed = StepFailed, err.Error(), code, time.Now().UTC()
-			return outcome[T](wf, s.put(e))
+			return ended(outcome[T](wf, s.put(e)))
 		}
 		if err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 			s.abort(err)
@@ -230,12 +240,13 @@ func awaitRun[T any](wf *Context, e *Entry, start func(ctx context.Context) erro
 			e.State, e.Error = StepFailed, r.Error
 		}
 		e.Attempts = r.Attempts
-		return outcome[T](wf, s.put(e))
+		return ended(outcome[T](wf, s.put(e)))
 	default:
 		s.adopt(run) // again: a segment that died before may not have
 	}
-	s.suspend(wait{step: e.Step, kind: e.Kind, run: run})
-	panic("unreachable")
+	wf.suspend(wait{step: e.Step, kind: e.Kind, run: run})
+	var zero T
+	return zero, false, nil
 }
 
 // refused returns the error code of a run or child workflow refused for
@@ -258,20 +269,28 @@ func refused(err error) string {
 	return ""
 }
 
-// Sleep suspends the workflow for d, durably: nothing stays in memory and
-// no goroutine waits; a timer run in the delayed store resumes it (a
-// scheduler must run). On replay the wake time is the journaled one.
+// Sleep suspends the workflow for d, durably: a timer run in the delayed
+// store resumes it (a scheduler must run), and nothing stays in memory
+// but the execution its worker may keep (sticky execution, bounded). On
+// replay the wake time is the journaled one.
 func (wf *Context) Sleep(d time.Duration) { wf.sleep(time.Now().Add(d)) }
 
 // SleepUntil suspends the workflow until t (see Sleep).
 func (wf *Context) SleepUntil(t time.Time) { wf.sleep(t) }
 
 func (wf *Context) sleep(t time.Time) {
-	s := wf.seg
 	id := wf.begin()
+	for !wf.slept(id, t) {
+	}
+}
+
+// slept is sleep's check of step id: it reports whether the sleep ended,
+// or arms its timer and waits (false once resumed).
+func (wf *Context) slept(id string, t time.Time) bool {
+	s := wf.seg
 	e := wf.entry(id, "sleep", KindSleep)
 	if e != nil && e.ended() {
-		return
+		return true
 	}
 	if e == nil && !streams.TimeFits(t) {
 		if now := time.Now(); t.Before(now) {
@@ -286,17 +305,18 @@ func (wf *Context) sleep(t time.Time) {
 	if e == nil {
 		e = s.put(&Entry{Step: id, Name: "sleep", Kind: KindSleep, State: StepWaiting, Started: time.Now().UTC(), Waits: &Waits{Until: t.UTC()}})
 		if e.ended() {
-			return
+			return true
 		}
 	}
 	until := e.Waits.Until
 	if !time.Now().Before(until) {
 		e.State, e.Completed = StepDone, time.Now().UTC()
 		s.put(e)
-		return
+		return true
 	}
 	s.timer(id, until)
-	s.suspend(wait{step: id, kind: KindSleep, until: until})
+	wf.suspend(wait{step: id, kind: KindSleep, until: until})
+	return false
 }
 
 // timer makes sure a wake run is due at until for step id: the step's
@@ -358,14 +378,20 @@ func (s *segment) armTimer(id string, until time.Time) (fired bool, err error) {
 // ErrEventTimeout. A negative timeout does not wait: it consumes an event
 // sent already, or returns ErrEventTimeout ("unless an event arrived").
 func AwaitEvent[T any](wf *Context, name string, timeout time.Duration) (T, error) {
-	s := wf.seg
 	if err := validEventName(name); err != nil {
-		s.failWorkflow(err)
+		wf.seg.failWorkflow(err)
 	}
 	id := wf.begin()
+	return untilEnded(func() (T, bool, error) { return awaitEvent[T](wf, id, name, timeout) })
+}
+
+// awaitEvent is AwaitEvent's check of step id: it ends it (an event, or
+// the timeout), or waits (ended false once resumed).
+func awaitEvent[T any](wf *Context, id, name string, timeout time.Duration) (T, bool, error) {
+	s := wf.seg
 	e := wf.entry(id, name, KindEvent)
 	if e != nil && e.ended() {
-		return outcome[T](wf, e)
+		return ended(outcome[T](wf, e))
 	}
 	if e == nil {
 		w := &Waits{Event: name}
@@ -374,10 +400,10 @@ func AwaitEvent[T any](wf *Context, name string, timeout time.Duration) (T, erro
 		}
 		e = s.put(&Entry{Step: id, Name: name, Kind: KindEvent, State: StepWaiting, Started: time.Now().UTC(), Waits: w})
 		if e.ended() {
-			return outcome[T](wf, e)
+			return ended(outcome[T](wf, e))
 		}
 	}
-	evs, err := s.jr.events(s.ctx, s.wf, name)
+	evs, err := s.jr.events(s.ctx, s.wf, name, s.readFloor(KindEvent, name, id))
 	if err != nil {
 		s.abort(err)
 	}
@@ -395,24 +421,23 @@ func AwaitEvent[T any](wf *Context, name string, timeout time.Duration) (T, erro
 		if !ok {
 			continue
 		}
-		s.mu.Lock()
-		s.claims[ev.seq] = id
-		s.mu.Unlock()
+		s.addClaim(ev.seq, id)
 		e.State, e.Result, e.Completed = StepDone, ev.Payload, time.Now().UTC()
 		e.Waits.Seq = ev.seq
-		return outcome[T](wf, s.put(e))
+		return ended(outcome[T](wf, s.put(e)))
 	}
 	until := e.Waits.Until
 	if !until.IsZero() && !time.Now().Before(until) {
 		e.State, e.Code, e.Completed = StepFailed, codeEventTimeout, time.Now().UTC()
 		e.Error = fmt.Sprintf("%v: no event %q within %s", ErrEventTimeout, name, until.Sub(e.Started).Round(time.Millisecond))
-		return outcome[T](wf, s.put(e))
+		return ended(outcome[T](wf, s.put(e)))
 	}
 	if !until.IsZero() {
 		s.timer(id, until)
 	}
-	s.suspend(wait{step: id, kind: KindEvent, event: name, until: until})
-	panic("unreachable")
+	wf.suspend(wait{step: id, kind: KindEvent, event: name, until: until})
+	var zero T
+	return zero, false, nil
 }
 
 func validEventName(name string) error { return wfwire.ValidEventName(name) }
@@ -420,17 +445,23 @@ func validEventName(name string) error { return wfwire.ValidEventName(name) }
 // RunChild starts workflow def as a child of this one and waits for its
 // result. Canceling this workflow cancels the child.
 func RunChild[In, Out any](wf *Context, def *Workflow[In, Out], in In) (Out, error) {
-	s := wf.seg
 	id := wf.begin()
+	return untilEnded(func() (Out, bool, error) { return runChild(wf, id, def, in) })
+}
+
+// runChild is RunChild's check of step id: it ends it, or starts the
+// child and waits (ended false once resumed).
+func runChild[In, Out any](wf *Context, id string, def *Workflow[In, Out], in In) (Out, bool, error) {
+	s := wf.seg
 	e := wf.entry(id, def.name, KindChild)
 	if e != nil && e.ended() {
-		return outcome[Out](wf, e)
+		return ended(outcome[Out](wf, e))
 	}
 	child := runID(s.wf, "wf", id)
 	if e == nil {
 		e = s.put(&Entry{Step: id, Name: def.name, Kind: KindChild, State: StepWaiting, Started: time.Now().UTC(), Waits: &Waits{Run: child}})
 		if e.ended() {
-			return outcome[Out](wf, e)
+			return ended(outcome[Out](wf, e))
 		}
 	}
 	return awaitRun[Out](wf, e, func(ctx context.Context) error {
@@ -510,7 +541,7 @@ func Go[T any](wf *Context, fn func(wf *Context) (T, error)) *Future[T] {
 	id := wf.begin()
 	child := &Context{seg: wf.seg, path: id}
 	f := &Future[T]{}
-	f.b = wf.seg.spawn(func() (json.RawMessage, error) {
+	f.b = wf.seg.x.spawn(child, func() (json.RawMessage, error) {
 		f.v, f.err = fn(child)
 		return nil, f.err
 	})
@@ -521,7 +552,7 @@ func Go[T any](wf *Context, fn func(wf *Context) (T, error)) *Future[T] {
 // (a sleep, a call, an event), the caller waits too: the workflow resumes
 // from the journal when it can go on.
 func (f *Future[T]) Get() (T, error) {
-	<-f.b.done
+	f.b.x.await(f.b)
 	if !f.b.out.returned {
 		runtime.Goexit()
 	}

@@ -88,14 +88,21 @@ func sendUpdate(ctx context.Context, p *producer.Producer, id, name string, raw 
 // update is journaled. It returns handle's error. timeout as AwaitEvent's:
 // ErrEventTimeout when no valid update came in time.
 func AwaitUpdate[In, Out any](wf *Context, name string, timeout time.Duration, handle func(in In) (Out, error), validate func(in In) error) error {
-	s := wf.seg
 	if err := validEventName(name); err != nil {
-		s.failWorkflow(err)
+		wf.seg.failWorkflow(err)
 	}
 	id := wf.begin()
+	_, err := untilEnded(func() (struct{}, bool, error) { return awaitUpdate(wf, id, name, timeout, handle, validate) })
+	return err
+}
+
+// awaitUpdate is AwaitUpdate's check of step id: it ends it (an update
+// handled, or the timeout), or waits (ended false once resumed).
+func awaitUpdate[In, Out any](wf *Context, id, name string, timeout time.Duration, handle func(in In) (Out, error), validate func(in In) error) (struct{}, bool, error) {
+	s := wf.seg
 	e := wf.entry(id, name, KindUpdate)
 	if e != nil && e.ended() {
-		return replayUpdate(wf, e, handle)
+		return ended(struct{}{}, replayUpdate(wf, e, handle))
 	}
 	if e == nil {
 		w := &Waits{Event: name}
@@ -104,10 +111,10 @@ func AwaitUpdate[In, Out any](wf *Context, name string, timeout time.Duration, h
 		}
 		e = s.put(&Entry{Step: id, Name: name, Kind: KindUpdate, State: StepWaiting, Started: time.Now().UTC(), Waits: w})
 		if e.ended() {
-			return replayUpdate(wf, e, handle)
+			return ended(struct{}{}, replayUpdate(wf, e, handle))
 		}
 	}
-	ups, err := s.jr.updates(s.ctx, s.wf, name)
+	ups, err := s.jr.updates(s.ctx, s.wf, name, s.readFloor(KindUpdate, name, id))
 	if err != nil {
 		s.abort(err)
 	}
@@ -121,20 +128,19 @@ func AwaitUpdate[In, Out any](wf *Context, name string, timeout time.Duration, h
 		s.put(e)
 		out, herr := handle(in)
 		s.answer(e.Waits.Update, out, herr)
-		return herr
+		return ended(struct{}{}, herr)
 	}
 	until := e.Waits.Until
 	if !until.IsZero() && !time.Now().Before(until) {
 		e.State, e.Code, e.Completed = StepFailed, codeEventTimeout, time.Now().UTC()
 		e.Error = fmt.Sprintf("%v: no update %q within %s", ErrEventTimeout, name, until.Sub(e.Started).Round(time.Millisecond))
-		_, err := outcome[struct{}](wf, s.put(e))
-		return err
+		return ended(outcome[struct{}](wf, s.put(e)))
 	}
 	if !until.IsZero() {
 		s.timer(id, until)
 	}
-	s.suspend(wait{step: id, kind: KindUpdate, event: name, until: until})
-	panic("unreachable")
+	wf.suspend(wait{step: id, kind: KindUpdate, event: name, until: until})
+	return struct{}{}, false, nil
 }
 
 // takeUpdate claims update up for step id: its input when it is valid;
@@ -169,9 +175,7 @@ func takeUpdate[In any](s *segment, id string, up event, validate func(in In) er
 		s.abort(err)
 	}
 	if ok {
-		s.mu.Lock()
-		s.claims[up.seq] = id
-		s.mu.Unlock()
+		s.addClaim(up.seq, id)
 	}
 	return in, ok
 }

@@ -152,6 +152,33 @@ func StoreEvent(ctx context.Context, journal jetstream.KeyValue, wf, name string
 	return fmt.Errorf("workflow %s: store event %s: %w", wf, name, err)
 }
 
+// WakeUnconfirmed resumes the workflow in the background when err says a
+// store of an update or event went unanswered until its caller's ctx
+// ended (ErrUpdateTimeout, ErrEventUnconfirmed): it may be stored, and
+// nothing else would resume the workflow for it (a workflow that parked
+// before it was stored waits for its next wake). wake is tried, 100 ms
+// apart, for up to unconfirmedWake past ctx; a resume that finds nothing
+// new costs the workflow one segment.
+func WakeUnconfirmed(ctx context.Context, err error, wake func(ctx context.Context) error) {
+	if !errors.Is(err, ErrUpdateTimeout) && !errors.Is(err, ErrEventUnconfirmed) {
+		return
+	}
+	go func() {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unconfirmedWake)
+		defer cancel()
+		for wake(wctx) != nil {
+			select {
+			case <-wctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+}
+
+// unconfirmedWake bounds WakeUnconfirmed's tries.
+const unconfirmedWake = 30 * time.Second
+
 // StoreOnce creates key (this call's alone: it ends in a unique part)
 // with value b in the journal. A create whose reply was lost (a timeout,
 // a server restart) is made again, each try within storeTry, and a
@@ -245,6 +272,7 @@ const answerPoll = time.Second
 func SendUpdate(ctx context.Context, journal jetstream.KeyValue, wf, name string, input json.RawMessage, now time.Time, wake func(ctx context.Context) error) (*Answer, error) {
 	key, err := StoreUpdate(ctx, journal, wf, name, input, now)
 	if err != nil {
+		WakeUnconfirmed(ctx, err, wake)
 		return nil, err
 	}
 	// Stored: from here on the update may be handled, so every error is

@@ -35,8 +35,15 @@ var (
 )
 
 // wfWaitsDef waits for event "tick" in.Left times, continuing as new
-// every in.Every waits.
-var wfWaitsDef = workflow.Define("bench.wf.waits", func(wf *workflow.Context, in wfWaitsIn) (int, error) {
+// every in.Every waits; the worker keeps its executions (sticky
+// execution). wfWaitsUncachedDef is the same workflow, registered with no
+// cache: every segment replays it from the top.
+var (
+	wfWaitsDef         = workflow.Define("bench.wf.waits", wfWaitsCode)
+	wfWaitsUncachedDef = workflow.Define("bench.wf.waits.uncached", wfWaitsCode)
+)
+
+func wfWaitsCode(wf *workflow.Context, in wfWaitsIn) (int, error) {
 	wfWaitsRuns.Add(1)
 	for i := 0; in.Left > 0; i++ {
 		if in.Every > 0 && i == in.Every {
@@ -49,11 +56,12 @@ var wfWaitsDef = workflow.Define("bench.wf.waits", func(wf *workflow.Context, in
 		in.Left--
 	}
 	return 0, nil
-})
+}
 
 // wfWaitsFigures is what one waits workflow cost.
 type wfWaitsFigures struct {
 	waits, every  int
+	cached        bool // the worker kept the workflow's execution
 	took          time.Duration
 	runs, steps   int64 // code executions: function entries, awaits asked (replays included)
 	recordWrites  int   // writes of the workflow's record
@@ -66,6 +74,11 @@ func (f wfWaitsFigures) String() string {
 	mode := "never continuing"
 	if f.every > 0 {
 		mode = fmt.Sprintf("continuing as new every %d", f.every)
+	}
+	if f.cached {
+		mode += ", cache on"
+	} else {
+		mode += ", cache off"
 	}
 	return fmt.Sprintf("%6d waits, %s: %s (%s a wait); record %d writes %s; journal %d writes %s; code runs %d, awaits executed %d (%.1f a wait)",
 		f.waits, mode, fmtDur(f.took), fmtDur(per(f.took, f.waits)), f.recordWrites, fmtBytes(f.recordBytes),
@@ -89,8 +102,12 @@ func fmtBytes(b int64) string {
 // sends it one event. It counts the writes of the workflow's record and
 // journal keys as they go by (a core subscription on their subjects: what
 // the roles publish into those buckets).
-func wfWaits(ctx context.Context, p *producer.Producer, js jetstream.JetStream, scfg streams.Config, n, every int) (wfWaitsFigures, error) {
-	f := wfWaitsFigures{waits: n, every: every}
+func wfWaits(ctx context.Context, p *producer.Producer, js jetstream.JetStream, scfg streams.Config, n, every int, cached bool) (wfWaitsFigures, error) {
+	f := wfWaitsFigures{waits: n, every: every, cached: cached}
+	def := wfWaitsUncachedDef
+	if cached {
+		def = wfWaitsDef
+	}
 	c := scfg.WithDefaults()
 	id := fmt.Sprintf("bench-waits-%d-%d-%d", n, every, wfWaitsSeq.Add(1))
 	nc := js.Conn()
@@ -144,13 +161,13 @@ func wfWaits(ctx context.Context, p *producer.Producer, js jetstream.JetStream, 
 	wfWaitsRuns.Store(0)
 	wfWaitsSteps.Store(0)
 	start := time.Now()
-	if _, err := workflow.Start(ctx, p, wfWaitsDef, wfWaitsIn{Left: n, Every: every}, workflow.WithID(id)); err != nil {
+	if _, err := workflow.Start(ctx, p, def, wfWaitsIn{Left: n, Every: every}, workflow.WithID(id)); err != nil {
 		return f, err
 	}
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer rcancel()
 	done := make(chan error, 1)
-	go func() { _, err := workflow.Result(rctx, p, wfWaitsDef, id); done <- err }()
+	go func() { _, err := workflow.Result(rctx, p, def, id); done <- err }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for waiting := true; waiting; {
@@ -258,47 +275,85 @@ func wfWaitsSend(ctx context.Context, p *producer.Producer, id string, watch jet
 	}
 }
 
-// wfWaitsCosts prints the cost of one workflow that waits n times, for n
-// in sizes, never continuing as new and continuing every `every` waits.
-// Without continuing it runs up to maxPlain waits: each wait's replay
-// grows with the waits before it, so a larger one is extrapolated from the
-// last two measured (a wait's time linear in the waits before it: the
-// whole quadratic).
+// wfWaitsCosts prints, for each n of sizes, the costs of one workflow of
+// n waits with the worker's cache of executions on and off (sticky
+// execution), never continuing and continuing as new every `every`, and
+// a wait's time with the cache beside without. Never continuing, a size
+// above maxPlain is not run when the sizes measured before say it would
+// take more than wfWaitsBudget (wfWaitsGuess).
 func wfWaitsCosts(ctx context.Context, out io.Writer, p *producer.Producer, js jetstream.JetStream, scfg streams.Config, sizes []int, every, maxPlain int) error {
-	var plain []wfWaitsFigures
+	never := map[bool][]wfWaitsFigures{} // never continuing, by cache
 	for _, n := range sizes {
-		for _, e := range []int{0, every} {
-			if e == 0 && n > maxPlain {
-				fmt.Fprintln(out, "workflow "+wfWaitsExtrapolated(plain, n))
-				continue
+		for _, m := range []struct {
+			every  int
+			cached bool
+		}{{0, true}, {0, false}, {every, true}, {every, false}} {
+			if m.every == 0 && n > maxPlain {
+				if skip := wfWaitsGuess(never[m.cached], n, m.cached); skip != "" {
+					fmt.Fprintln(out, "workflow "+skip)
+					continue
+				}
 			}
-			f, err := wfWaits(ctx, p, js, scfg, n, e)
+			f, err := wfWaits(ctx, p, js, scfg, n, m.every, m.cached)
 			if err != nil {
 				return err
 			}
-			if e == 0 {
-				plain = append(plain, f)
+			if m.every == 0 {
+				never[m.cached] = append(never[m.cached], f)
 			}
 			fmt.Fprintln(out, "workflow "+f.String())
+		}
+		if on, off := last(never[true]), last(never[false]); on != nil && off != nil && on.waits == n && off.waits == n {
+			fmt.Fprintf(out, "workflow %6d waits, never continuing: a wait %s with the cache, %s without (%.1fx); code entered %d against %d times, awaits executed %d against %d\n",
+				n, fmtDur(per(on.took, n)), fmtDur(per(off.took, n)), float64(off.took)/float64(max(on.took, 1)), on.runs, off.runs, on.steps, off.steps)
 		}
 	}
 	return nil
 }
 
-// wfWaitsExtrapolated is the line of n waits never continuing, not run:
-// the time a wait takes, linear in the waits before it, fitted to the last
-// two of measured.
-func wfWaitsExtrapolated(measured []wfWaitsFigures, n int) string {
-	skip := fmt.Sprintf("%6d waits, never continuing: not run (quadratic)", n)
-	if len(measured) < 2 {
-		return skip
+// wfWaitsBudget bounds the time of a run of waits never continuing that
+// is larger than wfWaitsPlainMax.
+const wfWaitsBudget = time.Minute
+
+// wfWaitsGuess is the line of n waits never continuing not run, because
+// measured (the sizes before, never continuing, cache on or off) say it
+// would take more than wfWaitsBudget, or "" to run it. A wait's time is
+// taken as linear in the waits before it, fitted to the last two measured
+// (flat when it did not grow: the replay's and the event read's share
+// gone).
+func wfWaitsGuess(measured []wfWaitsFigures, n int, cached bool) string {
+	if len(measured) == 0 {
+		return ""
 	}
-	a, b := measured[len(measured)-2], measured[len(measured)-1]
-	perA, perB := per(a.took, a.waits), per(b.took, b.waits)
-	slope := float64(perB-perA) / float64(b.waits-a.waits)
-	perN := time.Duration(float64(perB) + slope*float64(n-b.waits))
-	return fmt.Sprintf("%s: a wait took %s at %d waits and %s at %d; so about %s a wait, %s in all, at %d",
-		skip, fmtDur(perA), a.waits, fmtDur(perB), b.waits, fmtDur(perN), (perN * time.Duration(n)).Round(time.Second), n)
+	b := measured[len(measured)-1]
+	perB, perN := per(b.took, b.waits), per(b.took, b.waits)
+	how := fmt.Sprintf("a wait took %s at %d waits", fmtDur(perB), b.waits)
+	if len(measured) > 1 {
+		a := measured[len(measured)-2]
+		perA := per(a.took, a.waits)
+		if slope := float64(perB-perA) / float64(b.waits-a.waits); slope > 0 {
+			perN = time.Duration(float64(perB) + slope*float64(n-b.waits))
+		}
+		how = fmt.Sprintf("a wait took %s at %d waits and %s at %d", fmtDur(perA), a.waits, fmtDur(perB), b.waits)
+	}
+	total := perN * time.Duration(n)
+	if total <= wfWaitsBudget {
+		return ""
+	}
+	mode := "cache off"
+	if cached {
+		mode = "cache on"
+	}
+	return fmt.Sprintf("%6d waits, never continuing, %s: not run: %s; so about %s a wait, %s in all (more than %s)",
+		n, mode, how, fmtDur(perN), total.Round(time.Second), wfWaitsBudget)
+}
+
+// last is the last of fs, or nil.
+func last(fs []wfWaitsFigures) *wfWaitsFigures {
+	if len(fs) == 0 {
+		return nil
+	}
+	return &fs[len(fs)-1]
 }
 
 // wfWaitsEvery is how often the waits bench continues as new (see

@@ -146,6 +146,7 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 			workflow.Register(w, wfBenchSleepDef, workflow.RegisterOptions{Concurrency: 64}),
 			workflow.Register(w, wfBenchEventDef, workflow.RegisterOptions{Concurrency: 64}),
 			workflow.Register(w, wfWaitsDef, workflow.RegisterOptions{Concurrency: 64}),
+			workflow.Register(w, wfWaitsUncachedDef, workflow.RegisterOptions{Concurrency: 64, CachedExecutions: -1}),
 			workflow.Register(w, wfRestartDef, workflow.RegisterOptions{Concurrency: 64}))
 	})
 	if err != nil {
@@ -295,8 +296,8 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	line("parking (%d workflows that start, then sleep an hour): %s parked/s; 3-step workflows %s /s just after (%s at the start); ratio %s (target >= 0.5)",
 		parkers, fmtRate(parkRate), fmtRate(stepsRate), fmtRate(wfRate), trimFloat(ratio(parkRate, stepsRate)))
 	line("writes per parked workflow %.1f: %s", pAfter.total(pBefore, parkers), pAfter.describe(pBefore, parkers))
-	line("%d workflows asleep: goroutines %d -> %d, heap %.1f -> %.1f MB of this process, the embedded nats-server's state of their keys included (target: flat; the worker caches at most 1024 parked journals per definition)",
-		parkers, before.goroutines, after.goroutines, before.heapMB, after.heapMB)
+	line("%d workflows asleep: goroutines %d -> %d, heap %.1f -> %.1f MB of this process, the embedded nats-server's state of their keys included (target: bounded whatever the workflows asleep; the worker keeps at most %d executions, a goroutine each, and 1024 parked journals per definition)",
+		parkers, before.goroutines, after.goroutines, before.heapMB, after.heapMB, workflow.DefaultCachedExecutions)
 
 	// SendEvent to the next step.
 	ids := make([]string, m)
