@@ -101,3 +101,47 @@ func TestDecideWaitsWhereTheLeaderCannotAnswer(t *testing.T) {
 		t.Fatalf("Show = %+v, %v; want the pending record", r, err)
 	}
 }
+
+// A second of delayed entries read while the stream's leader cannot say
+// what it holds (here: nobody answers the API prefix the store asks the
+// leader on, as during an election or a partition) may come from a
+// replica behind it: its entries are visited, and the second is reported
+// stale, to be read again until the leader vouches for it. A term that
+// took such a read for the whole second left runs due in a partition to
+// the repair sweep, two minutes late.
+func TestDelayedReadTheLeaderCannotVouchForIsReadAgain(t *testing.T) {
+	t.Parallel()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Open(ctx, ts.JS, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(time.Hour).Truncate(time.Second)
+	for _, id := range []string{"v-1", "v-2"} {
+		if _, err := st.PutDelayed(ctx, Delayed{Envelope: streams.Envelope{ID: id, Function: "fn.a"}, Due: due}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nobody, err := jetstream.NewWithAPIPrefix(ts.NC, "$NOBODY.API")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := *st
+	cut.js = nobody
+	for _, secs := range [][]int64{{due.Unix()}, {due.Unix(), due.Unix() + 1}} {
+		n := 0
+		err := cut.ReadDelayed(ctx, secs, func(string, uint64, []byte) { n++ })
+		var stale *StaleSeconds
+		if !errors.As(err, &stale) || len(stale.Secs) != len(secs) || n != 2 {
+			t.Fatalf("read of %v without the leader: %d entries visited, %v; want 2 and every second stale", secs, n, err)
+		}
+	}
+	n := 0
+	if err := st.ReadDelayed(ctx, []int64{due.Unix(), due.Unix() + 1}, func(string, uint64, []byte) { n++ }); err != nil || n != 2 {
+		t.Fatalf("read with the leader: %d entries, %v; want 2, nil", n, err)
+	}
+}

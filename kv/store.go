@@ -570,15 +570,20 @@ func (s *Store) ReadDelayed(ctx context.Context, secs []int64, visit func(key st
 	}
 	// Many seconds (a term's start): if the leader cannot answer now (an
 	// election), each second is read once rather than waiting on it for
-	// each of them.
-	fresh := true
+	// each of them, and is reported stale: what a replica answered is
+	// visited, and the second is read again until its leader confirms it.
+	fresh, denied := true, false
 	if len(secs) > 1 {
 		_, err := LastFromLeader(ctx, s.js, streams.KVStream(s.cfg.DelayedBucket()), pfx+">")
 		fresh = err == nil || errors.Is(err, jetstream.ErrMsgNotFound)
+		denied = errors.Is(err, nats.ErrPermissionViolation)
 	}
 	var stale []int64
 	for _, sec := range secs {
 		err := s.readDelayed(ctx, pfx+strconv.FormatInt(sec, 10)+".*", pfx, fresh, visit)
+		if err == nil && !fresh && !denied {
+			err = ErrStaleRead
+		}
 		if errors.Is(err, ErrStaleRead) {
 			stale = append(stale, sec)
 			continue
@@ -663,15 +668,23 @@ func (s *Store) readDelayed(ctx context.Context, filter, pfx string, fresh bool,
 		})
 	}
 	var err error
+	confirmed := true
 	if fresh {
 		stream := streams.KVStream(s.cfg.DelayedBucket())
-		if _, lerr := LastFromLeader(ctx, s.js, stream, filter); errors.Is(lerr, jetstream.ErrMsgNotFound) {
+		_, lerr := LastFromLeader(ctx, s.js, stream, filter)
+		if errors.Is(lerr, jetstream.ErrMsgNotFound) {
 			// Nothing under filter on the leader: one request, not a
 			// consumer. The reader hears of what is written from now on
 			// through its watch (the scheduler's starts before it reads).
 			return nil
 		}
-		err = ReadCaughtUp(ctx, s.js, stream, filter, 21, 50*time.Millisecond, read)
+		denied := errors.Is(lerr, nats.ErrPermissionViolation)
+		err = ReadCaughtUp(ctx, s.js, stream, filter, 21, 50*time.Millisecond, func(want uint64, known bool) (uint64, error) {
+			// A read the leader could not vouch for (an election, a
+			// partition) may come from a replica behind it.
+			confirmed = known || denied
+			return read(want, known)
+		})
 	} else {
 		_, err = read(0, false)
 	}
@@ -680,6 +693,9 @@ func (s *Store) readDelayed(ctx context.Context, filter, pfx string, fresh bool,
 	}
 	for _, e := range got {
 		visit(e.key, e.rev, e.data)
+	}
+	if !confirmed {
+		return fmt.Errorf("%w: %s read while its leader could not say what it holds", ErrStaleRead, filter)
 	}
 	return nil
 }

@@ -638,7 +638,14 @@ func (d *dispatcher) loadLoop(ctx context.Context) {
 			for sec := from; sec <= next; sec++ {
 				secs = append(secs, sec)
 			}
-			if err := s.store.ReadDelayed(ctx, secs, d.add); err != nil {
+			var stale *kv.StaleSeconds
+			if err := s.store.ReadDelayed(ctx, secs, d.add); errors.As(err, &stale) {
+				// Read, but not on the leader's word: read again each
+				// tick until it vouches for them.
+				d.mu.Lock()
+				d.reread = append(d.reread, stale.Secs...)
+				d.mu.Unlock()
+			} else if err != nil {
 				d.setLoaded(from - 1)
 				if ctx.Err() == nil {
 					s.log.Warn("delayed read", "from", from, "to", next, "error", err)
