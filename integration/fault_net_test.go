@@ -411,6 +411,7 @@ func (n *netCheck) assert(t *testing.T, e *loadEnv, c *loadCheck, also netAssert
 	case len(n.retryLate) > 0 && (also.retryGap || faultsLong()):
 		t.Errorf("%d of %d retries started more than %s after their backoff (or the heal), the latest %s, e.g. %v",
 			len(n.retryLate), n.retries, lateBound, n.maxRetryLate.Round(100*time.Millisecond), some(n.retryLate))
+		pick1(n.retryLate)
 	case len(n.retryLate) > 0:
 		t.Logf("%d of %d retries started more than %s after their backoff (or the heal) under this load (latest %s), e.g. %v",
 			len(n.retryLate), n.retries, lateBound, n.maxRetryLate.Round(100*time.Millisecond), some(n.retryLate))

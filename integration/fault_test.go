@@ -239,6 +239,11 @@ func (e *loadEnv) explain(runIDs []string) {
 		}
 		if r, n := e.runs.get(id); r != nil {
 			lines = append(lines, fmt.Sprintf("[record] %s attempts %d owner %q error %q, %d terminal writes", r.State, r.Attempts, r.Owner, r.Error, n))
+			e.runs.mu.Lock()
+			for _, w := range e.runs.writes[id] {
+				lines = append(lines, "[write] "+w)
+			}
+			e.runs.mu.Unlock()
 		}
 		e.t.Logf("run %s:\n%s", id, strings.Join(lines[:min(40, len(lines))], "\n"))
 	}
