@@ -145,7 +145,7 @@ func TestOutcomeConflictWithRecordUnreadIsNoConflict(t *testing.T) {
 	w.mu.Unlock()
 	out := claim
 	out.State, out.CompletedTime = jetflow.Success, now
-	_, err = w.writeOutcome(ctx, engine.Succeed, jetflow.Pending, &out, rev, false, now)
+	_, err = w.writeOutcome(ctx, engine.Succeed, jetflow.Pending, &out, rev, now)
 	if err == nil {
 		t.Fatal("outcome written without its record read")
 	}
@@ -209,7 +209,7 @@ func TestOutcomeConflictReadByAReplicaBehindIsNoConflict(t *testing.T) {
 			if create {
 				from = engine.None
 			}
-			_, err = w.writeOutcome(ctx, engine.Succeed, from, &out, rev, false, now)
+			_, err = w.writeOutcome(ctx, engine.Succeed, from, &out, rev, now)
 			if err == nil {
 				t.Fatal("outcome written from a stale revision")
 			}

@@ -101,7 +101,7 @@ func (w *Worker) succeeded(ow *outcomeWrite) {
 // written.
 func (w *Worker) outcomeFallback(ow *outcomeWrite) {
 	ctx := context.Background()
-	if _, err := w.writeOutcome(ctx, engine.Succeed, ow.from, ow.r, ow.rev, true, ow.r.StartedTime); err != nil {
+	if _, err := w.writeOutcome(ctx, engine.Succeed, ow.from, ow.r, ow.rev, ow.r.StartedTime); err != nil {
 		j := ow.j
 		w.outcomeLost(ctx, j, w.finish(j, ow.m), err)
 		w.inflight.Done()

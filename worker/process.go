@@ -789,17 +789,17 @@ func (w *Worker) succeed(j *jobCore, m jetstream.Msg) {
 	w.succeedAsync(j, m, from, r, rev)
 }
 
-// writeOutcome writes the outcome of an attempt (retried: a write of it may
-// have landed already), retrying through a server
+// writeOutcome writes the outcome of an attempt, retrying through a server
 // restart or a leader election (the run stays in w.running meanwhile, so its
 // message keeps its heartbeat): a handler that finished is not run again
 // because the write of its outcome failed once. A conflict whose stored
 // record is the one this worker wrote (a write that landed but whose reply
-// was lost) counts as written. A conflict whose stored record is this
+// was lost, or refused by a deposed leader while the new one stored it)
+// counts as written. A conflict whose stored record is this
 // attempt's claim or heartbeat (started: the attempt's start time), one
 // that landed with its reply lost or late, is written over: the record is
 // still this attempt's.
-func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflow.State, r *jetflow.Run, rev uint64, retried bool, started time.Time) (uint64, error) {
+func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflow.State, r *jetflow.Run, rev uint64, started time.Time) (uint64, error) {
 	delay := 50 * time.Millisecond
 	deadline := w.now().Add(2 * time.Minute)
 	for {
@@ -808,7 +808,7 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 			return n, nil
 		}
 		if errors.Is(err, kv.ErrConflict) {
-			v, cur, gerr := engine.ReadBack(ctx, w.readConfirmed, r.ID, rev, engine.OutcomeOf(r, w.cfg.ID, started, retried))
+			v, cur, gerr := engine.ReadBack(ctx, w.readConfirmed, r.ID, rev, engine.OutcomeOf(r, w.cfg.ID, started))
 			switch v {
 			case kv.Landed:
 				r.Revision = cur.Revision
@@ -841,7 +841,6 @@ func (w *Worker) writeOutcome(ctx context.Context, step engine.Step, from jetflo
 		if errors.Is(err, jetflow.ErrBadArgs) || w.isStopping() || w.now().After(deadline) {
 			return 0, err // ErrBadArgs: no write of this record can be stored
 		}
-		retried = true
 		w.log.Debug("outcome write failed; retrying", "run_id", r.ID, "error", err)
 		select {
 		case <-time.After(delay):
@@ -946,7 +945,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 	if started.IsZero() {
 		started = work.Started
 	}
-	newRev, err := w.writeOutcome(ctx, engine.Retry, from, r, rev, false, started)
+	newRev, err := w.writeOutcome(ctx, engine.Retry, from, r, rev, started)
 	if errors.Is(err, jetflow.ErrBadArgs) {
 		// The record cannot hold another attempt (its args beside what the
 		// attempts added): the run fails here, with the reason, rather than
@@ -971,7 +970,7 @@ func (w *Worker) fail(ctx context.Context, j *jobCore, m jetstream.Msg, herr err
 // failFinal writes r, the attempt's failure with no retry after it, and
 // settles the attempt's message.
 func (w *Worker) failFinal(ctx context.Context, j *jobCore, m jetstream.Msg, from jetflow.State, r *jetflow.Run, rev uint64) {
-	if _, err := w.writeOutcome(ctx, engine.Fail, from, r, rev, false, r.StartedTime); err != nil {
+	if _, err := w.writeOutcome(ctx, engine.Fail, from, r, rev, r.StartedTime); err != nil {
 		w.outcomeLost(ctx, j, m, err)
 		return
 	}

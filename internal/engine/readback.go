@@ -65,13 +65,15 @@ func ClaimOf(r *jetflow.Run) Mine {
 
 // OutcomeOf is Mine for a write of outcome r of the attempt owner started
 // at started: the stored record is this write when it holds the same
-// outcome (SameOutcome; only once the write was retried: a first write
-// refused did not land), and the attempt's own claim or heartbeat (landed
-// unseen) is written over.
-func OutcomeOf(r *jetflow.Run, owner string, started time.Time, retried bool) Mine {
+// outcome (SameOutcome: the end time to the nanosecond is this attempt's),
+// even when the write was refused at its first try (right after a heal, a
+// deposed leader and the new one both take one request: the refusal came
+// first, the new leader stored it); the attempt's own claim or heartbeat
+// (landed unseen) is written over.
+func OutcomeOf(r *jetflow.Run, owner string, started time.Time) Mine {
 	attempt := r.Attempts
 	return Mine{
-		Same: func(cur *jetflow.Run) bool { return retried && SameOutcome(cur, r) },
+		Same: func(cur *jetflow.Run) bool { return SameOutcome(cur, r) },
 		Base: func(cur *jetflow.Run) bool { return OwnAttempt(cur, owner, attempt, started) },
 	}
 }

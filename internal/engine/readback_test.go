@@ -37,11 +37,11 @@ func TestReadBack(t *testing.T) {
 		{"a claim beaten by a cancel", 5, ClaimOf(claim), stored(canceled, 6), true, nil, kv.Superseded},
 		{"a claim whose record a replica behind shows", 5, ClaimOf(claim), stored(pending, 5), false, nil, kv.Unread},
 		{"a claim whose record is unread", 5, ClaimOf(claim), nil, false, timeout, kv.Unread},
-		{"an outcome that landed, written again", 6, OutcomeOf(success, "w1", started, true), stored(success, 7), true, nil, kv.Landed},
-		{"an outcome's first write refused: not ours", 6, OutcomeOf(success, "w1", started, false), stored(success, 7), true, nil, kv.Superseded},
-		{"an outcome over its attempt's heartbeat, landed unseen", 6, OutcomeOf(success, "w1", started, false), stored(claim, 8), true, nil, kv.Rebase},
-		{"an outcome over another attempt's claim", 6, OutcomeOf(success, "w1", started, true), stored(other, 8), true, nil, kv.Superseded},
-		{"an outcome whose record expired", 6, OutcomeOf(success, "w1", started, true), nil, true, jetflow.ErrNotFound, kv.Gone},
+		{"an outcome that landed, written again", 6, OutcomeOf(success, "w1", started), stored(success, 7), true, nil, kv.Landed},
+		{"an outcome's first write refused, stored all the same (two leaders took it)", 6, OutcomeOf(success, "w1", started), stored(success, 7), true, nil, kv.Landed},
+		{"an outcome over its attempt's heartbeat, landed unseen", 6, OutcomeOf(success, "w1", started), stored(claim, 8), true, nil, kv.Rebase},
+		{"an outcome over another attempt's claim", 6, OutcomeOf(success, "w1", started), stored(other, 8), true, nil, kv.Superseded},
+		{"an outcome whose record expired", 6, OutcomeOf(success, "w1", started), nil, true, jetflow.ErrNotFound, kv.Gone},
 	}
 	for _, c := range cases {
 		read := func(context.Context, string) (*jetflow.Run, bool, error) { return c.cur, c.leader, c.err }
