@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
-	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/kv"
 	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
@@ -29,12 +28,9 @@ func (silent) PublishMsg(ctx context.Context, _ *nats.Msg, _ ...jetstream.Publis
 // caller's retries (a segment's, a worker's) go on while it still has time.
 func TestWriteWhoseRequestIsNeverAnsweredEndsBeforeTheCallersCtx(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, _ := provisioned(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
 	st, err := kv.Open(ctx, silent{ts.JS}, streams.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetflow-dev/jetflow/internal/testserver"
-	"github.com/jetflow-dev/jetflow/streams"
 	"github.com/nats-io/nats.go"
 )
 
@@ -18,15 +16,8 @@ import (
 // record, or ErrFetchStalled. With the old rule (a quiet consumer means
 // the records were removed) it returned a part, and no error.
 func TestScanWholeOrStalled(t *testing.T) {
-	ts := testserver.Start(t)
+	ts, st := openedStore(t)
 	ctx := context.Background()
-	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := Open(ctx, ts.JS, streams.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const n = 3000
 	for i := range n {
 		m := nats.NewMsg(fmt.Sprintf("$KV.jetflow_runs.r%d", i))

@@ -20,15 +20,8 @@ import (
 // entries; its sequences are the bucket's.
 func TestDelayedReadBehindItsLeaderIsNotUsed(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, st := openedStore(t)
 	ctx := context.Background()
-	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := Open(ctx, ts.JS, streams.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	due := time.Now().Add(time.Hour).Truncate(time.Second)
 	var keys []string
 	for _, id := range []string{"d-1", "d-2", "d-3"} {
@@ -75,15 +68,8 @@ func TestDelayedReadBehindItsLeaderIsNotUsed(t *testing.T) {
 // stead; Show still answers.
 func TestDecideWaitsWhereTheLeaderCannotAnswer(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, st := openedStore(t)
 	ctx := context.Background()
-	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := Open(ctx, ts.JS, streams.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now().UTC()
 	if _, err := st.Create(ctx, &jetflow.Run{ID: "here-1", Name: "fn.a", State: jetflow.Pending, ScheduledTime: now, CreationTime: now}); err != nil {
 		t.Fatal(err)
@@ -111,15 +97,8 @@ func TestDecideWaitsWhereTheLeaderCannotAnswer(t *testing.T) {
 // the repair sweep, two minutes late.
 func TestDelayedReadTheLeaderCannotVouchForIsReadAgain(t *testing.T) {
 	t.Parallel()
-	ts := testserver.Start(t)
+	ts, st := openedStore(t)
 	ctx := context.Background()
-	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := Open(ctx, ts.JS, streams.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	due := time.Now().Add(time.Hour).Truncate(time.Second)
 	for _, id := range []string{"v-1", "v-2"} {
 		if _, err := st.PutDelayed(ctx, Delayed{Envelope: streams.Envelope{ID: id, Function: "fn.a"}, Due: due}); err != nil {
@@ -144,4 +123,20 @@ func TestDelayedReadTheLeaderCannotVouchForIsReadAgain(t *testing.T) {
 	if err := st.ReadDelayed(ctx, []int64{due.Unix(), due.Unix() + 1}, func(string, uint64, []byte) { n++ }); err != nil || n != 2 {
 		t.Fatalf("read with the leader: %d entries, %v; want 2, nil", n, err)
 	}
+}
+
+// openedStore starts a server with jetflow's streams provisioned and opens
+// a Store on it.
+func openedStore(t *testing.T) (*testserver.Env, *Store) {
+	t.Helper()
+	ts := testserver.Start(t)
+	ctx := context.Background()
+	if err := streams.Provision(ctx, ts.JS, streams.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Open(ctx, ts.JS, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts, st
 }
