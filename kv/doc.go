@@ -45,7 +45,13 @@
 //
 // A read through a consumer, which the server may place on a replica, is
 // made again until it holds the leader's last revision (ReadCaughtUp; the
-// delayed seconds the scheduler reads).
+// delayed seconds the scheduler reads). A second read while the leader
+// cannot answer is visited and reported stale (StaleSeconds), to be read
+// again until the leader vouches for it.
+//
+// One request waits at most 5 s for its answer (OneRequest), whatever the
+// caller's ctx: a request sent just before its server died is never
+// answered, and a longer ctx bounds the caller's retries, not one request.
 //
 // # Listing keys
 //
