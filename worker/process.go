@@ -496,6 +496,11 @@ func (w *Worker) reconcile(ctx context.Context, j *jobCore, m jetstream.Msg, rep
 // reconnect, a redelivery on a replicated stream (clusterHoldBack).
 func (w *Worker) heldBack(ctx context.Context, j *jobCore, m jetstream.Msg, replay bool, numDelivered uint64) bool {
 	if d := w.replayWait(); replay && d > 0 {
+		if !w.boundRead() {
+			// Looked at again once the stream's last sequence is read: it
+			// may say the message was stored after the reconnect.
+			d = min(d, time.Second)
+		}
 		w.log.Debug("possible replay: waiting for a claim elsewhere", "function", j.fn.name, "run_id", j.env.ID, "delay", d)
 		w.settle(m, nakAfter(d))
 		return true

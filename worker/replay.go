@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"context"
 	"math"
 	"strconv"
 	"strings"
@@ -34,7 +35,13 @@ import (
 //
 // The cost falls on the messages stored before a reconnect: a record read
 // and a claim each, and up to ReplayGrace of delay for those found
-// unclaimed. Messages stored after it take the fast path again.
+// unclaimed. Messages stored after it take the fast path again. "After" is
+// told by the function stream's last sequence, read once reconnected: a
+// message of a later sequence was stored after the reconnect, whatever the
+// clocks say (on a single server: a deposed cluster leader may answer
+// behind). Until that read answers, when it fails, and on a cluster, by the
+// stored time, widened by replaySlack for a server clock ahead of the
+// worker's.
 
 // DefaultReplayGrace is the default Config.ReplayGrace.
 const DefaultReplayGrace = 5 * time.Second
@@ -54,8 +61,21 @@ type replayGuard struct {
 	// claimUntil: until this time (unix ns), every run in flight here is
 	// claimed at once, whatever its ClaimAfter.
 	claimUntil atomic.Int64
+	// bound: what the latest reconnect read of the function stream's last
+	// sequence; a message of a later sequence was stored after it. Each
+	// reconnect stores a new one before it moves before, so that a bound
+	// read for an earlier reconnect is never taken for the latest's.
+	bound atomic.Pointer[seqBound]
 	// kick asks the worker's loop to claim the runs in flight now.
 	kick chan struct{}
+}
+
+// seqBound is the function stream's last sequence, read after one
+// reconnect.
+type seqBound struct {
+	read bool   // the read has ended
+	ok   bool   // seq holds; false: the stored time alone tells
+	seq  uint64 // the stream's last sequence
 }
 
 // watchConnection follows nc's status until done closes.
@@ -83,6 +103,7 @@ func (w *Worker) noteStatus(st nats.Status) {
 	case nats.DISCONNECTED, nats.RECONNECTING:
 		// Anything delivered from here on may be a replay until the
 		// reconnect says from when.
+		g.bound.Store(&seqBound{})
 		g.before.Store(math.MaxInt64)
 		g.graceUntil.Store(math.MaxInt64)
 		g.claimUntil.Store(math.MaxInt64)
@@ -99,6 +120,8 @@ func (w *Worker) noteStatus(st nats.Status) {
 func (w *Worker) suspectReplays() {
 	g := &w.replay
 	now := w.now()
+	b := &seqBound{}
+	g.bound.Store(b)
 	g.before.Store(now.Add(replaySlack).UnixNano())
 	g.graceUntil.Store(now.Add(w.cfg.ReplayGrace).UnixNano())
 	g.claimUntil.Store(now.Add(w.cfg.ReplayGrace).UnixNano())
@@ -106,6 +129,45 @@ func (w *Worker) suspectReplays() {
 	case g.kick <- struct{}{}:
 	default:
 	}
+	go w.readSeqBound(b)
+}
+
+// readSeqBound reads the function stream's last sequence for the reconnect
+// that stored b, and keeps it unless a later reconnect has stored its own
+// bound since. A server just restarted may not answer yet (JetStream still
+// starting): the read is tried again until ReplayGrace has passed; then,
+// and on a replicated stream, the stored time alone tells.
+func (w *Worker) readSeqBound(b *seqBound) {
+	read := &seqBound{read: true}
+	for deadline := time.Now().Add(w.cfg.ReplayGrace); time.Now().Before(deadline); {
+		if w.replay.bound.Load() != b {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		s, err := w.js.Stream(ctx, w.scfg.FunctionStream())
+		cancel()
+		if err == nil {
+			info := s.CachedInfo()
+			// On a cluster a deposed stream leader may answer with a
+			// last sequence behind the stream's.
+			read.ok, read.seq = info.Config.Replicas <= 1, info.State.LastSeq
+			break
+		}
+		w.log.Debug("reconnected: the function stream's last sequence is not read yet", "error", err)
+		select {
+		case <-w.stopCh:
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	w.replay.bound.CompareAndSwap(b, read)
+}
+
+// boundRead reports whether the latest reconnect's sequence read has ended
+// (true too when the worker never reconnected).
+func (w *Worker) boundRead() bool {
+	b := w.replay.bound.Load()
+	return b == nil || b.read
 }
 
 // mayBeReplay reports whether a delivery of m (first or not) may repeat a
@@ -113,19 +175,34 @@ func (w *Worker) suspectReplays() {
 // still be running it without a claim.
 func (w *Worker) mayBeReplay(m jetstream.Msg) bool {
 	before := w.replay.before.Load()
-	if before == 0 {
-		return false
+	var bound seqBound
+	if b := w.replay.bound.Load(); b != nil {
+		bound = *b
 	}
-	if before == math.MaxInt64 {
-		return true
-	}
-	stored, ok := storedFrom(m.Reply())
-	if !ok {
+	reply := m.Reply()
+	seq, seqOK := seqFrom(reply)
+	stored, ok := storedFrom(reply)
+	if !ok || !seqOK {
 		md, err := m.Metadata()
 		if err != nil {
-			return true
+			return before != 0
 		}
-		stored = md.Timestamp.UnixNano()
+		stored, seq = md.Timestamp.UnixNano(), md.Sequence.Stream
+	}
+	return replayBefore(before, bound, seq, stored)
+}
+
+// replayBefore is mayBeReplay's rule for a message of stream sequence seq
+// stored at stored (unix ns), given the guard's before and the sequence
+// bound read after the latest reconnect.
+func replayBefore(before int64, bound seqBound, seq uint64, stored int64) bool {
+	switch {
+	case before == 0:
+		return false // never disconnected
+	case before == math.MaxInt64:
+		return true // disconnected now
+	case bound.ok && seq > bound.seq:
+		return false // stored after the reconnect
 	}
 	return stored < before
 }
@@ -171,10 +248,11 @@ func ackToken(reply string, i int) (string, bool) {
 	return reply, true
 }
 
-// deliveredFrom reads the delivery count from an ack subject without the
-// allocations of Metadata (once per run on the hot path).
-func deliveredFrom(reply string) (uint64, bool) {
-	tok, ok := ackToken(reply, 2)
+// ackNumber reads token i of an ack subject (ackToken) as a positive
+// number, without the allocations of Metadata (once per run on the hot
+// path).
+func ackNumber(reply string, i int) (uint64, bool) {
+	tok, ok := ackToken(reply, i)
 	if !ok {
 		return 0, false
 	}
@@ -182,15 +260,17 @@ func deliveredFrom(reply string) (uint64, bool) {
 	return n, err == nil && n > 0
 }
 
+// deliveredFrom reads the delivery count from an ack subject.
+func deliveredFrom(reply string) (uint64, bool) { return ackNumber(reply, 2) }
+
+// seqFrom reads the message's stream sequence from an ack subject.
+func seqFrom(reply string) (uint64, bool) { return ackNumber(reply, 3) }
+
 // storedFrom reads when the message was stored (unix ns) from an ack
 // subject.
 func storedFrom(reply string) (int64, bool) {
-	tok, ok := ackToken(reply, 5)
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(tok, 10, 64)
-	return n, err == nil && n > 0
+	n, ok := ackNumber(reply, 5)
+	return int64(n), ok && n <= math.MaxInt64
 }
 
 // deliversAfterQuorum reports whether a nats-server of version v sends a

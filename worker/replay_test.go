@@ -111,3 +111,37 @@ func TestServerCrashReplayDoesNotRunHandlerTwice(t *testing.T) {
 		t.Fatalf("handlers ran twice for one attempt after the server crash: %v", twice)
 	}
 }
+
+// A run stored once the worker is reconnected after a server restart
+// cannot repeat a delivery made before it: it runs at once, whatever
+// ReplayGrace, though its stored time falls within the second the worker
+// widens its window by (a server clock ahead of its own). The function
+// stream's last sequence, read at the reconnect, tells it apart.
+func TestRunStoredAfterTheReconnectIsNoReplay(t *testing.T) {
+	t.Parallel()
+	e := setup(t, worker.Config{ReplayGrace: time.Hour, ID: "A"})
+	var n calls
+	worker.Handle(e.W, replayFn, func(ctx context.Context, j *worker.Job[echoArgs]) error {
+		n.add(j.ID())
+		return nil
+	}, worker.Options{})
+	e.start(t)
+	ctx := context.Background()
+	before, err := e.P.Enqueue(ctx, replayFn.With(echoArgs{N: 1}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, before)
+	e.Restart()
+	testserver.Eventually(t, 20*time.Second, "the worker reconnected and read the stream's last sequence", func() bool {
+		return e.NC.IsConnected() && worker.ReplayBoundRead(e.W)
+	})
+	id, err := e.P.Enqueue(ctx, replayFn.With(echoArgs{N: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held back as a possible replay, it would wait an hour.
+	if r := e.wait(t, id); r.State != jetflow.Success || r.Attempts != 1 || n.of(id) != 1 {
+		t.Fatalf("run %s: %+v, ran %d times; want one successful attempt", id, r, n.of(id))
+	}
+}

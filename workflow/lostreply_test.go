@@ -49,17 +49,7 @@ func TestStepResultWhoseReplyIsLostIsKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := worker.New(context.Background(), js, worker.Config{AckWait: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must(t, workflow.Register(w, def))
-	must(t, w.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
+	startWorkerOn(t, js, worker.Config{AckWait: 10 * time.Second}, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
 	ctx := testCtx(t)
 	if _, err := workflow.Start(ctx, e.P, def, 21, workflow.WithID(id)); err != nil {
 		t.Fatal(err)

@@ -156,6 +156,18 @@ var internalOptions = worker.Options{
 	Backoff:     jetflow.Backoff{Initial: 50 * time.Millisecond, Base: 2, Max: worker.DefaultReplayGrace},
 }
 
+// wakeOptions: a wake only schedules the segment its workflow waits for,
+// once (resume: the segment's id is derived from the journal), so two
+// copies running at once do no harm. It is never claimed: a wake stored
+// before a worker's reconnect (due while the server was down) runs at once
+// instead of waiting ReplayGrace for a claim elsewhere, as a run that may
+// be running unclaimed in another worker must.
+var wakeOptions = func() worker.Options {
+	o := internalOptions
+	o.NoClaim = true
+	return o
+}()
+
 // internalAttempts: about 8 hours of retries at the 5 s cap (4 on average,
 // with the backoff's jitter), as 1,000 at a 30 s cap gave before.
 const internalAttempts = 6000
@@ -181,7 +193,7 @@ func Register[In, Out any](w *worker.Worker, def *Workflow[In, Out], opts ...Reg
 	if err := worker.Register(w, startFn, d.startRun, internalOptions); err != nil {
 		return err
 	}
-	if err := worker.Register(w, wakeFn, d.wake, internalOptions); err != nil {
+	if err := worker.Register(w, wakeFn, d.wake, wakeOptions); err != nil {
 		return err
 	}
 	if err := d.serveQueries(w); err != nil {

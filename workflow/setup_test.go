@@ -12,6 +12,7 @@ import (
 	"github.com/jetflow-dev/jetflow/scheduler"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // env is a server, a producer and counters shared by the handlers.
@@ -59,6 +60,12 @@ func (e *env) startWorker(t testing.TB, register func(w *worker.Worker)) *worker
 func (e *env) startWorkerWith(t testing.TB, cfg worker.Config, register func(w *worker.Worker)) *worker.Worker {
 	t.Helper()
 	_, js := e.Connect()
+	return startWorkerOn(t, js, cfg, register)
+}
+
+// startWorkerOn is startWorkerWith on a connection the test made.
+func startWorkerOn(t testing.TB, js jetstream.JetStream, cfg worker.Config, register func(w *worker.Worker)) *worker.Worker {
+	t.Helper()
 	w, err := worker.New(context.Background(), js, cfg)
 	if err != nil {
 		t.Fatal(err)

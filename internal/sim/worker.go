@@ -50,8 +50,8 @@ type worker struct {
 	stallEnd time.Duration
 	live     liveness.Watch
 
-	replay       bool // the connection broke once
-	replayBefore time.Duration
+	replay       bool   // the connection broke once
+	replayBound  uint64 // the stream's last sequence at the reconnect
 	graceUntil   time.Duration
 	reconnecting bool // a crash came while paused
 }
@@ -136,14 +136,15 @@ func (k *worker) jump() {
 	k.w.tracef("FAULT: %s's clock jumps %v", k.name, d)
 }
 
-// reconnect: after a server crash, messages stored before now may be
-// replays; runs in flight here are claimed at once.
+// reconnect: after a server crash, messages stored before now (up to the
+// stream's last sequence, read at the reconnect) may be replays; runs in
+// flight here are claimed at once.
 func (k *worker) reconnect() {
 	if k.paused {
 		k.reconnecting = true
 		return
 	}
-	k.replay, k.replayBefore, k.graceUntil = true, k.w.now, k.w.now+replayGrace
+	k.replay, k.replayBound, k.graceUntil = true, k.w.stream.next, k.w.now+replayGrace
 	for _, id := range sortedKeys(k.jobs) {
 		if j := k.jobs[id]; !j.claimed {
 			j.claimNow = true
@@ -184,7 +185,7 @@ func (k *worker) process(d delivery) {
 		}
 		return // a duplicate of a run running here
 	}
-	replay := k.replay && m.stored < k.replayBefore
+	replay := k.replay && m.seq <= k.replayBound
 	kind := engine.Classify(engine.DeliveryFacts{NumDelivered: m.delivered, Replay: replay, Held: k.held(d), Rev: m.rev, Attempt: m.attempt})
 	k.w.tracef("%s: %s attempt %d is %s", k.name, m.id, m.attempt, kind)
 	if !kind.ReadsRecord() {
