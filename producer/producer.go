@@ -494,11 +494,14 @@ func (p *Producer) dispatchExisting(id string) {
 const existingFor = 30 * time.Second
 
 // dispatchedExisting reads run id and dispatches it if it is not queued;
-// false when the reads went unanswered.
+// false when the reads went unanswered, or did not find the record: the
+// create that was refused says it exists, so a read that misses it is
+// behind (a deposed leader, resumed from a pause, answering before it
+// learns of the new term), and is made again.
 func (p *Producer) dispatchedExisting(ctx context.Context, id string) bool {
 	cur, _, err := p.store.Decide(ctx, id)
 	if err != nil {
-		return errors.Is(err, jetflow.ErrNotFound)
+		return false
 	}
 	// Its message there already (the common case: the earlier call went
 	// through): nothing to do.
