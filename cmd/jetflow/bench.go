@@ -22,6 +22,7 @@ type benchConfig struct {
 	o                                       bench.Options
 	quick, asJSON                           bool
 	pool, fairness, cron, wf, many, delayed bool
+	serverProcess                           bool
 	trig, cluster, index                    bool
 	clusterURL                              string
 	clusterN                                int
@@ -84,7 +85,7 @@ func (c *benchConfig) parts(ctx context.Context, out io.Writer) []benchPart {
 			return bench.RunCluster(ctx, out, co)
 		}},
 		{"enqueue-many", c.many, func() error { return bench.RunEnqueueMany(ctx, out, c.quick) }},
-		{"delayed-scale", c.delayed, func() error { return bench.RunDelayedScale(ctx, out, c.quick, c.delayedSizes) }},
+		{"delayed-scale", c.delayed, func() error { return bench.RunDelayedScale(ctx, out, c.quick, c.delayedSizes, c.serverProcess) }},
 	}
 }
 
@@ -92,7 +93,7 @@ func (c *benchConfig) parts(ctx context.Context, out io.Writer) []benchPart {
 func parseBenchFlags(ctx context.Context, args []string) (*benchConfig, error) {
 	c := &benchConfig{}
 	o := &c.o
-	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--fairness] [--cron] [--workflow] [--trigger] [--cluster | --cluster-url URL] [--index [--index-sizes N,N]] [--enqueue-many] [--delayed-scale [--delayed-sizes N,N]] [--json]")
+	fs := newFlagSet(ctx, "bench", "[-n N] [--mode interval|always|both] [--lateness-runs N] [--quick] [--pool] [--fairness] [--cron] [--workflow] [--trigger] [--cluster | --cluster-url URL] [--index [--index-sizes N,N]] [--enqueue-many] [--delayed-scale [--delayed-sizes N,N] [--server-process]] [--json]")
 	fs.IntVar(&o.N, "n", 0, "runs per throughput figure in interval mode (default 100000, 2000 with -quick)")
 	fs.IntVar(&o.AlwaysN, "always-n", 0, "runs per throughput figure in always mode (default n/20, at least 500)")
 	mode := fs.String("mode", "both", "durability mode: interval, always or both")
@@ -107,6 +108,7 @@ func parseBenchFlags(ctx context.Context, args []string) (*benchConfig, error) {
 	fs.BoolVar(&c.wf, "workflow", false, "also measure durable workflows (before the core figures)")
 	fs.BoolVar(&c.many, "enqueue-many", false, "also measure Enqueue from 10, 100 and 1000 goroutines beside raw synchronous publishes (before the core figures)")
 	fs.BoolVar(&c.delayed, "delayed-scale", false, "also measure the delayed store with runs waiting (before the core figures)")
+	fs.BoolVar(&c.serverProcess, "server-process", false, "--delayed-scale: run the server in a process of its own, as a deployment with failover does (default: embedded in the bench's process)")
 	sizes := fs.String("delayed-sizes", "", "waiting runs of --delayed-scale, comma-separated (default 10000,100000,1000000; 1000,10000 with -quick)")
 	fs.BoolVar(&o.SkipProfile, "skip-profile", false, "skip the profiled repeats that print where the time goes")
 	fs.BoolVar(&c.cluster, "cluster", false, "also measure on a 3-node cluster started in this process (R3), beside raw R3 (before the core figures)")

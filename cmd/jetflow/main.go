@@ -23,6 +23,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/jetflow-dev/jetflow/cmd/jetflow/internal/bench"
 	"io"
 	"os"
 	"os/signal"
@@ -74,6 +75,9 @@ func commandRun(name string, run func(ctx context.Context, args []string) error)
 }
 
 func main() {
+	if bench.ServeIfChild() {
+		return // the server of a bench section, in its own process
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := runMain(ctx, os.Args[1:])
 	stop()

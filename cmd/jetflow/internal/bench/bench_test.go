@@ -231,8 +231,12 @@ func TestIndexQuick(t *testing.T) {
 }
 
 // TestMain starts every section's servers with a 1 s fsync interval (see
-// SetSyncEvery): durability is not what these tests test.
+// SetSyncEvery): durability is not what these tests test. The test binary
+// is the child of startServerProcess too.
 func TestMain(m *testing.M) {
+	if ServeIfChild() {
+		return
+	}
 	SetSyncEvery(time.Second)
 	os.Exit(m.Run())
 }
@@ -263,7 +267,7 @@ func BenchmarkEnqueueMany(b *testing.B) {
 func TestRunDelayedScaleSmall(t *testing.T) {
 	t.Parallel()
 	var out strings.Builder
-	if err := RunDelayedScale(context.Background(), &out, true, []int{500}); err != nil {
+	if err := RunDelayedScale(context.Background(), &out, true, []int{500}, false); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, want := range []string{"500 waiting", "first term lateness p50", "takeover lateness p50", "raw publish->consume p50", "per waiting run"} {

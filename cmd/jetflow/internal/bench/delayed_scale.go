@@ -345,7 +345,7 @@ func waitLeader(ctx context.Context, s *scheduler.Scheduler) error {
 // when quick) of a scheduler's first term and after a standby's takeover, beside raw
 // publish-to-consume latency; and the fill, the heap per waiting run and
 // the tick.
-func RunDelayedScale(ctx context.Context, w io.Writer, quick bool, sizes []int) error {
+func RunDelayedScale(ctx context.Context, w io.Writer, quick bool, sizes []int, serverProcess bool) error {
 	perSec, window := 300, 10*time.Second
 	if len(sizes) == 0 {
 		sizes = DelayedScaleSizes
@@ -356,14 +356,18 @@ func RunDelayedScale(ctx context.Context, w io.Writer, quick bool, sizes []int) 
 	if quick {
 		perSec, window = 100, 3*time.Second
 	}
-	fmt.Fprintf(w, "delayed store: runs waiting (records and entries, due 2 h ahead); lateness of %d runs/s due over the first %s of a scheduler's first term, and after a standby's takeover\n", perSec, window)
+	where := "embedded in the bench's process (its heap included)"
+	if serverProcess {
+		where = "in a process of its own (its heap not included)"
+	}
+	fmt.Fprintf(w, "delayed store: runs waiting (records and entries, due 2 h ahead); lateness of %d runs/s due over the first %s of a scheduler's first term, and after a standby's takeover; the server %s\n", perSec, window, where)
 	for _, n := range sizes {
-		s, stop, err := freshServer("delayed")
+		url, stop, err := delayedScaleServer(serverProcess)
 		if err != nil {
 			return err
 		}
 		pctx, cancel := context.WithTimeout(ctx, 60*time.Minute)
-		d, err := MeasureDelayedScale(pctx, s.ClientURL(), "benchdelayed", n, perSec, window)
+		d, err := MeasureDelayedScale(pctx, url, "benchdelayed", n, perSec, window)
 		cancel()
 		stop()
 		if err != nil {
@@ -382,4 +386,17 @@ func RunDelayedScale(ctx context.Context, w io.Writer, quick bool, sizes []int) 
 			float64(d.HeapBefore)/(1<<20), float64(d.HeapStart)/(1<<20), float64(d.HeapTakeover)/(1<<20), d.PerRun())
 	}
 	return nil
+}
+
+// delayedScaleServer starts a fresh server for one waiting set: embedded
+// in this process, or in a process of its own.
+func delayedScaleServer(own bool) (url string, stop func(), err error) {
+	if own {
+		return startServerProcess("delayed")
+	}
+	s, stop, err := freshServer("delayed")
+	if err != nil {
+		return "", nil, err
+	}
+	return s.ClientURL(), stop, nil
 }
