@@ -175,6 +175,9 @@ func (w *Worker) boundRead() bool {
 // still be running it without a claim.
 func (w *Worker) mayBeReplay(m jetstream.Msg) bool {
 	before := w.replay.before.Load()
+	if before == 0 || before == math.MaxInt64 {
+		return before != 0 // never disconnected; disconnected now
+	}
 	var bound seqBound
 	if b := w.replay.bound.Load(); b != nil {
 		bound = *b
