@@ -39,9 +39,10 @@ import (
 // told by the function stream's last sequence, read once reconnected: a
 // message of a later sequence was stored after the reconnect, whatever the
 // clocks say (on a single server: a deposed cluster leader may answer
-// behind). Until that read answers, when it fails, and on a cluster, by the
-// stored time, widened by replaySlack for a server clock ahead of the
-// worker's.
+// behind). A delivery that comes before that read has answered waits for
+// it, up to boundWait, so that what it runs and publishes is stored after
+// the read. When the read fails, and on a cluster, by the stored time,
+// widened by replaySlack for a server clock ahead of the worker's.
 
 // DefaultReplayGrace is the default Config.ReplayGrace.
 const DefaultReplayGrace = 5 * time.Second
@@ -76,7 +77,15 @@ type seqBound struct {
 	read bool   // the read has ended
 	ok   bool   // seq holds; false: the stored time alone tells
 	seq  uint64 // the stream's last sequence
+	// done closes when the read of this (unread) bound has ended.
+	done chan struct{}
 }
+
+func newSeqBound() *seqBound { return &seqBound{done: make(chan struct{})} }
+
+// boundWait is how long a delivery waits for the sequence read of the
+// reconnect before it (boundAfter).
+const boundWait = time.Second
 
 // watchConnection follows nc's status until done closes.
 func (w *Worker) watchConnection(nc *nats.Conn, done <-chan struct{}) {
@@ -103,7 +112,7 @@ func (w *Worker) noteStatus(st nats.Status) {
 	case nats.DISCONNECTED, nats.RECONNECTING:
 		// Anything delivered from here on may be a replay until the
 		// reconnect says from when.
-		g.bound.Store(&seqBound{})
+		g.bound.Store(newSeqBound())
 		g.before.Store(math.MaxInt64)
 		g.graceUntil.Store(math.MaxInt64)
 		g.claimUntil.Store(math.MaxInt64)
@@ -120,7 +129,7 @@ func (w *Worker) noteStatus(st nats.Status) {
 func (w *Worker) suspectReplays() {
 	g := &w.replay
 	now := w.now()
-	b := &seqBound{}
+	b := newSeqBound()
 	g.bound.Store(b)
 	g.before.Store(now.Add(replaySlack).UnixNano())
 	g.graceUntil.Store(now.Add(w.cfg.ReplayGrace).UnixNano())
@@ -138,6 +147,7 @@ func (w *Worker) suspectReplays() {
 // starting): the read is tried again until ReplayGrace has passed; then,
 // and on a replicated stream, the stored time alone tells.
 func (w *Worker) readSeqBound(b *seqBound) {
+	defer close(b.done)
 	read := &seqBound{read: true}
 	for deadline := time.Now().Add(w.cfg.ReplayGrace); time.Now().Before(deadline); {
 		if w.replay.bound.Load() != b {
@@ -163,6 +173,32 @@ func (w *Worker) readSeqBound(b *seqBound) {
 	w.replay.bound.CompareAndSwap(b, read)
 }
 
+// boundAfter is the sequence bound of the latest reconnect, once read: a
+// delivery that comes before the read has ended waits for it, up to
+// boundWait (a reconnect meanwhile stores a new bound, waited for in
+// turn). Were it judged by a bound read later, a message stored after the
+// reconnect but before that read (a segment the first wake published)
+// would count as a possible replay.
+func (w *Worker) boundAfter() seqBound {
+	deadline := time.Now().Add(boundWait)
+	for {
+		b := w.replay.bound.Load()
+		if b == nil {
+			return seqBound{}
+		}
+		wait := time.Until(deadline)
+		if b.read || wait <= 0 {
+			return *b
+		}
+		t := time.NewTimer(min(wait, 50*time.Millisecond))
+		select {
+		case <-b.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
 // boundRead reports whether the latest reconnect's sequence read has ended
 // (true too when the worker never reconnected).
 func (w *Worker) boundRead() bool {
@@ -175,12 +211,15 @@ func (w *Worker) boundRead() bool {
 // still be running it without a claim.
 func (w *Worker) mayBeReplay(m jetstream.Msg) bool {
 	before := w.replay.before.Load()
-	if before == 0 || before == math.MaxInt64 {
-		return before != 0 // never disconnected; disconnected now
+	if before == 0 {
+		return false // never disconnected
 	}
-	var bound seqBound
-	if b := w.replay.bound.Load(); b != nil {
-		bound = *b
+	// Also when the worker has not yet heard of the reconnect that brought
+	// this delivery (before is MaxInt64): whatever it runs meanwhile is
+	// then stored after the read.
+	bound := w.boundAfter()
+	if now := w.replay.before.Load(); now != before || now == math.MaxInt64 {
+		return true // disconnected, or a reconnect came meanwhile: the bound may be an earlier one's
 	}
 	reply := m.Reply()
 	seq, seqOK := seqFrom(reply)

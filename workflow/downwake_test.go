@@ -1,7 +1,10 @@
 package workflow_test
 
 import (
+	"bytes"
 	"context"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,7 +37,14 @@ func TestSleepEndingWhileTheServerIsDownResumesWithoutTheReplayGrace(t *testing.
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	must(t, err)
-	startWorkerOn(t, js, worker.Config{ReplayGrace: time.Hour}, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	startWorkerOn(t, js, worker.Config{ReplayGrace: time.Hour, Logger: log}, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
+	defer func() {
+		if t.Failed() {
+			t.Logf("the worker's log:\n%s", logs.String())
+		}
+	}()
 	ctx := testCtx(t)
 	id, err := workflow.Start(ctx, e.P, def, 2*time.Second)
 	must(t, err)
@@ -46,4 +56,22 @@ func TestSleepEndingWhileTheServerIsDownResumesWithoutTheReplayGrace(t *testing.
 	if r.State != jetflow.Success {
 		t.Fatalf("workflow %s: %s (%s), want success", id, r.State, r.Error)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the worker's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
