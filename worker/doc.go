@@ -44,7 +44,9 @@
 // flight at once, as first deliveries), a worker claims the runs it has in
 // flight as soon as it reconnects, and claims first every delivery of a
 // message stored before the reconnect, waiting up to Config.ReplayGrace for
-// an unclaimed one, so that a run is never started twice for one attempt. On
+// an unclaimed one, so that a run is never started twice for one attempt
+// ("before" by the function stream's last sequence, read at the reconnect,
+// on a single server; by the stored time on a cluster). On
 // a cluster a consumer leader change redelivers the messages in flight at
 // once, with a delivery count of 2 (the server sends a message only once its
 // delivery is replicated): a second delivery that finds its run unclaimed

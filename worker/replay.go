@@ -227,7 +227,7 @@ func (w *Worker) mayBeReplay(m jetstream.Msg) bool {
 	if !ok || !seqOK {
 		md, err := m.Metadata()
 		if err != nil {
-			return before != 0
+			return true // no sequence, no stored time: it may be one
 		}
 		stored, seq = md.Timestamp.UnixNano(), md.Sequence.Stream
 	}

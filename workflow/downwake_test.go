@@ -1,14 +1,13 @@
 package workflow_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/worker"
 	"github.com/jetflow-dev/jetflow/workflow"
 	"github.com/nats-io/nats.go"
@@ -27,7 +26,10 @@ func TestSleepEndingWhileTheServerIsDownResumesWithoutTheReplayGrace(t *testing.
 	e.startScheduler(t)
 	def := workflow.Define("test.sleepdown", func(wf *workflow.Context, d time.Duration) (int, error) {
 		wf.Sleep(d)
-		return workflow.Step(wf, "woke", func(context.Context) (int, error) { return wf.Segment(), nil })
+		return workflow.Step(wf, "woke", func(context.Context) (int, error) {
+			e.inc(wf.ID())
+			return wf.Segment(), nil
+		})
 	})
 	// The worker reconnects about 6 s after the server went down, seconds
 	// after the scheduler, which reconnects within 50 ms of the server's
@@ -37,7 +39,7 @@ func TestSleepEndingWhileTheServerIsDownResumesWithoutTheReplayGrace(t *testing.
 	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	must(t, err)
-	var logs syncBuffer
+	var logs testserver.Buffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	startWorkerOn(t, js, worker.Config{ReplayGrace: time.Hour, Logger: log}, func(w *worker.Worker) { must(t, workflow.Register(w, def)) })
 	defer func() {
@@ -56,22 +58,9 @@ func TestSleepEndingWhileTheServerIsDownResumesWithoutTheReplayGrace(t *testing.
 	if r.State != jetflow.Success {
 		t.Fatalf("workflow %s: %s (%s), want success", id, r.State, r.Error)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for the worker's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	// Resumed once: its second segment ran the step after the sleep, once.
+	out, err := workflow.Result(ctx, e.P, def, id)
+	if err != nil || out != 2 || e.n(id) != 1 {
+		t.Fatalf("result %d, %v, step ran %d times; want segment 2's, once", out, err, e.n(id))
+	}
 }
