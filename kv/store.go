@@ -117,6 +117,18 @@ func (s *Store) Show(ctx context.Context, id string) (*jetflow.Run, error) {
 	return Decode(e.Value(), e.Revision())
 }
 
+// Lookup reads run id's record for a step that needs it to go on: Show,
+// with a "not found" asked again with Decide, since a replica behind its
+// leader may lack a record the leader holds (see the package doc,
+// "Reads"). Errors as Decide's.
+func (s *Store) Lookup(ctx context.Context, id string) (*jetflow.Run, error) {
+	r, err := s.Show(ctx, id)
+	if errors.Is(err, ErrNotFound) {
+		r, _, err = s.Decide(ctx, id)
+	}
+	return r, err
+}
+
 // Decide reads run id's record for a decision: the word of the runs
 // stream's leader, which holds every acknowledged write (see the package
 // doc, "Reads"). leader is true when the leader answered (a record, or

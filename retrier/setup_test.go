@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -128,7 +129,16 @@ func (e *env) startProcess(t *testing.T) *process {
 	t.Helper()
 	ctx := context.Background()
 	nc, js := e.Connect()
-	w, err := worker.New(ctx, js, worker.Config{AckWait: time.Second, LostAfter: 3 * time.Second})
+	// The process's logs, shown when the test fails: they say which step
+	// failed and why.
+	logs := &testserver.Buffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("process logs:\n%s", logs)
+		}
+	})
+	w, err := worker.New(ctx, js, worker.Config{AckWait: time.Second, LostAfter: 3 * time.Second, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +150,7 @@ func (e *env) startProcess(t *testing.T) *process {
 	if e.register != nil {
 		e.register(w)
 	}
-	s, err := scheduler.New(ctx, js, scheduler.Config{LeaseTTL: time.Second, RepairInterval: 300 * time.Millisecond, RepairGrace: 300 * time.Millisecond})
+	s, err := scheduler.New(ctx, js, scheduler.Config{LeaseTTL: time.Second, RepairInterval: 300 * time.Millisecond, RepairGrace: 300 * time.Millisecond, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetflow-dev/jetflow"
+	"github.com/jetflow-dev/jetflow/internal/engine"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/retrier"
 )
@@ -36,6 +37,18 @@ func TestRetriersWhenAReplicaIsBehind(t *testing.T) {
 		}
 		if c := e.tg.nCalls(fmt.Sprintf("k%d", i)); c != 2 {
 			t.Fatalf("retrier %d: %d calls, want 2", i, c)
+		}
+		// The internal runs went on at their first attempt: a record the
+		// stale replica lacks is asked of the leader, not failed on (each
+		// failure waits longer for the next try: once over a minute).
+		for _, run := range []string{retrier.StartID(id), jetflow.CompletionID(retrier.AttemptID(id, 1)), jetflow.CompletionID(retrier.AttemptID(id, 2))} {
+			r, err := engine.Of(e.P).Store().Lookup(ctx, run)
+			if err != nil {
+				t.Fatalf("retrier %d: internal run %s: %v", i, run, err)
+			}
+			if r.State != jetflow.Success || r.Attempts != 1 {
+				t.Fatalf("retrier %d: internal run %s: %s after %d attempts (%s), want success at the first", i, run, r.State, r.Attempts, r.Error)
+			}
 		}
 	}
 	// Canceled while attempt 2 waits a minute.

@@ -159,7 +159,9 @@ func (d *driver) schedule(ctx context.Context, s spec, n int, t time.Time) error
 	if _, err := d.p.RunAt(ctx, t, s.target(), opts...); err != nil && !errors.Is(err, producer.ErrAlreadyExists) {
 		return err
 	}
-	cur, err := engine.Of(d.p).Store().Show(ctx, s.Retrier)
+	// Lookup, not Show: a replica behind that lacks the record would fail
+	// the step, and each try again waits longer (the worker's backoff).
+	cur, err := engine.Of(d.p).Store().Lookup(ctx, s.Retrier)
 	if err != nil {
 		return err
 	}
@@ -191,10 +193,7 @@ func (d *driver) step(ctx context.Context, j *worker.Job[jetflow.Completion]) er
 // as att.
 func (d *driver) stepWork(ctx context.Context, sc stepContext, att *jetflow.Run) error {
 	store := engine.Of(d.p).Store()
-	cur, err := store.Show(ctx, sc.Retrier)
-	if errors.Is(err, jetflow.ErrNotFound) {
-		cur, _, err = store.Decide(ctx, sc.Retrier)
-	}
+	cur, err := store.Lookup(ctx, sc.Retrier)
 	if err != nil {
 		if errors.Is(err, jetflow.ErrNotFound) {
 			// The record is gone (retention passed): nothing to drive.

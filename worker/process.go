@@ -902,10 +902,7 @@ func (w *Worker) releaseHeld(ctx context.Context, j *jobCore, commit bool) {
 	j.mu.Unlock()
 	for _, id := range kids {
 		if commit {
-			r, err := w.store.Show(ctx, id)
-			if errors.Is(err, jetflow.ErrNotFound) {
-				r, _, err = w.store.Decide(ctx, id)
-			}
+			r, err := w.store.Lookup(ctx, id)
 			if err != nil || r.State != jetflow.Pending {
 				continue
 			}

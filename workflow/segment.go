@@ -507,10 +507,7 @@ func (s *segment) leave() {
 // nothing to run.
 func (d *driver) record(ctx context.Context, wf string) (*jetflow.Run, error) {
 	name := d.def.Name()
-	rec, err := engine.Of(d.p).Store().Show(ctx, wf)
-	if errors.Is(err, jetflow.ErrNotFound) {
-		rec, _, err = engine.Of(d.p).Store().Decide(ctx, wf)
-	}
+	rec, err := engine.Of(d.p).Store().Lookup(ctx, wf)
 	if errors.Is(err, jetflow.ErrNotFound) {
 		// Start writes the record before the first segment, and a record
 		// goes only when it expires: the workflow ended (a delayed start
