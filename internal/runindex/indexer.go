@@ -575,7 +575,10 @@ func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstr
 		return nil
 	}
 	from := jetflow.State(h.Get(kv.HeaderFrom))
-	prev, _ := strconv.ParseUint(h.Get(kv.HeaderPrev), 10, 64)
+	var prev uint64
+	if v := h.Get(kv.HeaderPrev); v != "" { // a create has none (a failed parse allocates)
+		prev, _ = strconv.ParseUint(v, 10, 64)
+	}
 	switch {
 	case known:
 		fns(old.Function).add(old.State, 0, -1)
@@ -828,6 +831,9 @@ func readCheckpoint(ctx context.Context, st jetstream.Stream, cfg streams.Config
 }
 
 func parseMillis(v string) time.Time {
+	if v == "" {
+		return time.Time{} // most writes: not parsed, as a failed parse allocates its error
+	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		return time.Time{}
