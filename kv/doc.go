@@ -38,7 +38,9 @@
 // write itself is checked on the leader, and a replica never shows a state
 // that was not written), but an answer that would end it without a write
 // (no record, an older revision than expected, nothing to change) is asked
-// again with Decide: Transition reads this way. A create refused as already
+// again with Decide: Transition reads this way, and Lookup is that read for
+// a step that needs the record to go on (a retrier's check after scheduling
+// an attempt failed on a replica's "not found" before it). A create refused as already
 // there is settled by CreateConfirmed, whose finds add one check to Decide:
 // the leader must hear from a quorum of its replicas (LeaderHasQuorum),
 // since a leader cut off from its peers may hold a write it will lose.
