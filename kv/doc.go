@@ -40,10 +40,11 @@
 // (no record, an older revision than expected, nothing to change) is asked
 // again with Decide: Transition reads this way, and Lookup is that read for
 // a step that needs the record to go on (a retrier's check after scheduling
-// an attempt failed on a replica's "not found" before it). A create refused as already
-// there is settled by CreateConfirmed, whose finds add one check to Decide:
-// the leader must hear from a quorum of its replicas (LeaderHasQuorum),
-// since a leader cut off from its peers may hold a write it will lose.
+// an attempt failed on a replica's "not found" before it). A create refused
+// as already there is settled by CreateConfirmed, whose finds add one check
+// to Decide: the leader must hear from a quorum of its replicas
+// (LeaderHasQuorum), since a leader cut off from its peers may hold a write
+// it will lose.
 //
 // A read through a consumer, which the server may place on a replica, is
 // made again until it holds the leader's last revision (ReadCaughtUp; the

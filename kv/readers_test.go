@@ -211,7 +211,7 @@ func TestDecideReadsTheLastRevisionFromTheLeader(t *testing.T) {
 // A replica behind answers Show (a display may be a moment stale), never
 // Decide: with half of the direct gets answered by a replica that lacks
 // every record, Show says "not found" for a stored record at least once,
-// and Decide never does.
+// and Decide and Lookup never do.
 func TestDecideIsNotAnsweredByAReplicaBehind(t *testing.T) {
 	t.Parallel()
 	ts, st := provisioned(t)
@@ -228,6 +228,14 @@ func TestDecideIsNotAnsweredByAReplicaBehind(t *testing.T) {
 		}
 		if r, leader, err := st.Decide(ctx, "kept-1"); err != nil || !leader || r.State != jetflow.Pending {
 			t.Fatalf("Decide = %+v, leader %v, %v; want the pending record from the leader", r, leader, err)
+		}
+		// Lookup, Show with a "not found" asked of the leader, always
+		// finds it; a record the leader lacks too is ErrNotFound.
+		if r, err := st.Lookup(ctx, "kept-1"); err != nil || r.State != jetflow.Pending {
+			t.Fatalf("Lookup = %+v, %v; want the pending record", r, err)
+		}
+		if _, err := st.Lookup(ctx, "never-1"); !errors.Is(err, jetflow.ErrNotFound) {
+			t.Fatalf("Lookup of a run never written: %v, want ErrNotFound", err)
 		}
 	}
 	if missed == 0 {
