@@ -429,6 +429,9 @@ func (ix *Indexer) follow(ctx context.Context, rs jetstream.Stream, seq uint64) 
 		occ.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		occ.OptStartSeq = seq + 1
 	}
+	if kv.WholeStream(rs.CachedInfo().Config, occ.FilterSubjects[0]) {
+		occ.FilterSubjects = nil // the same messages, read without walking every key
+	}
 	c, err := rs.OrderedConsumer(ctx, occ)
 	if err != nil {
 		return nil, nil, err
