@@ -123,6 +123,19 @@ func TestDelayedReadTheLeaderCannotVouchForIsReadAgain(t *testing.T) {
 	if err := st.ReadDelayed(ctx, []int64{due.Unix(), due.Unix() + 1}, func(string, uint64, []byte) { n++ }); err != nil || n != 2 {
 		t.Fatalf("read with the leader: %d entries, %v; want 2, nil", n, err)
 	}
+	// An empty bucket: the leader answers that it holds nothing, which
+	// vouches for the read as well.
+	ds, err := ts.JS.Stream(ctx, streams.KVStream(st.cfg.DelayedBucket()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ds.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n = 0
+	if err := st.ReadDelayed(ctx, []int64{due.Unix(), due.Unix() + 1}, func(string, uint64, []byte) { n++ }); err != nil || n != 0 {
+		t.Fatalf("read of an empty bucket with the leader: %d entries, %v; want 0, nil", n, err)
+	}
 }
 
 // openedStore starts a server with jetflow's streams provisioned and opens
