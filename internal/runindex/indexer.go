@@ -282,7 +282,7 @@ type state struct {
 	// the last exact one, marked.
 	served *Checkpoint
 	// pend is the entries not published yet.
-	pend batch
+	pend staged
 }
 
 // term is one leadership term of the indexer: it marks the term in the
@@ -473,6 +473,10 @@ func (ix *Indexer) leave(ctx context.Context, ents *entries, st *state) {
 func (ix *Indexer) consume(ctx context.Context, ents *entries, st *state, msgs <-chan jetstream.Msg) error {
 	tick := time.NewTicker(ix.Every)
 	defer tick.Stop()
+	lingered := time.NewTimer(linger)
+	lingered.Stop()
+	defer lingered.Stop()
+	lingering := false
 	dirty, lastWrite := true, time.Time{}
 	recount := pace.Pacer{PerSec: ix.RecountRate}
 	for {
@@ -490,12 +494,11 @@ func (ix *Indexer) consume(ctx context.Context, ents *entries, st *state, msgs <
 			if err := ix.apply(ctx, ents, st, m, md); err != nil {
 				return err
 			}
-			if len(msgs) == 0 {
-				// Nothing more read yet: the entries go now, so that
-				// the index lags the writes by no more than its reads.
-				if err := ix.flush(ctx, ents, st); err != nil {
-					return err
-				}
+			if len(msgs) == 0 && !lingering && !st.pend.empty() {
+				// Nothing more read yet: the entries go after linger,
+				// with those of the writes read meanwhile.
+				lingered.Reset(linger)
+				lingering = true
 			}
 			if ents.failed.Load() {
 				return ents.wait(ctx, 0) // an entry refused: every later one is too
@@ -503,6 +506,11 @@ func (ix *Indexer) consume(ctx context.Context, ents *entries, st *state, msgs <
 			dirty = true
 			if md.NumPending == 0 {
 				ix.reachedEnd(st)
+			}
+		case <-lingered.C:
+			lingering = false
+			if err := ix.flush(ctx, ents, st); err != nil {
+				return err
 			}
 		case <-tick.C:
 			if !dirty && time.Since(lastWrite) < 5*ix.Every {
@@ -624,59 +632,30 @@ func (ix *Indexer) apply(ctx context.Context, ents *entries, st *state, m jetstr
 	return nil
 }
 
-// maxBatch bounds the entries of one index message.
-const maxBatch = 512
-
-// batch is the index entries not published yet: those of consecutive
-// writes (in the runs stream's order) of one index subject, published as
-// one message (flush) whose Jetflow-Run and Jetflow-Rev headers hold a
-// value per entry, in revision order. Only consecutive writes share a
-// message, so the index stream keeps every entry in revision order, as one
-// message per entry did: a message is the entries it would have been.
-type batch struct {
-	subject    string
-	runs, revs []string
-	bytes      int
-}
-
-// fits reports whether the entry of run id on subject joins the batch:
-// it is empty, or of the same subject with room left (maxBatch entries,
-// max bytes of headers).
-func (b *batch) fits(subject, id string, max int) bool {
-	return len(b.runs) == 0 || b.subject == subject && len(b.runs) < maxBatch && b.bytes+entryBytes(id) <= max
-}
-
-// entryBytes is about what an entry adds to a message's headers.
-func entryBytes(id string) int { return len(id) + 48 }
-
-// stage adds the entry of run id's write at seq (on subject) to the
-// batch, publishing the batch first when the entry does not join it.
+// stage adds the entry of run id's write at seq (on subject) to those
+// not published yet, publishing them first when the window is full.
 func (ix *Indexer) stage(ctx context.Context, ents *entries, st *state, subject, id string, seq uint64) error {
-	if !st.pend.fits(subject, id, ix.batchBytes()) {
+	if st.pend.full() {
 		if err := ix.flush(ctx, ents, st); err != nil {
 			return err
 		}
 	}
-	b := &st.pend
-	b.subject = subject
-	b.runs = append(b.runs, id)
-	b.revs = append(b.revs, strconv.FormatUint(seq, 10))
-	b.bytes += entryBytes(id)
+	st.pend.add(subject, id, seq)
 	return nil
 }
 
-// flush publishes the batch's entries as one message of the chain, its
-// Nats-Msg-Id naming its last revision.
+// flush publishes the entries not published yet, in revision order, a
+// message per run of consecutive entries of one subject (batches), each
+// message of the chain with a Nats-Msg-Id naming its last revision.
 func (ix *Indexer) flush(ctx context.Context, ents *entries, st *state) error {
-	b := st.pend
-	if len(b.runs) == 0 {
-		return nil
-	}
-	st.pend = batch{}
-	m := &nats.Msg{Subject: b.subject, Header: make(nats.Header, 4)}
-	m.Header[HeaderRun], m.Header[HeaderRev] = b.runs, b.revs
-	if err := ents.publish(ctx, m, "idx-"+b.revs[len(b.revs)-1]); err != nil {
-		return fmt.Errorf("runindex: index entry: %w", err)
+	bs := st.pend.batches(ix.batchBytes())
+	st.pend.reset()
+	for _, b := range bs {
+		m := &nats.Msg{Subject: b.subject, Header: make(nats.Header, 4)}
+		m.Header[HeaderRun], m.Header[HeaderRev] = b.runs, b.revs
+		if err := ents.publish(ctx, m, "idx-"+b.revs[len(b.revs)-1]); err != nil {
+			return fmt.Errorf("runindex: index entry: %w", err)
+		}
 	}
 	return nil
 }

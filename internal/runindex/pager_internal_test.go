@@ -1,6 +1,7 @@
 package runindex
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/jetflow-dev/jetflow"
@@ -115,6 +116,74 @@ func TestBatchFits(t *testing.T) {
 	} {
 		if got := c.b.fits(c.subject, "r2", c.max); got != c.want {
 			t.Errorf("%s: fits = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// The staged entries become messages in revision order; a run's entry
+// replaced by a later write of it staged with it is dropped, and the
+// entries that were apart only because of it share a message.
+func TestStagedBatches(t *testing.T) {
+	type w struct {
+		subject, id string
+		rev         uint64
+	}
+	for _, c := range []struct {
+		name   string
+		writes []w
+		max    int
+		want   string // messages: subject[run@rev ...]
+	}{
+		{"nothing staged", nil, 1 << 10, "[]"},
+		{"one subject", []w{{"s", "a", 1}, {"s", "b", 2}}, 1 << 10, "[s[a@1 b@2]]"},
+		{"subjects alternate: a message each", []w{{"i", "a", 1}, {"s", "b", 2}, {"i", "c", 3}}, 1 << 10,
+			"[i[a@1] s[b@2] i[c@3]]"},
+		{"claims replaced by outcomes: the outcomes share a message", []w{
+			{"i", "a", 1}, {"i", "b", 2}, {"s", "a", 3}, {"i", "c", 4}, {"s", "b", 5}, {"s", "c", 6}}, 1 << 10,
+			"[s[a@3 b@5 c@6]]"},
+		{"a claim not ended yet stays, in its place", []w{
+			{"i", "a", 1}, {"s", "z", 2}, {"i", "b", 3}, {"s", "a", 4}}, 1 << 10,
+			"[s[z@2] i[b@3] s[a@4]]"},
+		{"bytes over max split a message", []w{{"s", "a", 1}, {"s", "b", 2}, {"s", "c", 3}}, 2 * entryBytes("a"),
+			"[s[a@1 b@2] s[c@3]]"},
+	} {
+		var s staged
+		for _, x := range c.writes {
+			s.add(x.subject, x.id, x.rev)
+		}
+		var got []string
+		for _, b := range s.batches(c.max) {
+			var es []string
+			for i := range b.runs {
+				es = append(es, b.runs[i]+"@"+b.revs[i])
+			}
+			got = append(got, b.subject+fmt.Sprint(es))
+		}
+		if g := fmt.Sprint(got); g != c.want {
+			t.Errorf("%s: %s, want %s", c.name, g, c.want)
+		}
+		s.reset()
+		if len(s.batches(c.max)) != 0 || len(s.at) != 0 || s.full() {
+			t.Errorf("%s: entries left after reset", c.name)
+		}
+	}
+	var s staged
+	for i := range window {
+		if s.full() {
+			t.Fatalf("full after %d writes, window %d", i, window)
+		}
+		s.add("s", fmt.Sprint(i), uint64(i+1))
+	}
+	if !s.full() {
+		t.Fatalf("not full after %d writes", window)
+	}
+	bs := s.batches(1 << 30)
+	if want := (window + maxBatch - 1) / maxBatch; len(bs) != want {
+		t.Fatalf("%d writes of one subject: %d messages, want %d of at most %d entries", window, len(bs), want, maxBatch)
+	}
+	for _, b := range bs {
+		if len(b.runs) > maxBatch {
+			t.Fatalf("a message of %d entries, max %d", len(b.runs), maxBatch)
 		}
 	}
 }
