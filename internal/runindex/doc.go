@@ -6,8 +6,9 @@
 // An Indexer runs on the scheduler's leader. It follows the runs bucket's
 // stream (headers only) from its checkpoint, publishes one index entry per
 // record write on <prefix>.idx.<state>.<function> (asynchronously, off the
-// hot path; the entries of consecutive writes of one subject in one
-// message), and checkpoints the counts about every second with the runs
+// hot path; staged a moment, the entries of consecutive writes of one
+// subject in one message, and an entry a later write of its run replaced
+// while staged left out: staged.go), and checkpoints the counts about every second with the runs
 // stream sequence they reflect. The record writes carry the state and
 // revision they replace (Jetflow-From, Jetflow-Prev), so each write moves
 // one run from one state to another. When that chain is broken (a run

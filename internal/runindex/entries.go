@@ -17,7 +17,8 @@ import (
 // its checkpoints) as one chain: each carries a Nats-Msg-Id and expects the
 // stream's last message to be the term's previous one
 // (Nats-Expected-Last-Msg-Id). The stream therefore holds the entries in
-// revision order with no gaps: once a message is refused or lost (an
+// revision order with no gaps (an entry is left out only when a later
+// write of its run replaced it before it was sent: staged.go): once a message is refused or lost (an
 // election, a reconnect, a message of another publisher in between), no
 // later one of the term can be stored (the one it expects is not the last),
 // the term ends, and the next resumes after the last entry stored

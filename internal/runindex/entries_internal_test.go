@@ -93,3 +93,35 @@ func TestResumePointPastMessagesThatNameNoRun(t *testing.T) {
 		t.Fatalf("resume point before sequence 5: %d, %v, %v", rev, ok, err)
 	}
 }
+
+// A flush cut short (its context ended while it waited for a slot) fails
+// the term's chain, even once every message it did send is acknowledged:
+// a checkpoint stored after it (leave's, at a graceful stop) would count
+// the writes of the entries it never sent as indexed, and no later term
+// would index them.
+func TestFlushCutShortFailsTheChain(t *testing.T) {
+	ts := testserver.Start(t)
+	sink, err := ts.NC.SubscribeSync("sink.>") // interest, never answers
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Unsubscribe()
+	e, err := newEntries(ts.NC, 1, "", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	ix := New(ts.JS, streams.Config{})
+	st := &state{}
+	st.pend.add("sink.a", "r1", 1)
+	st.pend.add("sink.b", "r2", 2) // another subject: a second message
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := ix.flush(ctx, e, st); err == nil {
+		t.Fatal("flush with its second message never sent returned nil")
+	}
+	e.done(nil) // the first message's acknowledgement comes after all
+	if err := e.wait(context.Background(), time.Second); err == nil {
+		t.Fatal("the chain took a checkpoint after a flush that did not send every entry")
+	}
+}

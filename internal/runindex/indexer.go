@@ -30,7 +30,8 @@ const (
 )
 
 // Indexer follows the runs stream and keeps the run index: an entry per
-// record write on <prefix>.idx.<state>.<function>, and the counts per
+// record write (but those a later write of their run replaced before they
+// were sent) on <prefix>.idx.<state>.<function>, and the counts per
 // function and state, checkpointed with the runs stream sequence they
 // reflect. One runs per deployment (the scheduler runs it on its leader).
 type Indexer struct {
@@ -654,7 +655,12 @@ func (ix *Indexer) flush(ctx context.Context, ents *entries, st *state) error {
 		m := &nats.Msg{Subject: b.subject, Header: make(nats.Header, 4)}
 		m.Header[HeaderRun], m.Header[HeaderRev] = b.runs, b.revs
 		if err := ents.publish(ctx, m, "idx-"+b.revs[len(b.revs)-1]); err != nil {
-			return fmt.Errorf("runindex: index entry: %w", err)
+			// The entries after it are not sent: no checkpoint of this
+			// term may be stored past them (leave's would, after a
+			// cancel), or the next term would never index them.
+			err = fmt.Errorf("runindex: index entry: %w", err)
+			ents.fail(err)
+			return err
 		}
 	}
 	return nil
