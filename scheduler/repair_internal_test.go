@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -24,6 +25,31 @@ func TestRepairCandidate(t *testing.T) {
 	} {
 		if got := repairCandidate(c.st, c.due, cut); got != c.want {
 			t.Errorf("repairCandidate(%s, %s) = %v, want %v", c.st, c.due, got, c.want)
+		}
+	}
+}
+
+// A dispatch settles a delayed entry (starts its run, or drops it as
+// obsolete) only on a read of its record that is not behind it: the record
+// is written before its entry, so a read that misses it, or finds an older
+// revision, is a replica's or a leader's that has not applied every write
+// (a leader just elected), even when it is the leader's word.
+func TestDoubtRecord(t *testing.T) {
+	pending := func(rev uint64) *jetflow.Run { return &jetflow.Run{State: jetflow.Pending, Revision: rev} }
+	for _, c := range []struct {
+		name string
+		r    *jetflow.Run
+		err  error
+		want bool
+	}{
+		{"the record at the entry's revision", pending(7), nil, false},
+		{"the record changed since", pending(9), nil, false},
+		{"not found: a read behind the writes", nil, jetflow.ErrNotFound, true},
+		{"an older revision: a read behind the writes", pending(5), nil, true},
+		{"the read failed", nil, context.DeadlineExceeded, true},
+	} {
+		if got := doubtRecord(c.r, c.err, 7); got != c.want {
+			t.Errorf("%s: doubtRecord = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

@@ -878,15 +878,20 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	defer cancel()
 	r, err := s.store.Show(ctx, it.d.ID)
 	if !it.d.New && behindEntry(r, err, it.d.Rev) {
-		// Dropping the entry is decided on the leader's word. Where the
-		// leader cannot answer, or a direct get stands in for it and is
-		// still behind, the entry is tried again (keepDoubting); then it
-		// goes: the repair sweep stands behind it.
+		// A record behind its entry (missing, or older than the revision
+		// the entry was written against) is a read behind the writes: the
+		// record was written before its entry, and a pending record does
+		// not expire. A replica answers so, and so does a leader just
+		// elected that has not applied every write it holds (a paused
+		// leader's successor, a few hundred ms after its election). So
+		// the leader is asked, and while its answer fails or is behind
+		// too the entry is tried again (keepDoubting); then it goes: the
+		// repair sweep stands behind it.
 		var leader bool
 		r, leader, err = s.store.Decide(ctx, it.d.ID)
 		failed := err != nil && !errors.Is(err, jetflow.ErrNotFound)
 		unpermitted := !leader && !failed
-		if failed || unpermitted && behindEntry(r, err, it.d.Rev) {
+		if doubtRecord(r, err, it.d.Rev) {
 			if it.doubtSince.IsZero() {
 				it.doubtSince = s.now()
 			}
@@ -985,6 +990,14 @@ func (s *Scheduler) removeEntry(ctx context.Context, it *item) {
 	if err := s.store.RemoveDelayed(ctx, it.key, it.rev); err != nil {
 		s.log.Debug("remove delayed entry", "key", it.key, "error", err)
 	}
+}
+
+// doubtRecord reports whether a read (r, err) of a delayed entry's record
+// cannot settle the entry: it failed, or it is behind the entry's revision
+// rev (behindEntry). Only a read that is neither starts or drops a run.
+func doubtRecord(r *jetflow.Run, err error, rev uint64) bool {
+	failed := err != nil && !errors.Is(err, jetflow.ErrNotFound)
+	return failed || behindEntry(r, err, rev)
 }
 
 // behindEntry reports whether a direct get's answer (r, err) is missing or
