@@ -886,7 +886,8 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 		// leader's successor, a few hundred ms after its election). So
 		// the leader is asked, and while its answer fails or is behind
 		// too the entry is tried again (keepDoubting); then it goes: the
-		// repair sweep stands behind it.
+		// repair sweep stands behind it. (A record that did expire, or was
+		// deleted by hand, ends its entry here too, doubtFor late.)
 		var leader bool
 		r, leader, err = s.store.Decide(ctx, it.d.ID)
 		failed := err != nil && !errors.Is(err, jetflow.ErrNotFound)
@@ -912,10 +913,6 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	case errors.Is(err, jetflow.ErrNotFound) && it.d.New:
 		// A run stored without a record (engine.DelayNew): its message is
 		// its pending record.
-	case errors.Is(err, jetflow.ErrNotFound):
-		// The record expired or never existed: the run cannot be started.
-		s.removeEntry(ctx, it)
-		return true
 	case err != nil:
 		d.retry(ctx, it)
 		return false

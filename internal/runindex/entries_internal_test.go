@@ -18,16 +18,7 @@ import (
 // instead of waiting for as long as the leadership lasts.
 func TestEntriesGiveUpWhenNoReplyComes(t *testing.T) {
 	ts := testserver.Start(t)
-	sink, err := ts.NC.SubscribeSync("sink.>") // interest, never answers
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Unsubscribe()
-	e, err := newEntries(ts.NC, 2, "", 200*time.Millisecond)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.close()
+	e := sinkEntries(t, ts, 2, 200*time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var last error
@@ -101,16 +92,7 @@ func TestResumePointPastMessagesThatNameNoRun(t *testing.T) {
 // would index them.
 func TestFlushCutShortFailsTheChain(t *testing.T) {
 	ts := testserver.Start(t)
-	sink, err := ts.NC.SubscribeSync("sink.>") // interest, never answers
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Unsubscribe()
-	e, err := newEntries(ts.NC, 1, "", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.close()
+	e := sinkEntries(t, ts, 1, time.Minute)
 	ix := New(ts.JS, streams.Config{})
 	st := &state{}
 	st.pend.add("sink.a", "r1", 1)
@@ -124,4 +106,21 @@ func TestFlushCutShortFailsTheChain(t *testing.T) {
 	if err := e.wait(context.Background(), time.Second); err == nil {
 		t.Fatal("the chain took a checkpoint after a flush that did not send every entry")
 	}
+}
+
+// sinkEntries is a chain of at most max entries in flight whose messages
+// go to sink.> subjects, where a subscriber takes them and never answers.
+func sinkEntries(t *testing.T, ts *testserver.Env, max int, patience time.Duration) *entries {
+	t.Helper()
+	sink, err := ts.NC.SubscribeSync("sink.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sink.Unsubscribe() })
+	e, err := newEntries(ts.NC, max, "", patience)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.close)
+	return e
 }
