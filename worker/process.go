@@ -68,7 +68,9 @@ func (a *arrivals) end() {
 // ago for JetStream to redeliver it elsewhere (mayHaveWaited).
 func (w *Worker) heldLong(m jetstream.Msg) bool {
 	var stored time.Time
-	if md, err := m.Metadata(); err == nil {
+	if ns, ok := storedFrom(m.Reply()); ok {
+		stored = time.Unix(0, ns)
+	} else if md, err := m.Metadata(); err == nil {
 		stored = md.Timestamp
 	}
 	age, measured := w.clock.Age(stored)

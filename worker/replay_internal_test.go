@@ -51,3 +51,24 @@ func TestSeqFrom(t *testing.T) {
 		}
 	}
 }
+
+// heldLong and mayBeReplay read when a message was stored from its ack
+// subject (both its forms), with no Metadata parse.
+func TestStoredFrom(t *testing.T) {
+	cases := []struct {
+		reply  string
+		stored int64
+		ok     bool
+	}{
+		{"$JS.ACK.JOBS.c.1.42.7.1700000000000000000.0", 1700000000000000000, true},
+		{"$JS.ACK.dom.hash.JOBS.c.2.43.7.1700000000000000001.0.tok", 1700000000000000001, true},
+		{"$JS.ACK.JOBS.c.1.42.7.x.0", 0, false},
+		{"$JS.ACK.JOBS.c.1.42.7.18446744073709551615.0", 0, false},
+		{"_INBOX.abc", 0, false},
+	}
+	for _, c := range cases {
+		if stored, ok := storedFrom(c.reply); ok != c.ok || ok && stored != c.stored {
+			t.Errorf("storedFrom(%q) = %d, %v; want %d, %v", c.reply, stored, ok, c.stored, c.ok)
+		}
+	}
+}
