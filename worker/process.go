@@ -693,6 +693,12 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		defer t.Stop()
 		timer = t.C
 	}
+	if w.beforeStart != nil {
+		w.beforeStart(j)
+	}
+	if !w.claimIfWaited(bg, j, m) {
+		return
+	}
 	w.mu.Lock()
 	w.running[env.ID] = &active{cancel: cancel, msg: m, job: j}
 	if _, ok := w.canceled[env.ID]; ok {
@@ -744,6 +750,24 @@ func (w *Worker) execute(bg context.Context, j *jobCore, m jetstream.Msg) {
 		return
 	}
 	w.fail(bg, j, m, herr)
+}
+
+// claimIfWaited asks process's rule (heldLong) again as the handler is
+// about to start: a run about to start unclaimed whose delivery may now
+// have waited AckWait/2 is claimed first, as a Waited delivery is. Between
+// the two questions this process may have been paused (a SIGSTOP, a VM's
+// pause) while JetStream redelivered the run elsewhere, where it may have
+// run and ended. It reports false when the run is not this worker's to run
+// (claimBeforeStart settled the message). The run is not yet in w.running,
+// so no late claim can race this one.
+func (w *Worker) claimIfWaited(ctx context.Context, j *jobCore, m jetstream.Msg) bool {
+	if !j.fn.claimLate() || j.rec.State != jetflow.Pending || !w.heldLong(m) {
+		return true
+	}
+	w.log.Debug("delivery waited before its handler started (this process stalled): claimed first", "function", j.fn.name, "run_id", j.env.ID)
+	j.fresh = false
+	j.started = w.now().UTC()
+	return w.claimBeforeStart(ctx, j, m)
 }
 
 // unclaim gives back the claim of a retryable run interrupted by

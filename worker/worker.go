@@ -175,7 +175,11 @@ type Worker struct {
 	claims     claims
 	replay     replayGuard
 	stall      *stall.Detector // stops of this process (heldLong)
-	live       liveness.Watch  // records of other workers' runs seen unchanged
+	// beforeStart, when set (by a test, before Start), is called as a
+	// handler is about to start, before claimIfWaited: a stand-in for a
+	// pause of the process there.
+	beforeStart func(*jobCore)
+	live        liveness.Watch // records of other workers' runs seen unchanged
 	// work is the context every handler's context derives from:
 	// stopWork cancels them all at once, those starting later included.
 	work     context.Context
