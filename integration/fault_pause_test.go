@@ -70,6 +70,67 @@ func TestFaultWorkerPause(t *testing.T) {
 	nc.assert(t, e, c, netAssert{})
 }
 
+// (g2) The leading scheduler is paused with SIGSTOP for 4-12 s (past its
+// lease's TTL, 2 s), then resumed, several times, under mixed load with
+// delayed runs and retries (their backoff is a delayed entry too) and a
+// standby scheduler. The standby takes the lease and dispatches what comes
+// due; the paused leader resumes holding reads it made before the pause,
+// and must not publish on them (elect.Holds): no attempt runs twice, none
+// is lost, and runs due in a pause start within the lateness bound.
+func TestFaultSchedulerPause(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	rng := faultRand(t)
+	pauses := pick(3, 6)
+	n := pick(700, 3000)
+	spread := pick(25*time.Second, 100*time.Second)
+	minPause, maxPause := pick(4*time.Second, 4*time.Second), pick(6*time.Second, 12*time.Second)
+
+	srv := startNATS(t)
+	e := newLoadEnv(t, srv.url(), streams.Config{})
+	workers := []*proc{e.worker("w1", "--concurrency", "32"), e.worker("w2", "--concurrency", "32")}
+	sflags := []string{"--lease-ttl", "2s", "--repair-interval", "30s", "--repair-grace", "10s"}
+	scheds := []*proc{e.scheduler("s1", sflags...), e.scheduler("s2", sflags...)}
+	waitLeader(t, scheds, nil, 30*time.Second)
+	start := time.Now()
+	e.load("g1", n, spread, "--work-ms", "20", "--max-delay", "2s")
+
+	var windows []faultWindow
+	var durations []string
+	every := spread / time.Duration(pauses+1)
+	for k := range pauses {
+		sleepUntil(start.Add(every * time.Duration(k+1)))
+		victim := waitLeader(t, scheds, nil, 30*time.Second)
+		d := between(rng, minPause, maxPause)
+		from := time.Now()
+		victim.signal(syscall.SIGSTOP)
+		time.Sleep(d)
+		victim.signal(syscall.SIGCONT)
+		to := time.Now()
+		t.Logf("%s: %s (leading) paused for %s", from.Format(time.StampMilli), victim.name, d)
+		// A run due in the pause is the standby's to start: the window
+		// a run is late after is the standby's takeover (the lease's TTL,
+		// then a try every TTL/5), not the pause.
+		if takeover := from.Add(3 * time.Second); takeover.Before(to) {
+			to = takeover
+		}
+		windows = append(windows, faultWindow{what: fmt.Sprintf("pause %d of %s", k+1, victim.name), from: from, to: to})
+		durations = append(durations, victim.name+":"+d.Round(100*time.Millisecond).String())
+	}
+	e.loadDone(spread + 3*time.Minute)
+	c := e.check(pick(90*time.Second, 4*time.Minute))
+	nc := e.faultCheck(c, windows)
+
+	f := newFigures()
+	f.set("pauses", strings.Join(durations, ","))
+	c.report(t, f)
+	nc.report(f)
+	f.set("wall", time.Since(began))
+	f.print(t, "g2 scheduler-pause")
+	alive(t, append(workers, scheds...)...)
+	nc.assert(t, e, c, netAssert{})
+}
+
 // (i) Clock skew: two workers, one's jetflow clock (worker.Config.Now)
 // 30 s ahead, the other's 30 s behind, under mixed load with retries (the
 // fail1 classes fail their first attempt) and at-most-once runs, and a

@@ -82,7 +82,7 @@ func (pl *Pool) stat(f func(s *DispatcherStats)) {
 // run campaigns for the pool's lease until ctx ends; each term runs a
 // dispatcher.
 func (pl *Pool) run(ctx context.Context) {
-	e := &elect.Elector{Lease: pl.lease, TTL: pl.cfg.LeaseTTL, Now: pl.now, Log: pl.log, Name: "pool " + pl.name,
+	e := &elect.Elector{Lease: pl.lease, TTL: pl.cfg.LeaseTTL, Log: pl.log, Name: "pool " + pl.name,
 		OnTerm: func(leader bool) {
 			pl.stat(func(s *DispatcherStats) {
 				if leader {

@@ -222,7 +222,7 @@ func (s *Scheduler) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wg.Go(func() { s.codeCheckLoop(ctx) })
-	e := &elect.Elector{Lease: s.lease, TTL: s.cfg.LeaseTTL, Now: s.now, Log: s.log, Name: "scheduler " + s.cfg.ID, OnTerm: s.setLeader, OnAttempt: s.health.attempt}
+	e := &elect.Elector{Lease: s.lease, TTL: s.cfg.LeaseTTL, Log: s.log, Name: "scheduler " + s.cfg.ID, OnTerm: s.setLeader, OnAttempt: s.health.attempt}
 	e.Run(ctx, s.lead)
 }
 
@@ -922,11 +922,21 @@ func (d *dispatcher) publish(ctx context.Context, it *item) bool {
 	}
 	m := s.scfg.Message(it.d.Envelope)
 	if it.d.New {
-		// No Nats-Msg-Id on a new run's message: it expects no message
-		// on its subject instead, so that a second publish (a lost ack
-		// tried again, a second leader) is refused while the first
-		// waits or runs; once it ran, its record stops the check above.
+		// A new run's message expects no message on its subject, so that
+		// a second publish (a lost ack tried again, a second leader) is
+		// refused while the first waits or runs; once it ran, its record
+		// stops the check above. Its Nats-Msg-Id (which producers leave
+		// out of new runs) covers a publish made on a read from before
+		// the first one ran (a leader paused between the two), for the
+		// function stream's duplicate window.
+		m.Header[streams.HeaderMsgID] = []string{it.d.ID}
 		m.Header[streams.HeaderExpectedLastSubjSeq] = []string{"0"}
+	}
+	if !elect.Holds(ctx) {
+		// This term's lease may have passed (the process was paused
+		// since the read above): the next term reads again.
+		d.retry(ctx, it)
+		return false
 	}
 	if err := s.publishDue(ctx, it.d, m); err != nil {
 		s.log.Debug("publish delayed run", "run_id", it.d.ID, "error", err)
