@@ -453,9 +453,13 @@ func (d *dispatcher) loop(ctx context.Context) error {
 		wait := time.Hour
 		d.mu.Lock()
 		if d.h.Len() > 0 {
-			wait = max(time.Until(d.h[0].due), 0)
+			wait = max(d.h[0].due.Sub(s.now()), 0)
 		}
 		d.mu.Unlock()
+		if wait > 0 && wait <= fineWait {
+			sleepFine(wait) // the last stretch to a due time, to the microsecond
+			continue
+		}
 		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
@@ -474,6 +478,11 @@ func (d *dispatcher) loop(ctx context.Context) error {
 		}
 	}
 }
+
+// fineWait: a dispatch loop sleeps the last fineWait before a due time in
+// the kernel (sleepFine), not on a Go timer, which would wake it up to a
+// millisecond late. Entries written meanwhile wait that long at most.
+const fineWait = 2 * time.Millisecond
 
 // errReconnected ends a dispatch loop whose connection reconnected.
 var errReconnected = errors.New("scheduler: reconnected")
