@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,19 +43,13 @@ func TestFaultWorkerPause(t *testing.T) {
 
 	var windows []faultWindow
 	var durations []string
-	every := spread / time.Duration(pauses+1)
-	for k := range pauses {
-		sleepUntil(start.Add(every * time.Duration(k+1)))
-		d := between(rng, minPause, maxPause)
+	for k, ps := range pauseEach(rng, start, spread, pauses, minPause, maxPause, func() (*proc, string) {
 		held := len(markers("STARTED", paused)) - len(markers("SUCCESS", paused))
-		from := time.Now()
-		paused.signal(syscall.SIGSTOP)
-		time.Sleep(d)
-		paused.signal(syscall.SIGCONT)
-		to := time.Now()
-		t.Logf("%s: %s paused for %s (%d of its handlers had started and not succeeded)", from.Format(time.StampMilli), paused.name, d, held)
-		windows = append(windows, faultWindow{what: fmt.Sprintf("pause %d", k+1), from: from, to: to, pid: paused.cmd.Process.Pid})
-		durations = append(durations, d.Round(100*time.Millisecond).String())
+		return paused, fmt.Sprintf("%d of its handlers had started and not succeeded", held)
+	}) {
+		t.Logf("%s: %s paused for %s (%s)", ps.from.Format(time.StampMilli), ps.p.name, ps.d, ps.note)
+		windows = append(windows, faultWindow{what: fmt.Sprintf("pause %d", k+1), from: ps.from, to: ps.to, pid: paused.cmd.Process.Pid})
+		durations = append(durations, ps.d.Round(100*time.Millisecond).String())
 	}
 	e.loadDone(spread + 3*time.Minute)
 	c := e.check(pick(90*time.Second, 4*time.Minute))
@@ -97,25 +92,19 @@ func TestFaultSchedulerPause(t *testing.T) {
 
 	var windows []faultWindow
 	var durations []string
-	every := spread / time.Duration(pauses+1)
-	for k := range pauses {
-		sleepUntil(start.Add(every * time.Duration(k+1)))
-		victim := waitLeader(t, scheds, nil, 30*time.Second)
-		d := between(rng, minPause, maxPause)
-		from := time.Now()
-		victim.signal(syscall.SIGSTOP)
-		time.Sleep(d)
-		victim.signal(syscall.SIGCONT)
-		to := time.Now()
-		t.Logf("%s: %s (leading) paused for %s", from.Format(time.StampMilli), victim.name, d)
+	for k, ps := range pauseEach(rng, start, spread, pauses, minPause, maxPause, func() (*proc, string) {
+		return waitLeader(t, scheds, nil, 30*time.Second), "leading"
+	}) {
+		t.Logf("%s: %s (%s) paused for %s", ps.from.Format(time.StampMilli), ps.p.name, ps.note, ps.d)
 		// A run due in the pause is the standby's to start: the window
 		// a run is late after is the standby's takeover (the lease's TTL,
 		// then a try every TTL/5), not the pause.
-		if takeover := from.Add(3 * time.Second); takeover.Before(to) {
+		to := ps.to
+		if takeover := ps.from.Add(3 * time.Second); takeover.Before(to) {
 			to = takeover
 		}
-		windows = append(windows, faultWindow{what: fmt.Sprintf("pause %d of %s", k+1, victim.name), from: from, to: to})
-		durations = append(durations, victim.name+":"+d.Round(100*time.Millisecond).String())
+		windows = append(windows, faultWindow{what: fmt.Sprintf("pause %d of %s", k+1, ps.p.name), from: ps.from, to: to})
+		durations = append(durations, ps.p.name+":"+ps.d.Round(100*time.Millisecond).String())
 	}
 	e.loadDone(spread + 3*time.Minute)
 	c := e.check(pick(90*time.Second, 4*time.Minute))
@@ -129,6 +118,33 @@ func TestFaultSchedulerPause(t *testing.T) {
 	f.print(t, "g2 scheduler-pause")
 	alive(t, append(workers, scheds...)...)
 	nc.assert(t, e, c, netAssert{})
+}
+
+// pause is one SIGSTOP of a process: from its stop to its SIGCONT.
+type pause struct {
+	p        *proc
+	note     string
+	from, to time.Time
+	d        time.Duration
+}
+
+// pauseEach pauses n times, evenly over spread from start, the process
+// victim picks then (with a note on its state), each for a time between
+// lo and hi, and returns the pauses.
+func pauseEach(rng *rand.Rand, start time.Time, spread time.Duration, n int, lo, hi time.Duration, victim func() (*proc, string)) []pause {
+	var out []pause
+	every := spread / time.Duration(n+1)
+	for k := range n {
+		sleepUntil(start.Add(every * time.Duration(k+1)))
+		d := between(rng, lo, hi)
+		p, note := victim()
+		from := time.Now()
+		p.signal(syscall.SIGSTOP)
+		time.Sleep(d)
+		p.signal(syscall.SIGCONT)
+		out = append(out, pause{p: p, note: note, from: from, to: time.Now(), d: d})
+	}
+	return out
 }
 
 // (i) Clock skew: two workers, one's jetflow clock (worker.Config.Now)
