@@ -18,7 +18,7 @@ import (
 // error wrapped the conflict, and the landed claim held the run for
 // LostAfter under a worker not running it.
 func TestClaimAgainUnreadIsNoConflict(t *testing.T) {
-	env, w := provisionedWorker(t)
+	env, w := provisionedWorker(t, Config{})
 	w.cfg.AckWait = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -8,7 +8,6 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
-	"github.com/jetflow-dev/jetflow/streams"
 )
 
 // A delivery taken as fresh (to run unclaimed, claimed late) whose
@@ -19,17 +18,10 @@ import (
 // Without claimIfWaited it finds the pending record (the late claim comes
 // ClaimAfter after the start).
 func TestDeliveryThatWaitedBeforeItsHandlerIsClaimedFirst(t *testing.T) {
-	env := testserver.Start(t)
+	const ackWait = 2 * time.Second
+	env, w := provisionedWorker(t, Config{AckWait: ackWait})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := streams.Provision(ctx, env.JS, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
-	const ackWait = 2 * time.Second
-	w, err := New(ctx, env.JS, Config{AckWait: ackWait})
-	if err != nil {
-		t.Fatal(err)
-	}
 	fn := jetflow.Define[struct{}]("gate.fn")
 	type start struct {
 		hookState jetflow.State // the record j held when the stall began

@@ -35,9 +35,9 @@ func landUnseen(ctx context.Context, j *jobCore) error {
 	return err
 }
 
-// provisionedWorker is a worker, not started, on a server with jetflow's
-// streams provisioned.
-func provisionedWorker(t *testing.T) (*testserver.Env, *Worker) {
+// provisionedWorker is a worker of cfg, not started, on a server with
+// jetflow's streams provisioned.
+func provisionedWorker(t *testing.T, cfg Config) (*testserver.Env, *Worker) {
 	t.Helper()
 	env := testserver.Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -45,7 +45,7 @@ func provisionedWorker(t *testing.T) (*testserver.Env, *Worker) {
 	if err := streams.Provision(ctx, env.JS, streams.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(ctx, env.JS, Config{})
+	w, err := New(ctx, env.JS, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func provisionedWorker(t *testing.T) (*testserver.Env, *Worker) {
 // meanwhile" and the run stayed in progress, its message acknowledged, with
 // a live owner: only a repair sweep would have run it again.
 func TestOutcomeOverOwnClaimLandedUnseen(t *testing.T) {
-	env, w := provisionedWorker(t)
+	env, w := provisionedWorker(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	fn := jetflow.Define[string]("outcome.unseen")
@@ -113,7 +113,7 @@ func TestOutcomeOverOwnClaimLandedUnseen(t *testing.T) {
 // progress with its message gone; as a failed write the message is handed
 // back, and its redelivery finds the record as it is.
 func TestOutcomeConflictWithRecordUnreadIsNoConflict(t *testing.T) {
-	env, w := provisionedWorker(t)
+	env, w := provisionedWorker(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	now := time.Now().UTC()
@@ -164,7 +164,7 @@ func TestOutcomeConflictWithRecordUnreadIsNoConflict(t *testing.T) {
 func TestOutcomeConflictReadByAReplicaBehindIsNoConflict(t *testing.T) {
 	for _, create := range []bool{false, true} {
 		t.Run(fmt.Sprintf("create=%v", create), func(t *testing.T) {
-			env, w := provisionedWorker(t)
+			env, w := provisionedWorker(t, Config{})
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
 			behind := behindStore(t, env)

@@ -10,7 +10,6 @@ import (
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/internal/testserver"
 	"github.com/jetflow-dev/jetflow/producer"
-	"github.com/jetflow-dev/jetflow/streams"
 )
 
 // A Consume that stops pulling while runs wait (what nats.go's drifting
@@ -20,18 +19,11 @@ import (
 // forever (a stopped Consume never pulls again, and its consumer is there,
 // so nothing else looks).
 func TestConsumeThatStopsPullingIsReplaced(t *testing.T) {
-	env := testserver.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := streams.Provision(ctx, env.JS, streams.Config{}); err != nil {
-		t.Fatal(err)
-	}
 	// A short AckWait: the runs the stopped Consume held when it stopped
 	// come back after it.
-	w, err := New(ctx, env.JS, Config{AckWait: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	env, w := provisionedWorker(t, Config{AckWait: 2 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	fn := jetflow.Define[struct{}]("stall.fn")
 	const n, stopAt = 3000, 500
 	var mu sync.Mutex

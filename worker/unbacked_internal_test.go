@@ -21,7 +21,7 @@ import (
 // worker's read after a refusal, which returns the record as the handler
 // started from while the stored one moved on.
 func TestLateClaimRefusedUnbackedIsWrittenAgain(t *testing.T) {
-	env, w := provisionedWorker(t)
+	env, w := provisionedWorker(t, Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var stale atomic.Pointer[jetflow.Run]
