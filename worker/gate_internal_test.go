@@ -45,18 +45,7 @@ func TestDeliveryThatWaitedBeforeItsHandlerIsClaimedFirst(t *testing.T) {
 		starts <- start{stored: r, fresh: j.Fresh()}
 		return nil
 	})
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = w.Stop(sctx)
-	})
-	p, err := producer.New(ctx, env.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startWorker(t, env, w)
 	// A first run, so that the worker has measured the server's clock
 	// (before that every delivery counts as having waited).
 	testserver.Eventually(t, 20*time.Second, "a run started fresh (not claimed first)", func() bool {

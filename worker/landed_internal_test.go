@@ -52,6 +52,25 @@ func provisionedWorker(t *testing.T, cfg Config) (*testserver.Env, *Worker) {
 	return env, w
 }
 
+// startWorker starts w (stopped when the test ends) and returns a producer
+// on env.
+func startWorker(t *testing.T, env *testserver.Env, w *Worker) *producer.Producer {
+	t.Helper()
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer scancel()
+		_ = w.Stop(sctx)
+	})
+	p, err := producer.New(context.Background(), env.JS, producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // An attempt whose claim landed unseen still stores its outcome: the
 // outcome's write conflicts with the claim, which is this attempt's own, and
 // is written over it. Before, the outcome was discarded as "run changed
@@ -71,18 +90,7 @@ func TestOutcomeOverOwnClaimLandedUnseen(t *testing.T) {
 		}
 		return nil
 	}, Options{Backoff: jetflow.Backoff{Initial: time.Millisecond, Max: time.Millisecond}})
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = w.Stop(sctx)
-	})
-	p, err := producer.New(ctx, env.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startWorker(t, env, w)
 	for _, args := range []string{"succeed", "fail"} {
 		id, err := p.Enqueue(ctx, fn.With(args))
 		if err != nil {

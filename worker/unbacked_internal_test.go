@@ -9,7 +9,6 @@ import (
 
 	"github.com/jetflow-dev/jetflow"
 	"github.com/jetflow-dev/jetflow/kv"
-	"github.com/jetflow-dev/jetflow/producer"
 )
 
 // A late claim refused while the leader's read shows the record as the
@@ -49,18 +48,7 @@ func TestLateClaimRefusedUnbackedIsWrittenAgain(t *testing.T) {
 		stale.Store(nil)
 		return nil
 	}, Options{ClaimAfter: time.Hour})
-	if err := w.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer scancel()
-		_ = w.Stop(sctx)
-	})
-	p, err := producer.New(ctx, env.JS, producer.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startWorker(t, env, w)
 	id, err := p.Enqueue(ctx, fn.With("x"))
 	if err != nil {
 		t.Fatal(err)
