@@ -12,7 +12,10 @@
 // stops, it gives the lease up; when it dies, a standby takes over after
 // Config.LeaseTTL. Correctness never depends on a single leader: publishes
 // are deduplicated by run id and every state change is a compare-and-swap,
-// so two leaders at once cost work, not correctness.
+// so two leaders at once cost work, not correctness. A leader publishes a
+// due run only while its lease certainly holds (3/4 of LeaseTTL after its
+// last renewal was sent, on the monotonic clock): one paused past that
+// (SIGSTOP, a VM's pause) publishes nothing on what it read before.
 //
 // # Delayed runs
 //
