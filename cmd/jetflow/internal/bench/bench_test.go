@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"os"
@@ -367,4 +368,33 @@ func benchWithScheduler(b *testing.B, phase func(ctx context.Context, url, prefi
 	b.ReportMetric(rate(b.N, e.Indexed), "indexed/s")
 	b.ReportMetric(e.IndexEntries, "entries/run")
 	b.ReportMetric(float64(per(e.CPU, b.N).Nanoseconds()), "cpu-ns/run")
+}
+
+// BenchmarkLateness is the bench's lateness phase alone, on a fresh
+// embedded server with the embedded defaults (fsync every 10 ms; set
+// JETFLOW_BENCH_SYNC_EVERY, a duration, to change it): 5,000 delayed runs
+// due over 5 s, once per iteration (run it with -benchtime 1x -count N).
+// It reports handler start minus due time and the scheduler's share (the
+// run's message seen minus due time), in ms.
+func BenchmarkLateness(b *testing.B) {
+	every, err := time.ParseDuration(cmp.Or(os.Getenv("JETFLOW_BENCH_SYNC_EVERY"), "0s"))
+	if err != nil {
+		b.Fatalf("JETFLOW_BENCH_SYNC_EVERY: %v", err)
+	}
+	for range b.N {
+		s, err := embedded.Start(embedded.Options{Dir: b.TempDir(), SyncEvery: every})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r, err := Lateness(context.Background(), s.ClientURL(), "benchlate", 5000, 100, 3*time.Second, 5*time.Second)
+		s.Stop()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		b.ReportMetric(ms(r.Lateness.P50), "p50-ms")
+		b.ReportMetric(ms(r.Lateness.P99), "p99-ms")
+		b.ReportMetric(ms(r.Lateness.Max), "max-ms")
+		b.ReportMetric(ms(r.Dispatch.P99), "dispatch-p99-ms")
+	}
 }
