@@ -48,7 +48,7 @@ type Options struct {
 	// idle deployment spends about 2-3% of a core on it (two thirds of its
 	// 3-5%), at 1 s next to nothing (docs/scaling.md, "What an idle deployment costs").
 	// A write (or a read of the block it goes to) that meets an fsync of
-	// its stream waits for it: on a slow disk that is most of the latency
+	// its stream waits for it: on a slow disk that is much of the latency
 	// tail of delayed runs (docs/scaling.md, "The delayed store"). Longer
 	// intervals shorten the tail and widen what a power loss can lose.
 	SyncEvery time.Duration
