@@ -262,6 +262,10 @@ func Summary(results []Result) string {
 	return "SUMMARY " + strings.Join(parts, " | ")
 }
 
+// runMode measures one durability mode on a fresh server whose data is in
+// dir: n runs (and raw messages) per throughput figure, lateRuns delayed
+// runs for the lateness figure. It prints each figure as it goes, after
+// the mode's tag, and returns them all (those measured so far on error).
 func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int, dir string, out io.Writer) (Result, error) {
 	res := Result{Mode: mode, N: n}
 	// The server's warnings go to stderr: a phase that fails on the server
@@ -274,244 +278,342 @@ func runMode(ctx context.Context, o Options, mode embedded.Sync, n, lateRuns int
 	if err := keep(s.ClientURL()); err != nil {
 		return res, err
 	}
-	tag := fmt.Sprintf("mode=%-9s", mode.String())
-	line := func(format string, a ...any) { fmt.Fprintf(out, tag+" "+format+"\n", a...) }
-	phase := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, o.Timeout) }
-	// Each phase starts on an empty server: the streams of the one before
-	// are deleted. Quick runs keep them (the server is thrown away after the
-	// mode anyway): deleting streams while the 10 ms sync timer of their
-	// store may fire trips a data race inside nats-server under -race.
-	clean := func() error {
-		if o.Quick {
-			return nil
+	m := &modeBench{ctx: ctx, o: o, mode: mode, n: n, lateRuns: lateRuns, url: s.ClientURL(), out: out,
+		tag: fmt.Sprintf("mode=%-9s", mode.String()), res: &res}
+	for _, phase := range []func() error{
+		m.raw,
+		m.enqueueAsync,
+		m.enqueueBatch,
+		m.enqueueConcurrent,
+		m.enqueueMany,
+		m.endToEnd,
+		m.endToEndOverlapped,
+		m.endToEndClaimFirst,
+		m.endToEndWithScheduler,
+		m.floor,
+		m.profile,
+		m.lateness,
+	} {
+		if err := phase(); err != nil {
+			return res, err
 		}
-		return dropStreams(s.ClientURL())
 	}
+	return res, nil
+}
 
-	// Raw JetStream: publish N, then consume + ack N.
-	pctx, cancel := phase()
-	raw, err := RawPublishConsume(pctx, s.ClientURL(), n, o.ArgsSize)
+// modeBench is what the phases of one mode share: the server, the sizes,
+// where the lines go, and the figures, which each phase fills in.
+type modeBench struct {
+	ctx         context.Context
+	o           Options
+	mode        embedded.Sync
+	n, lateRuns int
+	url         string // the mode's server
+	out         io.Writer
+	tag         string // "mode=" and the mode, padded, before every line
+	res         *Result
+}
+
+// line prints one figure, after the mode's tag.
+func (m *modeBench) line(format string, a ...any) {
+	fmt.Fprintf(m.out, m.tag+" "+format+"\n", a...)
+}
+
+// phase is the context of one measured phase, bounded by o.Timeout.
+func (m *modeBench) phase() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(m.ctx, m.o.Timeout)
+}
+
+// clean starts a phase on an empty server: the streams of the one before
+// are deleted. Quick runs keep them (the server is thrown away after the
+// mode anyway): deleting streams while the 10 ms sync timer of their store
+// may fire trips a data race inside nats-server under -race.
+func (m *modeBench) clean() error {
+	if m.o.Quick {
+		return nil
+	}
+	return dropStreams(m.url)
+}
+
+// raw measures raw JetStream: publish N, then consume + ack N.
+func (m *modeBench) raw() error {
+	n, res := m.n, m.res
+	pctx, cancel := m.phase()
+	raw, err := RawPublishConsume(pctx, m.url, n, m.o.ArgsSize)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("raw publish+consume: %w", err)
+		return fmt.Errorf("raw publish+consume: %w", err)
 	}
 	res.RawPublish = rate(n, raw.Publish)
 	res.RawPublishConsume = rate(n, raw.Publish+raw.Consume)
 	res.RawPublishCPU = per(raw.PublishCPU, n)
 	res.RawPublishConsumeCPU = per(raw.PublishCPU+raw.ConsumeCPU, n)
-	line("raw publish               %10s msgs/s   cpu %s/msg   (%d msgs of %d B, async, 4096 acks pending)",
-		fmtRate(res.RawPublish), fmtDur(res.RawPublishCPU), n, o.ArgsSize)
-	line("raw consume+ack           %10s msgs/s   cpu %s/msg", fmtRate(rate(n, raw.Consume)), fmtDur(per(raw.ConsumeCPU, n)))
-	line("raw publish+consume       %10s msgs/s   cpu %s/msg   (N / (publish + consume time))",
+	m.line("raw publish               %10s msgs/s   cpu %s/msg   (%d msgs of %d B, async, 4096 acks pending)",
+		fmtRate(res.RawPublish), fmtDur(res.RawPublishCPU), n, m.o.ArgsSize)
+	m.line("raw consume+ack           %10s msgs/s   cpu %s/msg", fmtRate(rate(n, raw.Consume)), fmtDur(per(raw.ConsumeCPU, n)))
+	m.line("raw publish+consume       %10s msgs/s   cpu %s/msg   (N / (publish + consume time))",
 		fmtRate(res.RawPublishConsume), fmtDur(res.RawPublishConsumeCPU))
+	return nil
+}
 
-	// jetflow enqueue, EnqueueAsync pipelined, one caller.
-	if err := clean(); err != nil {
-		return res, err
+// enqueueAsync measures jetflow enqueue, EnqueueAsync pipelined, one
+// caller.
+func (m *modeBench) enqueueAsync() error {
+	n, res := m.n, m.res
+	if err := m.clean(); err != nil {
+		return err
 	}
-	pctx, cancel = phase()
-	d, err := EnqueueAsync(pctx, s.ClientURL(), "benchenqa", n, o.ArgsSize)
+	pctx, cancel := m.phase()
+	d, err := EnqueueAsync(pctx, m.url, "benchenqa", n, m.o.ArgsSize)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("enqueue async: %w", err)
+		return fmt.Errorf("enqueue async: %w", err)
 	}
 	res.EnqueueAsync, res.EnqueueAsyncCPU = rate(n, d.Wall), per(d.CPU, n)
-	line("enqueue async (pipelined) %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
+	m.line("enqueue async (pipelined) %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
 		fmtRate(res.EnqueueAsync), fmtRate(res.RawPublish), res.EnqueueRatio(), fmtDur(res.EnqueueAsyncCPU), fmtDur(res.RawPublishCPU))
+	return nil
+}
 
-	// jetflow enqueue, Batch of 1000, one caller.
-	if err := clean(); err != nil {
-		return res, err
+// enqueueBatch measures jetflow enqueue, Batch of 1000, one caller.
+func (m *modeBench) enqueueBatch() error {
+	n, res := m.n, m.res
+	if err := m.clean(); err != nil {
+		return err
 	}
-	pctx, cancel = phase()
-	d, err = EnqueueBatch(pctx, s.ClientURL(), "benchenq", n, o.ArgsSize)
+	pctx, cancel := m.phase()
+	d, err := EnqueueBatch(pctx, m.url, "benchenq", n, m.o.ArgsSize)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("enqueue batch: %w", err)
+		return fmt.Errorf("enqueue batch: %w", err)
 	}
 	res.EnqueueBatch, res.EnqueueBatchCPU = rate(n, d.Wall), per(d.CPU, n)
-	line("enqueue Batch(1000)       %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
+	m.line("enqueue Batch(1000)       %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
 		fmtRate(res.EnqueueBatch), fmtRate(res.RawPublish), res.EnqueueBatchRatio(), fmtDur(res.EnqueueBatchCPU), fmtDur(res.RawPublishCPU))
+	return nil
+}
 
-	// jetflow enqueue, Enqueue from 64 goroutines.
-	if err := clean(); err != nil {
-		return res, err
+// enqueueConcurrent measures jetflow enqueue, Enqueue from 64 goroutines.
+func (m *modeBench) enqueueConcurrent() error {
+	n, res := m.n, m.res
+	if err := m.clean(); err != nil {
+		return err
 	}
-	pctx, cancel = phase()
-	d, err = EnqueueConcurrent(pctx, s.ClientURL(), "benchenqc", n, o.ArgsSize, 64)
+	pctx, cancel := m.phase()
+	d, err := EnqueueConcurrent(pctx, m.url, "benchenqc", n, m.o.ArgsSize, 64)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("enqueue concurrent: %w", err)
+		return fmt.Errorf("enqueue concurrent: %w", err)
 	}
 	res.EnqueueConc, res.EnqueueConcCPU = rate(n, d.Wall), per(d.CPU, n)
-	line("enqueue x64 goroutines    %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
+	m.line("enqueue x64 goroutines    %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
 		fmtRate(res.EnqueueConc), fmtRate(res.RawPublish), ratio(res.EnqueueConc, res.RawPublish), fmtDur(res.EnqueueConcCPU), fmtDur(res.RawPublishCPU))
+	return nil
+}
 
-	// Enqueue from many goroutines, each calling again as soon as its
-	// call returns, beside raw synchronous publishes from as many.
-	if err := clean(); err != nil {
-		return res, err
+// enqueueMany measures Enqueue from many goroutines, each calling again as
+// soon as its call returns, beside raw synchronous publishes from as many.
+func (m *modeBench) enqueueMany() error {
+	if err := m.clean(); err != nil {
+		return err
 	}
-	pctx, cancel = phase()
-	res.Many, err = measureMany(pctx, s.ClientURL(), ManyGoroutines, o.ManyFor, o.ArgsSize)
+	pctx, cancel := m.phase()
+	var err error
+	m.res.Many, err = measureMany(pctx, m.url, ManyGoroutines, m.o.ManyFor, m.o.ArgsSize)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("enqueue from %d goroutines: %w", ManyGoroutines, err)
+		return fmt.Errorf("enqueue from %d goroutines: %w", ManyGoroutines, err)
 	}
-	manyLine(line, res.Many)
+	manyLine(m.line, m.res.Many)
+	return nil
+}
 
-	// jetflow end to end.
-	if err := clean(); err != nil {
-		return res, err
+// endToEnd measures jetflow end to end (enqueue n, then run n), then raw
+// publish+consume again, right after: the end-to-end ratios are against
+// the mean of the raw runs before and after, so that a machine that got
+// busier or quieter between them does not tilt the headline.
+func (m *modeBench) endToEnd() error {
+	n, res := m.n, m.res
+	if err := m.clean(); err != nil {
+		return err
 	}
-	pctx, cancel = phase()
-	e2e, err := EndToEnd(pctx, s.ClientURL(), "benche2e", n, o.ArgsSize)
+	pctx, cancel := m.phase()
+	e2e, err := EndToEnd(pctx, m.url, "benche2e", n, m.o.ArgsSize)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("end to end: %w", err)
+		return fmt.Errorf("end to end: %w", err)
 	}
 	res.EndToEnd = rate(n, e2e.Elapsed)
 	res.EndToEndCPU = per(e2e.CPU, n)
 	res.Cost = e2e.Cost
 
-	// Raw publish+consume again, right after: the end-to-end ratios are
-	// against the mean of the raw runs before and after, so that a machine
-	// that got busier or quieter between them does not tilt the headline.
-	if err := clean(); err != nil {
-		return res, err
+	if err := m.clean(); err != nil {
+		return err
 	}
-	pctx, cancel = phase()
-	raw2, err := RawPublishConsume(pctx, s.ClientURL(), n, o.ArgsSize)
+	pctx, cancel = m.phase()
+	raw2, err := RawPublishConsume(pctx, m.url, n, m.o.ArgsSize)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("raw publish+consume, again: %w", err)
+		return fmt.Errorf("raw publish+consume, again: %w", err)
 	}
 	first := res.RawPublishConsume
 	res.RawPublishConsume = (first + rate(n, raw2.Publish+raw2.Consume)) / 2
 	res.RawPublishConsumeCPU = (res.RawPublishConsumeCPU + per(raw2.PublishCPU+raw2.ConsumeCPU, n)) / 2
-	line("raw publish+consume again %10s msgs/s   (after the e2e phase; the ratios below are against the mean of both raw runs, %s/s)",
+	m.line("raw publish+consume again %10s msgs/s   (after the e2e phase; the ratios below are against the mean of both raw runs, %s/s)",
 		fmtRate(rate(n, raw2.Publish+raw2.Consume)), fmtRate(res.RawPublishConsume))
-	line("e2e no-op runs/s          %10s          raw publish+consume %s/s   ratio %.2f",
+	m.line("e2e no-op runs/s          %10s          raw publish+consume %s/s   ratio %.2f",
 		fmtRate(res.EndToEnd), fmtRate(res.RawPublishConsume), res.EndToEndRatio())
-	line("e2e cpu                   %10s/run      raw publish+consume %s/msg   cpu ratio %.2f (the ratio if CPU were the only limit)",
+	m.line("e2e cpu                   %10s/run      raw publish+consume %s/msg   cpu ratio %.2f (the ratio if CPU were the only limit)",
 		fmtDur(res.EndToEndCPU), fmtDur(res.RawPublishConsumeCPU), res.EndToEndCPURatio())
-	line("e2e handler done          %10s runs/s   (first enqueue to last handler return; enqueueing took %s of it)", fmtRate(rate(n, e2e.Handled)), fmtDur(e2e.Enqueued))
-	line("cost: %s", res.Cost)
+	m.line("e2e handler done          %10s runs/s   (first enqueue to last handler return; enqueueing took %s of it)", fmtRate(rate(n, e2e.Handled)), fmtDur(e2e.Enqueued))
+	m.line("cost: %s", res.Cost)
+	return nil
+}
 
-	// The same with the worker running while the runs are enqueued.
-	if err := clean(); err != nil {
-		return res, err
+// endToEndOverlapped measures end to end with the worker running while
+// the runs are enqueued.
+func (m *modeBench) endToEndOverlapped() error {
+	n, res := m.n, m.res
+	if err := m.clean(); err != nil {
+		return err
 	}
-	pctx, cancel = phase()
-	ov, err := EndToEndOverlapped(pctx, s.ClientURL(), "benchoverlap", n, o.ArgsSize)
+	pctx, cancel := m.phase()
+	ov, err := EndToEndOverlapped(pctx, m.url, "benchoverlap", n, m.o.ArgsSize)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("end to end, overlapped: %w", err)
+		return fmt.Errorf("end to end, overlapped: %w", err)
 	}
 	res.EndToEndOverlap, res.EndToEndOverlapCPU = rate(n, ov.Elapsed), per(ov.CPU, n)
-	line("e2e overlapped runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, handlers done %s runs/s (worker running while enqueueing)",
+	m.line("e2e overlapped runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, handlers done %s runs/s (worker running while enqueueing)",
 		fmtRate(res.EndToEndOverlap), fmtRate(res.RawPublishConsume), ratio(res.EndToEndOverlap, res.RawPublishConsume), fmtDur(res.EndToEndOverlapCPU),
 		fmtRate(rate(n, ov.Handled)))
+	return nil
+}
 
-	if !o.Quick && !o.SkipClaimFirst {
-		if err := clean(); err != nil {
-			return res, err
-		}
-		pctx, cancel = phase()
-		cf, err := EndToEndClaimFirst(pctx, s.ClientURL(), "benchclaimfirst", n, o.ArgsSize)
-		cancel()
-		if err != nil {
-			return res, fmt.Errorf("end to end, ClaimFirst: %w", err)
-		}
-		res.EndToEndClaimFirst, res.EndToEndClaimFirstCPU, res.CostClaimFirst = rate(n, cf.Elapsed), per(cf.CPU, n), cf.Cost
-		line("e2e ClaimFirst runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, cpu ratio %.2f",
-			fmtRate(res.EndToEndClaimFirst), fmtRate(res.RawPublishConsume), ratio(res.EndToEndClaimFirst, res.RawPublishConsume),
-			fmtDur(res.EndToEndClaimFirstCPU), ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndClaimFirstCPU)))
-		line("cost ClaimFirst: %s", res.CostClaimFirst)
-		if t := cf.claimText(); t != "" {
-			line("ClaimFirst %s", t)
-		}
+// endToEndClaimFirst measures end to end with every run claimed before
+// its handler starts; skipped when quick or told to.
+func (m *modeBench) endToEndClaimFirst() error {
+	if m.o.Quick || m.o.SkipClaimFirst {
+		return nil
 	}
-
-	// The same with a scheduler leading, as a deployment runs one: its
-	// run indexer follows the runs bucket and stores an entry per write.
-	if !o.Quick {
-		if err := clean(); err != nil {
-			return res, err
-		}
-		pctx, cancel = phase()
-		sc, err := EndToEndWithScheduler(pctx, s.ClientURL(), "benchsched", n, o.ArgsSize)
-		cancel()
-		if err != nil {
-			return res, fmt.Errorf("end to end, with a scheduler: %w", err)
-		}
-		res.EndToEndSched, res.EndToEndSchedCPU, res.SchedIndexed = rate(n, sc.Elapsed), per(sc.CPU, n), sc.Indexed
-		line("e2e with a scheduler      %10s runs/s   raw publish+consume %s/s   ratio %.2f   cpu %s/run, the scheduler's included (its run indexer follows every record write, %.2f index messages stored a run: entries of consecutive writes batched; the index caught up %s after the first enqueue, the runs were done at %s)",
-			fmtRate(res.EndToEndSched), fmtRate(res.RawPublishConsume), ratio(res.EndToEndSched, res.RawPublishConsume),
-			fmtDur(res.EndToEndSchedCPU), sc.IndexEntries, fmtDur(sc.Indexed), fmtDur(sc.Elapsed))
+	n, res := m.n, m.res
+	if err := m.clean(); err != nil {
+		return err
 	}
-
-	// The floor: what a run's record writes cost before any jetflow code.
-	// Not with an fsync per write: the disk, not the CPU, is the limit
-	// there.
-	if mode != embedded.SyncAlways {
-		if err := clean(); err != nil {
-			return res, err
-		}
-		pctx, cancel = phase()
-		res.Floor, err = measureFloor(pctx, s.ClientURL(), n, o.ArgsSize)
-		cancel()
-		if err != nil {
-			return res, fmt.Errorf("floor: %w", err)
-		}
-		claimFirstCPU := ""
-		if res.EndToEndClaimFirstCPU > 0 {
-			claimFirstCPU = fmt.Sprintf(", ClaimFirst (2 writes) %.2f (measured %.2f)", res.Floor.Ceiling(res.RawPublishConsumeCPU, 2),
-				ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndClaimFirstCPU)))
-		}
-		line("floor: raw record write    %s/write   (%d B records, async, a subject each, expected sequence 0); cpu ratio if a run cost raw's message + its record writes and nothing more: e2e (1 write) %.2f (measured %.2f)%s",
-			fmtDur(res.Floor.Write), res.Floor.RecordSize, res.Floor.Ceiling(res.RawPublishConsumeCPU, 1), res.EndToEndCPURatio(), claimFirstCPU)
+	pctx, cancel := m.phase()
+	cf, err := EndToEndClaimFirst(pctx, m.url, "benchclaimfirst", n, m.o.ArgsSize)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("end to end, ClaimFirst: %w", err)
 	}
-
-	if !o.SkipProfile && mode == o.Modes[0] {
-		if err := whereTimeGoes(ctx, o, s.ClientURL(), n, clean, line); err != nil {
-			return res, err
-		}
+	res.EndToEndClaimFirst, res.EndToEndClaimFirstCPU, res.CostClaimFirst = rate(n, cf.Elapsed), per(cf.CPU, n), cf.Cost
+	m.line("e2e ClaimFirst runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, cpu ratio %.2f",
+		fmtRate(res.EndToEndClaimFirst), fmtRate(res.RawPublishConsume), ratio(res.EndToEndClaimFirst, res.RawPublishConsume),
+		fmtDur(res.EndToEndClaimFirstCPU), ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndClaimFirstCPU)))
+	m.line("cost ClaimFirst: %s", res.CostClaimFirst)
+	if t := cf.claimText(); t != "" {
+		m.line("ClaimFirst %s", t)
 	}
+	return nil
+}
 
-	// Lateness of delayed runs, beside raw publish->consume latency.
+// endToEndWithScheduler measures end to end with a scheduler leading, as
+// a deployment runs one: its run indexer follows the runs bucket and
+// stores an entry per write. Skipped when quick.
+func (m *modeBench) endToEndWithScheduler() error {
+	if m.o.Quick {
+		return nil
+	}
+	n, res := m.n, m.res
+	if err := m.clean(); err != nil {
+		return err
+	}
+	pctx, cancel := m.phase()
+	sc, err := EndToEndWithScheduler(pctx, m.url, "benchsched", n, m.o.ArgsSize)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("end to end, with a scheduler: %w", err)
+	}
+	res.EndToEndSched, res.EndToEndSchedCPU, res.SchedIndexed = rate(n, sc.Elapsed), per(sc.CPU, n), sc.Indexed
+	m.line("e2e with a scheduler      %10s runs/s   raw publish+consume %s/s   ratio %.2f   cpu %s/run, the scheduler's included (its run indexer follows every record write, %.2f index messages stored a run: entries of consecutive writes batched; the index caught up %s after the first enqueue, the runs were done at %s)",
+		fmtRate(res.EndToEndSched), fmtRate(res.RawPublishConsume), ratio(res.EndToEndSched, res.RawPublishConsume),
+		fmtDur(res.EndToEndSchedCPU), sc.IndexEntries, fmtDur(sc.Indexed), fmtDur(sc.Elapsed))
+	return nil
+}
+
+// floor measures what a run's record writes cost before any jetflow code.
+// Not with an fsync per write (SyncAlways): the disk, not the CPU, is the
+// limit there.
+func (m *modeBench) floor() error {
+	if m.mode == embedded.SyncAlways {
+		return nil
+	}
+	res := m.res
+	if err := m.clean(); err != nil {
+		return err
+	}
+	pctx, cancel := m.phase()
+	var err error
+	res.Floor, err = measureFloor(pctx, m.url, m.n, m.o.ArgsSize)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	claimFirstCPU := ""
+	if res.EndToEndClaimFirstCPU > 0 {
+		claimFirstCPU = fmt.Sprintf(", ClaimFirst (2 writes) %.2f (measured %.2f)", res.Floor.Ceiling(res.RawPublishConsumeCPU, 2),
+			ratio(float64(res.RawPublishConsumeCPU), float64(res.EndToEndClaimFirstCPU)))
+	}
+	m.line("floor: raw record write    %s/write   (%d B records, async, a subject each, expected sequence 0); cpu ratio if a run cost raw's message + its record writes and nothing more: e2e (1 write) %.2f (measured %.2f)%s",
+		fmtDur(res.Floor.Write), res.Floor.RecordSize, res.Floor.Ceiling(res.RawPublishConsumeCPU, 1), res.EndToEndCPURatio(), claimFirstCPU)
+	return nil
+}
+
+// profile prints where the time goes (whereTimeGoes), in the first mode
+// only, unless told to skip it.
+func (m *modeBench) profile() error {
+	if m.o.SkipProfile || m.mode != m.o.Modes[0] {
+		return nil
+	}
+	return whereTimeGoes(m.ctx, m.o, m.url, m.n, m.clean, m.line)
+}
+
+// lateness measures the lateness of delayed runs, beside raw
+// publish->consume latency, each after a settle.
+func (m *modeBench) lateness() error {
+	res, lateRuns := m.res, m.lateRuns
 	// Enqueueing must finish before the first run is due: allow twice the
 	// time the Batch figure says it takes, and at least 1 s.
 	lead := time.Duration(2*float64(lateRuns)/max(res.EnqueueBatch, 1)*float64(time.Second)) + time.Second
-	if err := clean(); err != nil {
-		return res, err
+	if err := m.clean(); err != nil {
+		return err
 	}
 	settle()
-	pctx, cancel = phase()
-	late, err := Lateness(pctx, s.ClientURL(), "benchlate", lateRuns, o.ArgsSize, lead, o.LatenessSpread)
+	pctx, cancel := m.phase()
+	late, err := Lateness(pctx, m.url, "benchlate", lateRuns, m.o.ArgsSize, lead, m.o.LatenessSpread)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("lateness: %w", err)
+		return fmt.Errorf("lateness: %w", err)
 	}
 	res.Lateness, res.Dispatch, res.LatenessN, res.LatenessBad = late.Lateness, late.Dispatch, late.N, late.NotSuccess
-	if err := clean(); err != nil {
-		return res, err
+	if err := m.clean(); err != nil {
+		return err
 	}
 	settle()
-	pctx, cancel = phase()
-	res.RawLatency, err = RawLatency(pctx, s.ClientURL(), lateRuns, o.ArgsSize, o.LatenessSpread)
+	pctx, cancel = m.phase()
+	res.RawLatency, err = RawLatency(pctx, m.url, lateRuns, m.o.ArgsSize, m.o.LatenessSpread)
 	cancel()
 	if err != nil {
-		return res, fmt.Errorf("raw latency: %w", err)
+		return fmt.Errorf("raw latency: %w", err)
 	}
-	line("lateness (RunAt, %d runs due over %s, %s/s) p50 %s p99 %s max %s   raw publish->consume latency p50 %s p99 %s max %s",
-		late.N, o.LatenessSpread, fmtRate(float64(late.N)/o.LatenessSpread.Seconds()), fmtDur(res.Lateness.P50), fmtDur(res.Lateness.P99), fmtDur(res.Lateness.Max),
+	m.line("lateness (RunAt, %d runs due over %s, %s/s) p50 %s p99 %s max %s   raw publish->consume latency p50 %s p99 %s max %s",
+		late.N, m.o.LatenessSpread, fmtRate(float64(late.N)/m.o.LatenessSpread.Seconds()), fmtDur(res.Lateness.P50), fmtDur(res.Lateness.P99), fmtDur(res.Lateness.Max),
 		fmtDur(res.RawLatency.P50), fmtDur(res.RawLatency.P99), fmtDur(res.RawLatency.Max))
-	line("%s", splitLine(res.Dispatch))
+	m.line("%s", splitLine(res.Dispatch))
 	if late.NotSuccess > 0 {
-		line("lateness: %d of %d runs not recorded success", late.NotSuccess, late.N)
+		m.line("lateness: %d of %d runs not recorded success", late.NotSuccess, late.N)
 	}
-	return res, nil
+	return nil
 }
 
 // whereTimeGoes repeats the e2e phase (a quarter of n runs) and the

@@ -122,24 +122,107 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 		return err
 	}
 	defer rs.stop()
-	srv := rs.srv
-	line := func(format string, a ...any) { fmt.Fprintf(out, "workflow "+format+"\n", a...) }
+	b := &wfBench{ctx: ctx, out: out, scfg: streams.Config{Prefix: "benchwf"}, n: n, m: m, parkers: parkers}
 
-	raw, err := RawPublishConsume(ctx, srv.ClientURL(), 3*n, 100)
-	if err != nil {
-		return fmt.Errorf("raw: %w", err)
+	var tp wfThroughput
+	if err := b.rawBaseline(rs.srv.ClientURL(), &tp); err != nil {
+		return err
 	}
-	rawRate, rawCPU := rate(3*n, raw.Publish+raw.Consume), per(raw.PublishCPU+raw.ConsumeCPU, 3*n)
-
-	scfg := streams.Config{Prefix: "benchwf"}
-	jss, closeAll, err := connectEach(srv.ClientURL(), "bench-wf-worker", "bench-wf-producer", "bench-wf-scheduler")
+	// stop undoes what start did, also when start failed half way.
+	stop, err := b.start(rs.srv.ClientURL())
+	defer stop()
 	if err != nil {
 		return err
 	}
-	defer closeAll()
+	if err := b.plainRuns(&tp); err != nil {
+		return err
+	}
+	if err := b.threeStepWorkflows(&tp); err != nil {
+		return err
+	}
+	tp.print(b.line, n)
+	if err := b.stepCost(); err != nil {
+		return err
+	}
+	if err := b.waits(quick); err != nil {
+		return err
+	}
+	if err := b.resumeAfterSleep(); err != nil {
+		return err
+	}
+	if err := b.parking(tp.wfRate); err != nil {
+		return err
+	}
+	if err := b.sendEvent(); err != nil {
+		return err
+	}
+	return b.resumeAfterRestart(rs.restart)
+}
+
+// wfBench is what RunWorkflow's phases share: the producer (beside the
+// worker and the scheduler that start runs), the producer's connection, on
+// which the phases read the streams' write counts, and the figures' sizes.
+type wfBench struct {
+	ctx  context.Context
+	out  io.Writer
+	scfg streams.Config
+	p    *producer.Producer
+	pjs  jetstream.JetStream
+	// n 3-step workflows (3n plain runs), m sleeping or awaiting
+	// workflows, parkers parked workflows.
+	n, m, parkers int
+}
+
+// line prints one figure, after "workflow ".
+func (b *wfBench) line(format string, a ...any) {
+	fmt.Fprintf(b.out, "workflow "+format+"\n", a...)
+}
+
+// wfThroughput are the first figures: raw JetStream, 3N plain runs and N
+// 3-step workflows (with the streams' writes before and after them).
+type wfThroughput struct {
+	rawRate, plainRate, wfRate float64
+	rawCPU, plainCPU, wfCPU    time.Duration
+	writesBefore, writesAfter  wfWriteCounts
+}
+
+// print prints the throughput figures, n being the number of workflows.
+func (f wfThroughput) print(line func(string, ...any), n int) {
+	line("raw publish+consume %s msg/s (cpu %s/msg); plain no-op runs %s runs/s (%s of raw), cpu %s/run", fmtRate(f.rawRate), fmtDur(f.rawCPU), fmtRate(f.plainRate), trimFloat(ratio(f.plainRate, f.rawRate)), fmtDur(f.plainCPU))
+	line("3-step workflows %s /s, cpu %s/workflow; 3 plain runs %s /s; ratio %s (target >= 0.5)", fmtRate(f.wfRate), fmtDur(f.wfCPU), fmtRate(f.plainRate/3), trimFloat(ratio(f.wfRate, f.plainRate/3)))
+	line("writes per 3-step workflow %.1f: %s (3 plain runs: 6, a message and a record each)", f.writesAfter.total(f.writesBefore, n), f.writesAfter.describe(f.writesBefore, n))
+}
+
+// rawBaseline measures raw JetStream publish-then-consume of 3N messages,
+// before anything else runs on the server.
+func (b *wfBench) rawBaseline(url string, f *wfThroughput) error {
+	raw, err := RawPublishConsume(b.ctx, url, 3*b.n, 100)
+	if err != nil {
+		return fmt.Errorf("raw: %w", err)
+	}
+	f.rawRate, f.rawCPU = rate(3*b.n, raw.Publish+raw.Consume), per(raw.PublishCPU+raw.ConsumeCPU, 3*b.n)
+	return nil
+}
+
+// start connects the worker, the producer and the scheduler (a connection
+// each), registers the handler of the plain runs and every workflow of the
+// figures, and returns once the scheduler leads. stop undoes what start
+// did, in reverse order, also when start failed.
+func (b *wfBench) start(url string) (stop func(), err error) {
+	var undo []func()
+	stop = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+	}
+	jss, closeAll, err := connectEach(url, "bench-wf-worker", "bench-wf-producer", "bench-wf-scheduler")
+	if err != nil {
+		return stop, err
+	}
+	undo = append(undo, closeAll)
 	wjs, pjs, sjs := jss[0], jss[1], jss[2]
 
-	stopWorker, err := startWorker(ctx, wjs, scfg, func(w *worker.Worker) error {
+	stopWorker, err := startWorker(b.ctx, wjs, b.scfg, func(w *worker.Worker) error {
 		worker.Handle(w, wfBenchPlainFn, func(context.Context, *worker.Job[wfBenchSteps]) error { wfBenchPlain.Add(1); return nil }, benchOptions)
 		return errors.Join(
 			workflow.Register(w, wfBenchStepsDef, workflow.RegisterOptions{Concurrency: 64}),
@@ -150,138 +233,166 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 			workflow.Register(w, wfRestartDef, workflow.RegisterOptions{Concurrency: 64}))
 	})
 	if err != nil {
-		return err
+		return stop, err
 	}
-	defer stopWorker()
-	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: scfg, LeaseTTL: time.Second})
+	undo = append(undo, stopWorker)
+	s, err := scheduler.New(b.ctx, sjs, scheduler.Config{Streams: b.scfg, LeaseTTL: time.Second})
 	if err != nil {
-		return err
+		return stop, err
 	}
-	if err := s.Start(ctx); err != nil {
-		return err
+	if err := s.Start(b.ctx); err != nil {
+		return stop, err
 	}
-	defer func() {
+	undo = append(undo, func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_ = s.Stop(sctx)
-	}()
-	p, err := producer.New(ctx, pjs, producer.Config{Streams: scfg})
+	})
+	b.p, err = producer.New(b.ctx, pjs, producer.Config{Streams: b.scfg})
 	if err != nil {
-		return err
+		return stop, err
 	}
-	if err := poolBenchWait(ctx, time.Minute, s.IsLeader); err != nil {
-		return fmt.Errorf("scheduler leader: %w", err)
+	b.pjs = pjs
+	if err := poolBenchWait(b.ctx, time.Minute, s.IsLeader); err != nil {
+		return stop, fmt.Errorf("scheduler leader: %w", err)
 	}
+	return stop, nil
+}
 
-	// 3N plain runs.
+// plainRuns measures 3N plain no-op runs through EnqueueAsync, from the
+// first enqueue to the last handler's end: runs/s and CPU per run.
+func (b *wfBench) plainRuns(f *wfThroughput) error {
+	n := 3 * b.n
 	wfBenchPlain.Store(0)
 	start, cpu := time.Now(), cpuTime()
-	pend := make([]*producer.Pending, 0, 3*n)
-	for i := range 3 * n {
-		pd, err := p.EnqueueAsync(ctx, wfBenchPlainFn.With(wfBenchSteps{K: i}))
+	pend := make([]*producer.Pending, 0, n)
+	for i := range n {
+		pd, err := b.p.EnqueueAsync(b.ctx, wfBenchPlainFn.With(wfBenchSteps{K: i}))
 		if err != nil {
 			return fmt.Errorf("plain runs: %w", err)
 		}
 		pend = append(pend, pd)
 	}
 	for _, pd := range pend {
-		if err := pd.Wait(ctx); err != nil {
+		if err := pd.Wait(b.ctx); err != nil {
 			return fmt.Errorf("plain runs: %w", err)
 		}
 	}
-	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return wfBenchPlain.Load() >= int64(3*n) }); err != nil {
-		return fmt.Errorf("plain runs: %d of %d ran: %w", wfBenchPlain.Load(), 3*n, err)
+	if err := poolBenchWait(b.ctx, 10*time.Minute, func() bool { return wfBenchPlain.Load() >= int64(n) }); err != nil {
+		return fmt.Errorf("plain runs: %d of %d ran: %w", wfBenchPlain.Load(), n, err)
 	}
-	plainRate, plainCPU := rate(3*n, time.Since(start)), per(cpuTime()-cpu, 3*n)
+	f.plainRate, f.plainCPU = rate(n, time.Since(start)), per(cpuTime()-cpu, n)
+	return nil
+}
 
-	// N workflows of 3 steps.
+// threeStepWorkflows measures N workflows of 3 no-op steps, started 32 at
+// a time and timed to the last one's end: workflows/s, CPU per workflow,
+// and the streams' writes before and after them.
+func (b *wfBench) threeStepWorkflows(f *wfThroughput) error {
+	n := b.n
 	wfBenchDone.Store(0)
-	wBefore, err := wfWrites(ctx, pjs, scfg)
-	if err != nil {
+	var err error
+	if f.writesBefore, err = wfWrites(b.ctx, b.pjs, b.scfg); err != nil {
 		return err
 	}
-	start, cpu = time.Now(), cpuTime()
-	if err := wfBenchStart(ctx, n, func(ctx context.Context, i int) error {
-		_, err := workflow.Start(ctx, p, wfBenchStepsDef, wfBenchSteps{K: 3})
+	start, cpu := time.Now(), cpuTime()
+	if err := wfBenchStart(b.ctx, n, func(ctx context.Context, i int) error {
+		_, err := workflow.Start(ctx, b.p, wfBenchStepsDef, wfBenchSteps{K: 3})
 		return err
 	}); err != nil {
 		return fmt.Errorf("3-step workflows: %w", err)
 	}
-	if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return wfBenchDone.Load() >= int64(n) }); err != nil {
+	if err := poolBenchWait(b.ctx, 10*time.Minute, func() bool { return wfBenchDone.Load() >= int64(n) }); err != nil {
 		return fmt.Errorf("3-step workflows: %d of %d ended: %w", wfBenchDone.Load(), n, err)
 	}
-	wfRate, wfCPU := rate(n, time.Since(start)), per(cpuTime()-cpu, n)
+	f.wfRate, f.wfCPU = rate(n, time.Since(start)), per(cpuTime()-cpu, n)
 	// Writes of the workflows (the purge runs they schedule are due after
 	// the retention period: their later writes are not counted).
-	if err := poolBenchWait(ctx, time.Minute, func() bool {
-		st, err := streamInfo(ctx, pjs, streams.KVStream(scfg.WithDefaults().RunsBucket()))
+	if err := poolBenchWait(b.ctx, time.Minute, func() bool {
+		st, err := streamInfo(b.ctx, b.pjs, streams.KVStream(b.scfg.WithDefaults().RunsBucket()))
 		return err == nil && st.LastSeq > 0 // settle: outcome writes are asynchronous
 	}); err != nil {
 		return err
 	}
-	wAfter, err := wfWrites(ctx, pjs, scfg)
-	if err != nil {
-		return err
-	}
-	line("raw publish+consume %s msg/s (cpu %s/msg); plain no-op runs %s runs/s (%s of raw), cpu %s/run", fmtRate(rawRate), fmtDur(rawCPU), fmtRate(plainRate), trimFloat(ratio(plainRate, rawRate)), fmtDur(plainCPU))
-	line("3-step workflows %s /s, cpu %s/workflow; 3 plain runs %s /s; ratio %s (target >= 0.5)", fmtRate(wfRate), fmtDur(wfCPU), fmtRate(plainRate/3), trimFloat(ratio(wfRate, plainRate/3)))
-	line("writes per 3-step workflow %.1f: %s (3 plain runs: 6, a message and a record each)", wAfter.total(wBefore, n), wAfter.describe(wBefore, n))
+	f.writesAfter, err = wfWrites(b.ctx, b.pjs, b.scfg)
+	return err
+}
 
-	// The cost of a step at 10, 100 and 1000 steps.
+// stepCost measures the cost of one step in a workflow of 10, 100 and
+// 1000 sequential steps (one workflow each), which must stay flat.
+func (b *wfBench) stepCost() error {
 	for _, k := range []int{10, 100, 1000} {
 		wfBenchDone.Store(0)
 		start := time.Now()
-		if _, err := workflow.Start(ctx, p, wfBenchStepsDef, wfBenchSteps{K: k}); err != nil {
+		if _, err := workflow.Start(b.ctx, b.p, wfBenchStepsDef, wfBenchSteps{K: k}); err != nil {
 			return err
 		}
-		if err := poolBenchWait(ctx, 10*time.Minute, func() bool { return wfBenchDone.Load() >= 1 }); err != nil {
+		if err := poolBenchWait(b.ctx, 10*time.Minute, func() bool { return wfBenchDone.Load() >= 1 }); err != nil {
 			return fmt.Errorf("%d-step workflow: %w", k, err)
 		}
-		line("%d sequential steps: %s per step", k, fmtDur(per(time.Since(start), k)))
+		b.line("%d sequential steps: %s per step", k, fmtDur(per(time.Since(start), k)))
 	}
+	return nil
+}
 
-	// One workflow that waits n times (an event each time).
+// waits measures one workflow that waits n times (an event each time), for
+// each n of the sizes (wfWaitsCosts).
+func (b *wfBench) waits(quick bool) error {
 	sizes := []int{10, 100, 1_000, 10_000}
 	if quick {
 		sizes = wfWaitsQuick
 	}
-	if err := wfWaitsCosts(ctx, out, p, pjs, scfg, sizes, wfWaitsEvery, wfWaitsPlainMax); err != nil {
-		return err
-	}
+	return wfWaitsCosts(b.ctx, b.out, b.p, b.pjs, b.scfg, sizes, wfWaitsEvery, wfWaitsPlainMax)
+}
 
-	// Resume after a durable sleep.
-	wfBenchTake()
-	first := time.Now().Add(time.Second)
-	if err := wfBenchStart(ctx, m, func(ctx context.Context, i int) error {
-		due := first.Add(2 * time.Second * time.Duration(i) / time.Duration(m))
-		_, err := workflow.Start(ctx, p, wfBenchSleepDef, wfBenchSleep{Due: due})
-		return err
-	}); err != nil {
-		return fmt.Errorf("sleeping workflows: %w", err)
-	}
-	if err := poolBenchWait(ctx, 5*time.Minute, func() bool {
+// waitNoted waits until m latencies have been noted.
+func (b *wfBench) waitNoted(m int) error {
+	return poolBenchWait(b.ctx, 5*time.Minute, func() bool {
 		wfBenchLatMu.Lock()
 		defer wfBenchLatMu.Unlock()
 		return len(wfBenchLat) >= m
+	})
+}
+
+// resumeAfterSleep measures the lateness of the first step after a
+// durable sleep: M workflows due over 2 s, the first 1 s from now.
+func (b *wfBench) resumeAfterSleep() error {
+	m := b.m
+	wfBenchTake()
+	first := time.Now().Add(time.Second)
+	if err := wfBenchStart(b.ctx, m, func(ctx context.Context, i int) error {
+		due := first.Add(2 * time.Second * time.Duration(i) / time.Duration(m))
+		_, err := workflow.Start(ctx, b.p, wfBenchSleepDef, wfBenchSleep{Due: due})
+		return err
 	}); err != nil {
 		return fmt.Errorf("sleeping workflows: %w", err)
 	}
+	if err := b.waitNoted(m); err != nil {
+		return fmt.Errorf("sleeping workflows: %w", err)
+	}
 	sl := percentiles(wfBenchTake())
-	line("resume after sleep (%d): lateness p50 %s p99 %s max %s (target p99 < 25ms)", sl.N, fmtDur(sl.P50), fmtDur(sl.P99), fmtDur(sl.Max))
+	b.line("resume after sleep (%d): lateness p50 %s p99 %s max %s (target p99 < 25ms)", sl.N, fmtDur(sl.P50), fmtDur(sl.P99), fmtDur(sl.Max))
+	return nil
+}
 
-	// Parking: workflows that start and sleep for an hour, beside the
-	// 3-step workflows above; once parked they hold nothing in the process
-	// that runs them.
+// parking measures P workflows that start and sleep for an hour, from the
+// first Start to the last park, as parked/s beside 3-step workflows/s
+// measured again just after (wfRate is the first 3-step figure); then the
+// writes per parked workflow and the goroutines and heap of this process
+// before and after: once parked, a workflow holds nothing in the process
+// that runs it.
+func (b *wfBench) parking(wfRate float64) error {
+	parkers := b.parkers
 	before := procMem()
-	pBefore, err := wfWrites(ctx, pjs, scfg)
+	pBefore, err := wfWrites(b.ctx, b.pjs, b.scfg)
 	if err != nil {
 		return err
 	}
-	took, _, err := wfBenchPark(ctx, p, pjs, scfg, parkers)
+	took, _, err := wfBenchPark(b.ctx, b.p, b.pjs, b.scfg, parkers)
 	if err != nil {
 		return err
 	}
-	pAfter, err := wfWrites(ctx, pjs, scfg)
+	pAfter, err := wfWrites(b.ctx, b.pjs, b.scfg)
 	if err != nil {
 		return err
 	}
@@ -289,29 +400,35 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	parkRate := rate(parkers, took)
 	// 3-step workflows again, at once after: the load of a shared machine
 	// changes over the minutes between the first figure and this one.
-	stepsRate, err := wfBench3Steps(ctx, p, n)
+	stepsRate, err := wfBench3Steps(b.ctx, b.p, b.n)
 	if err != nil {
 		return err
 	}
-	line("parking (%d workflows that start, then sleep an hour): %s parked/s; 3-step workflows %s /s just after (%s at the start); ratio %s (target >= 0.5)",
+	b.line("parking (%d workflows that start, then sleep an hour): %s parked/s; 3-step workflows %s /s just after (%s at the start); ratio %s (target >= 0.5)",
 		parkers, fmtRate(parkRate), fmtRate(stepsRate), fmtRate(wfRate), trimFloat(ratio(parkRate, stepsRate)))
-	line("writes per parked workflow %.1f: %s", pAfter.total(pBefore, parkers), pAfter.describe(pBefore, parkers))
-	line("%d workflows asleep: goroutines %d -> %d, heap %.1f -> %.1f MB of this process, the embedded nats-server's state of their keys included (target: bounded whatever the workflows asleep; the worker keeps at most %d executions, a goroutine each, and 1024 parked journals per definition)",
+	b.line("writes per parked workflow %.1f: %s", pAfter.total(pBefore, parkers), pAfter.describe(pBefore, parkers))
+	b.line("%d workflows asleep: goroutines %d -> %d, heap %.1f -> %.1f MB of this process, the embedded nats-server's state of their keys included (target: bounded whatever the workflows asleep; the worker keeps at most %d executions, a goroutine each, and 1024 parked journals per definition)",
 		parkers, before.goroutines, after.goroutines, before.heapMB, after.heapMB, workflow.DefaultCachedExecutions)
+	return nil
+}
 
-	// SendEvent to the next step.
+// sendEvent measures the delay from SendEvent to the step after the await:
+// M workflows, each parked on its await, sent an event each at a steady
+// 200 events/s.
+func (b *wfBench) sendEvent() error {
+	m := b.m
 	ids := make([]string, m)
-	if err := wfBenchStart(ctx, m, func(ctx context.Context, i int) error {
-		id, err := workflow.Start(ctx, p, wfBenchEventDef, wfBenchNone{})
+	if err := wfBenchStart(b.ctx, m, func(ctx context.Context, i int) error {
+		id, err := workflow.Start(ctx, b.p, wfBenchEventDef, wfBenchNone{})
 		ids[i] = id
 		return err
 	}); err != nil {
 		return fmt.Errorf("awaiting workflows: %w", err)
 	}
 	// Each waits once its first segment has parked on the await.
-	if err := poolBenchWait(ctx, 5*time.Minute, func() bool {
+	if err := poolBenchWait(b.ctx, 5*time.Minute, func() bool {
 		for _, id := range ids {
-			st, err := workflow.Get(ctx, p, id)
+			st, err := workflow.Get(b.ctx, b.p, id)
 			if err != nil || !st.Waiting {
 				return false
 			}
@@ -325,30 +442,30 @@ func RunWorkflow(ctx context.Context, out io.Writer, quick bool) error {
 	for i := range m {
 		<-tick.C
 		go func() {
-			if err := workflow.SendEvent(ctx, p, ids[i], "go", time.Now()); err != nil {
-				fmt.Fprintln(out, "workflow send event:", err)
+			if err := workflow.SendEvent(b.ctx, b.p, ids[i], "go", time.Now()); err != nil {
+				fmt.Fprintln(b.out, "workflow send event:", err)
 			}
 		}()
 	}
 	tick.Stop()
-	if err := poolBenchWait(ctx, 5*time.Minute, func() bool {
-		wfBenchLatMu.Lock()
-		defer wfBenchLatMu.Unlock()
-		return len(wfBenchLat) >= m
-	}); err != nil {
+	if err := b.waitNoted(m); err != nil {
 		return fmt.Errorf("events: %w", err)
 	}
 	ev := percentiles(wfBenchTake())
-	line("SendEvent to the next step (%d at 200/s): p50 %s p99 %s max %s (target p99 < 25ms)", ev.N, fmtDur(ev.P50), fmtDur(ev.P99), fmtDur(ev.Max))
+	b.line("SendEvent to the next step (%d at 200/s): p50 %s p99 %s max %s (target p99 < 25ms)", ev.N, fmtDur(ev.P50), fmtDur(ev.P99), fmtDur(ev.Max))
+	return nil
+}
 
-	// Resumes after a server restart, last: the server stops while M
-	// workflows sleep, due over the restart.
-	rf, err := wfBenchRestart(ctx, p, pjs, scfg, rs.restart, m, time.Second)
+// resumeAfterRestart, the last phase, measures resumes after a server
+// restart: the server stops (restart) while M workflows sleep, due over
+// the restart.
+func (b *wfBench) resumeAfterRestart(restart func(down time.Duration) (time.Time, error)) error {
+	rf, err := wfBenchRestart(b.ctx, b.p, b.pjs, b.scfg, restart, b.m, time.Second)
 	if err != nil {
 		return err
 	}
-	line("resume after a server restart (%d of %d due after it stopped; down %s): lateness from due or back p50 %s p99 %s max %s (target max < worker ReplayGrace + 1s = %s)",
-		rf.affected, m, fmtDur(rf.down), fmtDur(rf.late.P50), fmtDur(rf.late.P99), fmtDur(rf.late.Max), fmtDur(worker.DefaultReplayGrace+time.Second))
+	b.line("resume after a server restart (%d of %d due after it stopped; down %s): lateness from due or back p50 %s p99 %s max %s (target max < worker ReplayGrace + 1s = %s)",
+		rf.affected, b.m, fmtDur(rf.down), fmtDur(rf.late.P50), fmtDur(rf.late.P99), fmtDur(rf.late.Max), fmtDur(worker.DefaultReplayGrace+time.Second))
 	return nil
 }
 
