@@ -70,53 +70,17 @@ func jetflowE2E(ctx context.Context, url, prefix string, n, size int, sched bool
 	}
 	defer onc.Close()
 	if sched {
-		snc, sjs, err := connect(url, "peers-scheduler")
+		stopScheduler, err := startScheduler(ctx, url, cfg)
 		if err != nil {
 			return 0, "", err
 		}
-		defer snc.Close()
-		s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: cfg})
-		if err == nil {
-			err = s.Start(ctx)
-		}
-		if err != nil {
-			return 0, "", fmt.Errorf("scheduler: %w", err)
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_ = s.Stop(sctx)
-			cancel()
-		}()
-		for !s.IsLeader() {
-			select {
-			case <-ctx.Done():
-				return 0, "", fmt.Errorf("the scheduler never became leader: %w", ctx.Err())
-			case <-time.After(10 * time.Millisecond):
-			}
-		}
+		defer stopScheduler()
 	}
 
 	c := noop.With(args(size))
 	start := time.Now()
-	ring := make([]*producer.Pending, maxPending) // run i waits in slot i % maxPending
-	for i := range n {
-		f, err := p.EnqueueAsync(ctx, c)
-		if err != nil {
-			return 0, "", fmt.Errorf("enqueue at run %d: %w", i, err)
-		}
-		if old := ring[i%maxPending]; old != nil {
-			if err := old.Wait(ctx); err != nil {
-				return 0, "", fmt.Errorf("enqueue: %w", err)
-			}
-		}
-		ring[i%maxPending] = f
-	}
-	for _, f := range ring {
-		if f != nil {
-			if err := f.Wait(ctx); err != nil {
-				return 0, "", fmt.Errorf("enqueue: %w", err)
-			}
-		}
+	if err := enqueuePipelined(ctx, p, c, n); err != nil {
+		return 0, "", err
 	}
 	enqueued := time.Since(start)
 	if err := w.Start(ctx); err != nil {
@@ -135,6 +99,66 @@ func jetflowE2E(ctx context.Context, url, prefix string, n, size int, sched bool
 	elapsed := max(last.Sub(start), handledIn)
 	return rate(n, elapsed), fmt.Sprintf("enqueued in %s, all success records written at %s",
 		enqueued.Round(time.Millisecond), elapsed.Round(time.Millisecond)), nil
+}
+
+// startScheduler starts a scheduler of cfg's streams on a connection of
+// its own and returns once it leads; stop stops it, then closes its
+// connection.
+func startScheduler(ctx context.Context, url string, cfg streams.Config) (stop func(), err error) {
+	snc, sjs, err := connect(url, "peers-scheduler")
+	if err != nil {
+		return nil, err
+	}
+	s, err := scheduler.New(ctx, sjs, scheduler.Config{Streams: cfg})
+	if err == nil {
+		err = s.Start(ctx)
+	}
+	if err != nil {
+		snc.Close()
+		return nil, fmt.Errorf("scheduler: %w", err)
+	}
+	stop = func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = s.Stop(sctx)
+		cancel()
+		snc.Close()
+	}
+	for !s.IsLeader() {
+		select {
+		case <-ctx.Done():
+			stop()
+			return nil, fmt.Errorf("the scheduler never became leader: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return stop, nil
+}
+
+// enqueuePipelined enqueues n runs of c through EnqueueAsync, at most
+// maxPending unconfirmed (as raw publishes), and returns once every one is
+// confirmed.
+func enqueuePipelined(ctx context.Context, p *producer.Producer, c jetflow.Call, n int) error {
+	ring := make([]*producer.Pending, maxPending) // run i waits in slot i % maxPending
+	for i := range n {
+		f, err := p.EnqueueAsync(ctx, c)
+		if err != nil {
+			return fmt.Errorf("enqueue at run %d: %w", i, err)
+		}
+		if old := ring[i%maxPending]; old != nil {
+			if err := old.Wait(ctx); err != nil {
+				return fmt.Errorf("enqueue: %w", err)
+			}
+		}
+		ring[i%maxPending] = f
+	}
+	for _, f := range ring {
+		if f != nil {
+			if err := f.Wait(ctx); err != nil {
+				return fmt.Errorf("enqueue: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // waitSuccess waits until n records of cfg's runs bucket are success and

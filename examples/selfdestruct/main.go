@@ -105,9 +105,43 @@ func run(ctx context.Context, url string, after time.Duration, verbose bool) err
 	}
 
 	// Worker: the two handlers.
-	w, err := worker.New(ctx, js, worker.Config{Logger: logger})
+	w, err := newWorker(ctx, js, logger, messages, after)
 	if err != nil {
 		return err
+	}
+
+	// Scheduler: publishes the destruct run when it is due.
+	s, err := scheduler.New(ctx, js, scheduler.Config{Logger: logger})
+	if err != nil {
+		return err
+	}
+	p, err := producer.New(ctx, js, producer.Config{Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+		_ = s.Stop(sctx)
+	}()
+
+	return sendMessages(ctx, p, messages, after)
+}
+
+// newWorker is a worker with the two handlers: messages.send stores the
+// message in messages and, if it self-destructs, schedules
+// messages.destruct after the delay; messages.destruct deletes it.
+func newWorker(ctx context.Context, js jetstream.JetStream, logger *slog.Logger, messages jetstream.KeyValue, after time.Duration) (*worker.Worker, error) {
+	w, err := worker.New(ctx, js, worker.Config{Logger: logger})
+	if err != nil {
+		return nil, err
 	}
 	worker.Handle(w, SendMessage, func(ctx context.Context, j *worker.Job[SendArgs]) error {
 		// The run id names the message, so a retried attempt overwrites
@@ -135,30 +169,14 @@ func run(ctx context.Context, url string, after time.Duration, verbose bool) err
 		fmt.Printf("messages.destruct: message deleted at %s\n", time.Now().UTC().Format(clock))
 		return nil
 	})
+	return w, nil
+}
 
-	// Scheduler: publishes the destruct run when it is due.
-	s, err := scheduler.New(ctx, js, scheduler.Config{Logger: logger})
-	if err != nil {
-		return err
-	}
-	p, err := producer.New(ctx, js, producer.Config{Logger: logger})
-	if err != nil {
-		return err
-	}
-	if err := w.Start(ctx); err != nil {
-		return err
-	}
-	if err := s.Start(ctx); err != nil {
-		return err
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = w.Stop(sctx)
-		_ = s.Stop(sctx)
-	}()
-
-	// Producer: two messages, one of them self-destructing.
+// sendMessages is the producer's side: two messages, one of them
+// self-destructing. It waits for both to be stored and prints the
+// messages table, then waits for the destruct run and prints the table
+// again.
+func sendMessages(ctx context.Context, p *producer.Producer, messages jetstream.KeyValue, after time.Duration) error {
 	expiring, err := p.Enqueue(ctx, SendMessage.With(SendArgs{
 		Author: "alice", Body: fmt.Sprintf("this message self-destructs in %s", after), SelfDestruct: true,
 	}))
