@@ -32,6 +32,10 @@ func (s Sync) String() string {
 	return "interval"
 }
 
+// DefaultSyncEvery is the fsync interval of SyncInterval when
+// Options.SyncEvery is zero.
+const DefaultSyncEvery = 10 * time.Millisecond
+
 // Options configure the embedded server. The zero value is usable except
 // for Dir.
 type Options struct {
@@ -136,7 +140,7 @@ func Start(o Options) (*Server, error) {
 		o.Port = -1
 	}
 	if o.SyncEvery == 0 {
-		o.SyncEvery = 10 * time.Millisecond
+		o.SyncEvery = DefaultSyncEvery
 	}
 	if o.ServerName == "" {
 		o.ServerName = "jetflow"

@@ -152,7 +152,7 @@ func parseDevFlags(ctx context.Context, args []string) (*devConfig, error) {
 	fs.StringVar(&c.host, "host", "127.0.0.1", "address to listen on")
 	fs.IntVar(&c.port, "port", 4222, "client port; 0 picks a free one (a taken 4222 does too)")
 	syncFlag := fs.String("sync", "interval", "fsync policy: interval (every --sync-every) or always (every write, 10-30x slower)")
-	fs.DurationVar(&c.syncEvery, "sync-every", 10*time.Millisecond, "fsync interval of --sync interval")
+	fs.DurationVar(&c.syncEvery, "sync-every", embedded.DefaultSyncEvery, "fsync interval of --sync interval")
 	fs.StringVar(&c.prefix, "prefix", "jetflow", "subject and bucket prefix")
 	fs.BoolVar(&c.once, "once", false, "exit once the demo runs have ended")
 	fs.DurationVar(&c.forD, "for", 0, "exit after this long (with --once: at most this long)")

@@ -215,8 +215,9 @@ func Measure(ctx context.Context, o Options, out io.Writer) ([]Result, error) {
 	if gogc == "" {
 		gogc = "100 (default)"
 	}
-	fmt.Fprintf(out, "jetflow bench: %s %s/%s, %d CPUs, GOGC=%s, nats-server %s, nats.go %s, file storage, server embedded in process\n",
-		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), gogc, server.VERSION, nats.Version)
+	every := cmp.Or(o.SyncEvery, time.Duration(syncEvery.Load()), embedded.DefaultSyncEvery)
+	fmt.Fprintf(out, "jetflow bench: %s %s/%s, %d CPUs, GOGC=%s, nats-server %s, nats.go %s, file storage (interval mode: fsync every %s), server embedded in process\n",
+		runtime.Version(), runtime.GOOS, runtime.GOARCH, runtime.GOMAXPROCS(0), gogc, server.VERSION, nats.Version, every)
 	fmt.Fprintf(out, "runs/messages: %d (interval), %d (always); args %d bytes; lateness runs %d (interval), %d (always) over %s\n",
 		o.N, o.AlwaysN, o.ArgsSize, o.LatenessRuns, o.AlwaysLatenessRuns, o.LatenessSpread)
 	var results []Result
