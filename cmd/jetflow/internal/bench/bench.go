@@ -336,14 +336,36 @@ func (m *modeBench) clean() error {
 	return dropStreams(m.url)
 }
 
+// during runs one measured phase f with its context bounded by o.Timeout;
+// its failure is named by what.
+func during[T any](m *modeBench, what string, f func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := m.phase()
+	defer cancel()
+	v, err := f(ctx)
+	if err != nil {
+		return v, fmt.Errorf("%s: %w", what, err)
+	}
+	return v, nil
+}
+
+// measure is during on an empty server: the streams of the phase before
+// are deleted first (clean).
+func measure[T any](m *modeBench, what string, f func(context.Context) (T, error)) (T, error) {
+	if err := m.clean(); err != nil {
+		var zero T
+		return zero, err
+	}
+	return during(m, what, f)
+}
+
 // raw measures raw JetStream: publish N, then consume + ack N.
 func (m *modeBench) raw() error {
 	n, res := m.n, m.res
-	pctx, cancel := m.phase()
-	raw, err := RawPublishConsume(pctx, m.url, n, m.o.ArgsSize)
-	cancel()
+	raw, err := during(m, "raw publish+consume", func(ctx context.Context) (RawTimes, error) {
+		return RawPublishConsume(ctx, m.url, n, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("raw publish+consume: %w", err)
+		return err
 	}
 	res.RawPublish = rate(n, raw.Publish)
 	res.RawPublishConsume = rate(n, raw.Publish+raw.Consume)
@@ -361,14 +383,11 @@ func (m *modeBench) raw() error {
 // caller.
 func (m *modeBench) enqueueAsync() error {
 	n, res := m.n, m.res
-	if err := m.clean(); err != nil {
-		return err
-	}
-	pctx, cancel := m.phase()
-	d, err := EnqueueAsync(pctx, m.url, "benchenqa", n, m.o.ArgsSize)
-	cancel()
+	d, err := measure(m, "enqueue async", func(ctx context.Context) (Timing, error) {
+		return EnqueueAsync(ctx, m.url, "benchenqa", n, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("enqueue async: %w", err)
+		return err
 	}
 	res.EnqueueAsync, res.EnqueueAsyncCPU = rate(n, d.Wall), per(d.CPU, n)
 	m.line("enqueue async (pipelined) %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
@@ -379,14 +398,11 @@ func (m *modeBench) enqueueAsync() error {
 // enqueueBatch measures jetflow enqueue, Batch of 1000, one caller.
 func (m *modeBench) enqueueBatch() error {
 	n, res := m.n, m.res
-	if err := m.clean(); err != nil {
-		return err
-	}
-	pctx, cancel := m.phase()
-	d, err := EnqueueBatch(pctx, m.url, "benchenq", n, m.o.ArgsSize)
-	cancel()
+	d, err := measure(m, "enqueue batch", func(ctx context.Context) (Timing, error) {
+		return EnqueueBatch(ctx, m.url, "benchenq", n, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("enqueue batch: %w", err)
+		return err
 	}
 	res.EnqueueBatch, res.EnqueueBatchCPU = rate(n, d.Wall), per(d.CPU, n)
 	m.line("enqueue Batch(1000)       %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
@@ -397,14 +413,11 @@ func (m *modeBench) enqueueBatch() error {
 // enqueueConcurrent measures jetflow enqueue, Enqueue from 64 goroutines.
 func (m *modeBench) enqueueConcurrent() error {
 	n, res := m.n, m.res
-	if err := m.clean(); err != nil {
-		return err
-	}
-	pctx, cancel := m.phase()
-	d, err := EnqueueConcurrent(pctx, m.url, "benchenqc", n, m.o.ArgsSize, 64)
-	cancel()
+	d, err := measure(m, "enqueue concurrent", func(ctx context.Context) (Timing, error) {
+		return EnqueueConcurrent(ctx, m.url, "benchenqc", n, m.o.ArgsSize, 64)
+	})
 	if err != nil {
-		return fmt.Errorf("enqueue concurrent: %w", err)
+		return err
 	}
 	res.EnqueueConc, res.EnqueueConcCPU = rate(n, d.Wall), per(d.CPU, n)
 	m.line("enqueue x64 goroutines    %10s runs/s   raw publish %s/s   ratio %.2f   cpu %s/run (raw %s/msg)",
@@ -418,12 +431,12 @@ func (m *modeBench) enqueueMany() error {
 	if err := m.clean(); err != nil {
 		return err
 	}
-	pctx, cancel := m.phase()
 	var err error
-	m.res.Many, err = measureMany(pctx, m.url, ManyGoroutines, m.o.ManyFor, m.o.ArgsSize)
-	cancel()
+	m.res.Many, err = during(m, fmt.Sprintf("enqueue from %d goroutines", ManyGoroutines), func(ctx context.Context) (ManyResult, error) {
+		return measureMany(ctx, m.url, ManyGoroutines, m.o.ManyFor, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("enqueue from %d goroutines: %w", ManyGoroutines, err)
+		return err
 	}
 	manyLine(m.line, m.res.Many)
 	return nil
@@ -435,27 +448,21 @@ func (m *modeBench) enqueueMany() error {
 // busier or quieter between them does not tilt the headline.
 func (m *modeBench) endToEnd() error {
 	n, res := m.n, m.res
-	if err := m.clean(); err != nil {
-		return err
-	}
-	pctx, cancel := m.phase()
-	e2e, err := EndToEnd(pctx, m.url, "benche2e", n, m.o.ArgsSize)
-	cancel()
+	e2e, err := measure(m, "end to end", func(ctx context.Context) (E2E, error) {
+		return EndToEnd(ctx, m.url, "benche2e", n, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("end to end: %w", err)
+		return err
 	}
 	res.EndToEnd = rate(n, e2e.Elapsed)
 	res.EndToEndCPU = per(e2e.CPU, n)
 	res.Cost = e2e.Cost
 
-	if err := m.clean(); err != nil {
-		return err
-	}
-	pctx, cancel = m.phase()
-	raw2, err := RawPublishConsume(pctx, m.url, n, m.o.ArgsSize)
-	cancel()
+	raw2, err := measure(m, "raw publish+consume, again", func(ctx context.Context) (RawTimes, error) {
+		return RawPublishConsume(ctx, m.url, n, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("raw publish+consume, again: %w", err)
+		return err
 	}
 	first := res.RawPublishConsume
 	res.RawPublishConsume = (first + rate(n, raw2.Publish+raw2.Consume)) / 2
@@ -475,14 +482,11 @@ func (m *modeBench) endToEnd() error {
 // the runs are enqueued.
 func (m *modeBench) endToEndOverlapped() error {
 	n, res := m.n, m.res
-	if err := m.clean(); err != nil {
-		return err
-	}
-	pctx, cancel := m.phase()
-	ov, err := EndToEndOverlapped(pctx, m.url, "benchoverlap", n, m.o.ArgsSize)
-	cancel()
+	ov, err := measure(m, "end to end, overlapped", func(ctx context.Context) (E2E, error) {
+		return EndToEndOverlapped(ctx, m.url, "benchoverlap", n, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("end to end, overlapped: %w", err)
+		return err
 	}
 	res.EndToEndOverlap, res.EndToEndOverlapCPU = rate(n, ov.Elapsed), per(ov.CPU, n)
 	m.line("e2e overlapped runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, handlers done %s runs/s (worker running while enqueueing)",
@@ -498,14 +502,11 @@ func (m *modeBench) endToEndClaimFirst() error {
 		return nil
 	}
 	n, res := m.n, m.res
-	if err := m.clean(); err != nil {
-		return err
-	}
-	pctx, cancel := m.phase()
-	cf, err := EndToEndClaimFirst(pctx, m.url, "benchclaimfirst", n, m.o.ArgsSize)
-	cancel()
+	cf, err := measure(m, "end to end, ClaimFirst", func(ctx context.Context) (E2E, error) {
+		return EndToEndClaimFirst(ctx, m.url, "benchclaimfirst", n, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("end to end, ClaimFirst: %w", err)
+		return err
 	}
 	res.EndToEndClaimFirst, res.EndToEndClaimFirstCPU, res.CostClaimFirst = rate(n, cf.Elapsed), per(cf.CPU, n), cf.Cost
 	m.line("e2e ClaimFirst runs/s     %10s          raw publish+consume %s/s   ratio %.2f   cpu %s/run, cpu ratio %.2f",
@@ -526,14 +527,11 @@ func (m *modeBench) endToEndWithScheduler() error {
 		return nil
 	}
 	n, res := m.n, m.res
-	if err := m.clean(); err != nil {
-		return err
-	}
-	pctx, cancel := m.phase()
-	sc, err := EndToEndWithScheduler(pctx, m.url, "benchsched", n, m.o.ArgsSize)
-	cancel()
+	sc, err := measure(m, "end to end, with a scheduler", func(ctx context.Context) (E2E, error) {
+		return EndToEndWithScheduler(ctx, m.url, "benchsched", n, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("end to end, with a scheduler: %w", err)
+		return err
 	}
 	res.EndToEndSched, res.EndToEndSchedCPU, res.SchedIndexed = rate(n, sc.Elapsed), per(sc.CPU, n), sc.Indexed
 	m.line("e2e with a scheduler      %10s runs/s   raw publish+consume %s/s   ratio %.2f   cpu %s/run, the scheduler's included (its run indexer follows every record write, %.2f index messages stored a run: entries of consecutive writes batched; the index caught up %s after the first enqueue, the runs were done at %s)",
@@ -550,15 +548,12 @@ func (m *modeBench) floor() error {
 		return nil
 	}
 	res := m.res
-	if err := m.clean(); err != nil {
-		return err
-	}
-	pctx, cancel := m.phase()
 	var err error
-	res.Floor, err = measureFloor(pctx, m.url, m.n, m.o.ArgsSize)
-	cancel()
+	res.Floor, err = measure(m, "floor", func(ctx context.Context) (Floor, error) {
+		return measureFloor(ctx, m.url, m.n, m.o.ArgsSize)
+	})
 	if err != nil {
-		return fmt.Errorf("floor: %w", err)
+		return err
 	}
 	claimFirstCPU := ""
 	if res.EndToEndClaimFirstCPU > 0 {
@@ -590,22 +585,22 @@ func (m *modeBench) lateness() error {
 		return err
 	}
 	settle()
-	pctx, cancel := m.phase()
-	late, err := Lateness(pctx, m.url, "benchlate", lateRuns, m.o.ArgsSize, lead, m.o.LatenessSpread)
-	cancel()
+	late, err := during(m, "lateness", func(ctx context.Context) (LateResult, error) {
+		return Lateness(ctx, m.url, "benchlate", lateRuns, m.o.ArgsSize, lead, m.o.LatenessSpread)
+	})
 	if err != nil {
-		return fmt.Errorf("lateness: %w", err)
+		return err
 	}
 	res.Lateness, res.Dispatch, res.LatenessN, res.LatenessBad = late.Lateness, late.Dispatch, late.N, late.NotSuccess
 	if err := m.clean(); err != nil {
 		return err
 	}
 	settle()
-	pctx, cancel = m.phase()
-	res.RawLatency, err = RawLatency(pctx, m.url, lateRuns, m.o.ArgsSize, m.o.LatenessSpread)
-	cancel()
+	res.RawLatency, err = during(m, "raw latency", func(ctx context.Context) (Percentiles, error) {
+		return RawLatency(ctx, m.url, lateRuns, m.o.ArgsSize, m.o.LatenessSpread)
+	})
 	if err != nil {
-		return fmt.Errorf("raw latency: %w", err)
+		return err
 	}
 	m.line("lateness (RunAt, %d runs due over %s, %s/s) p50 %s p99 %s max %s   raw publish->consume latency p50 %s p99 %s max %s",
 		late.N, m.o.LatenessSpread, fmtRate(float64(late.N)/m.o.LatenessSpread.Seconds()), fmtDur(res.Lateness.P50), fmtDur(res.Lateness.P99), fmtDur(res.Lateness.Max),
