@@ -119,6 +119,10 @@ func TestBrowserTriggers(t *testing.T) {
 	b.navigate(e.URL + "/")
 	click(t, b, `nav a[href$="/triggers"]`)
 	b.waitFor("the triggers list", `!!document.querySelector('#triggers-page tr[data-trigger="orders"]')`)
+	// Pages with nothing live to load say they are ready too, so a test
+	// (or a user's script) can load them directly and wait the same way.
+	b.navigate(e.URL + "/functions")
+	b.navigate(e.URL + "/triggers")
 	var rows []struct {
 		Name  string `json:"name"`
 		State string `json:"state"`

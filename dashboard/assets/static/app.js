@@ -730,5 +730,9 @@
   if (run) { initRun(run); }
   var crons = document.getElementById('crons-page');
   if (crons) { initCrons(crons); }
+  // A page with nothing live to load (functions, triggers, an error) is
+  // ready once this script has run.
+  var main = document.querySelector('main');
+  if (main && !runs && !run && !crons) { main.dataset.live = 'ready'; }
   decorate(document);
 }());
